@@ -1,0 +1,15 @@
+//! Prof-K: exact top-k selection.
+//!
+//! A uniform sample without replacement gives a conservative threshold, one pass over the input keeps
+//! the elements above it in a buffer of capacity M, an exact top-k of the buffer gives the answer, and
+//! the count check k ≤ R ≤ M detects the rare miss and redraws. The result is always exact; only the
+//! cost is random.
+
+pub mod error;
+pub mod options;
+pub mod params;
+pub mod select;
+
+pub use error::{Error, Result};
+pub use options::{Mode, NanPolicy, Order, Selector, TopKOptions};
+pub use select::{topk, topk_gather, SelectStats, TopK};

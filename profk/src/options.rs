@@ -1,0 +1,81 @@
+use serde::{Deserialize, Serialize};
+
+/// Which algorithm performs the selection. All are exact and share the tie rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Selector {
+    /// Sampled threshold, one filtering pass, exact top-k of the buffer.
+    #[default]
+    Profk,
+    /// Full sort, then the first k.
+    Sort,
+    /// Partial selection (quickselect on CPU) plus a sort of the k.
+    Select,
+    /// Radix select (the approach of torch.topk); on CPU the same as `Select`.
+    Radix,
+}
+
+/// How the elements of the input are grouped into selections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One selection per row of the last dimension; a 1-D input is one row.
+    #[default]
+    Rowwise,
+    /// One selection over every element of the tensor, returning flat indices.
+    Flat,
+}
+
+/// Order of the k outputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    /// Values descending, ties by lowest index.
+    #[default]
+    Desc,
+    /// Ascending index.
+    Index,
+}
+
+/// What a NaN in the input means.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NanPolicy {
+    /// A NaN is an error naming the count and the first index.
+    #[default]
+    Error,
+    /// NaN ranks above +inf (torch's ordering).
+    Largest,
+}
+
+/// Options of one top-k call.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TopKOptions {
+    pub selector: Selector,
+    pub mode: Mode,
+    pub order: Order,
+    pub nan: NanPolicy,
+    /// Rank by |x| instead of x; the returned values keep their sign.
+    pub by_magnitude: bool,
+    /// Failure budget of one attempt (split over the rows in row-wise mode).
+    pub eps: f64,
+    /// Skip the count check: faster, exact with probability ≥ 1 − eps.
+    pub approximate: bool,
+    /// Seed of the sampler; the output never depends on it.
+    pub seed: u64,
+}
+
+impl Default for TopKOptions {
+    fn default() -> Self {
+        Self {
+            selector: Selector::Profk,
+            mode: Mode::Rowwise,
+            order: Order::Desc,
+            nan: NanPolicy::Error,
+            by_magnitude: false,
+            eps: 1e-3,
+            approximate: false,
+            seed: 0x5eed,
+        }
+    }
+}

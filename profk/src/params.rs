@@ -1,0 +1,1 @@
+//! Placeholder for the exact and fast Prof-K parameters.

@@ -1,0 +1,4 @@
+fn main() -> anyhow::Result<()> {
+    println!("train-sae");
+    Ok(())
+}
