@@ -1,0 +1,6 @@
+#[derive(clap::Args)]
+pub struct SelectArgs {}
+
+pub fn run(_args: SelectArgs) -> anyhow::Result<()> {
+    anyhow::bail!("not implemented yet")
+}
