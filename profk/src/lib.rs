@@ -5,6 +5,8 @@
 //! the count check k ≤ R ≤ M detects the rare miss and redraws. The result is always exact; only the
 //! cost is random.
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod error;
 pub mod options;
 pub mod params;

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""torch.topk and torch.sort on the shapes of `profk bench --device cuda`, timed the same way.
+
+Median milliseconds over CUDA-event-timed calls after a warm-up, inputs rotated, and the peak extra
+device memory of one call. Prints a markdown table (stdout) in the columns of profk's table.
+
+    python3 bench/peers/torch_topk.py [--quick] [--dtype f32|f16|bf16]
+"""
+import argparse
+import math
+
+import torch
+
+READ_TBPS = 4.41
+
+
+def make(dims, dist, dtype):
+    if dist == "normal":
+        x = torch.randn(dims, device="cuda")
+    elif dist == "uniform":
+        x = torch.empty(dims, device="cuda").uniform_(128.6, 128.7)
+    elif dist == "cauchy":
+        x = torch.empty(dims, device="cuda").cauchy_()
+    elif dist == "masked":
+        x = torch.randn(dims, device="cuda")
+        x[..., dims[-1] // 2:] = float("-inf")
+    return x.to(dtype)
+
+
+def grid(quick):
+    ks = [1 << 13] if quick else [1 << 5, 1 << 8, 1 << 13, 1 << 16, 1 << 19]
+    cases = []
+    for lg in [20, 24, 26, 28, 30]:
+        for k in ks:
+            cases.append((f"2^{lg}", [1 << lg], k, "rowwise", "normal"))
+    for d in ["uniform", "cauchy"]:
+        for lg in [24, 28, 30]:
+            cases.append((f"2^{lg}", [1 << lg], 1 << 13, "rowwise", d))
+    for k in [1 << 13, 1 << 16]:
+        cases.append(("2^31+2^30", [(1 << 31) + (1 << 30)], k, "flat", "normal"))
+    for rows, lg in [(16, 20), (128, 20), (1024, 18)]:
+        for k in [64, 1024]:
+            cases.append((f"{rows}x2^{lg}", [rows, 1 << lg], k, "rowwise", "normal"))
+    cases.append(("flat 4096x2^16", [4096, 1 << 16], 131072, "flat", "normal"))
+    cases.append(("flat 8192x2^17", [8192, 1 << 17], 262144, "flat", "normal"))
+    for k in [64, 512]:
+        cases.append(("masked 8192x32768", [8192, 32768], k, "rowwise", "masked"))
+    return cases
+
+
+def timed(fn, xs, reps):
+    for x in xs:
+        fn(x)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = fn(xs[i % len(xs)])
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+        del out
+    peak = torch.cuda.max_memory_allocated() - base
+    times.sort()
+    return times[len(times) // 2], peak
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
+    args = ap.parse_args()
+    dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}")
+    print("| shape | mode | dist | k | selector | ms | GB/s | of read BW | aux MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, dims, k, mode, dist in grid(args.quick):
+        n = math.prod(dims)
+        xs = [make(dims, dist, dtype) for _ in range(1 if n >= 1 << 30 else 3)]
+        reps = 10 if n >= 1 << 28 else 30
+        view = (lambda x: x.reshape(-1)) if mode == "flat" else (lambda x: x)
+        sels = [("torch.topk", lambda x: torch.topk(view(x), k, dim=-1))]
+        if (k == 1 << 13 or len(dims) > 1) and n <= 1 << 30:
+            sels.append(("torch.sort", lambda x: torch.sort(view(x), dim=-1, descending=True)))
+        for name, fn in sels:
+            try:
+                ms, peak = timed(fn, xs, reps)
+            except torch.OutOfMemoryError:
+                print(f"| {label} | {mode} | {dist} | {k} | {name} | OOM | | | |", flush=True)
+                torch.cuda.empty_cache()
+                continue
+            gbs = n * xs[0].element_size() / ms / 1e6
+            print(f"| {label} | {mode} | {dist} | {k} | {name} | {ms:.3f} | {gbs:.0f} | {gbs / (READ_TBPS * 1e3):.2f} | {peak / 1e6:.1f} |",
+                  flush=True)
+        del xs
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+// Shared definitions of the Prof-K kernels: element keys, the (key, index) composite that makes every
+// element distinct, and the per-row state records that the Rust side allocates (layouts mirrored in
+// src/cuda/abi.rs).
+#pragma once
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned __int128 u128;
+
+enum DType { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
+enum RowStatus { ROW_PENDING = 0, ROW_OK = 1, ROW_FALLBACK = 2 };
+
+// One radix selection in flight for one row. The threshold composite is built digit by digit in
+// `prefix`; `kleft` counts what is still to be taken among the elements matching it.
+struct RowSel {
+  u64 pre_lo, pre_hi;
+  u64 kleft;
+  u64 tmin;  // smallest selected composite (threshold finalization)
+  u32 done, arrivals;
+  u64 pad;
+};
+
+// One row of a Prof-K call: the filter's counter (exact R), the outcome and the output fill level.
+struct RowRun {
+  u64 counter;
+  u64 retained;
+  u64 out_count;
+  u32 status, attempts;
+  u32 arrivals, recall_fail;
+  u32 overflow, pad;
+};
+
+struct Global {
+  u64 nan_count;
+  u64 nan_first;
+};
+
+// Order-preserving key of raw IEEE bits of width W with MANT mantissa bits (the CPU path's key):
+// both zeros share one key and every NaN maps to the largest key.
+template <int W, int MANT>
+__device__ __forceinline__ u32 ord_key(u32 b, int mag) {
+  const u32 MAXK = (W == 32) ? 0xffffffffu : 0xffffu;
+  const u32 SIGN = 1u << (W - 1);
+  const u32 INF = SIGN - (1u << MANT);
+  u32 abs = b & (MAXK >> 1);
+  u32 o = mag ? abs : (abs == 0 ? SIGN : ((b & SIGN) ? (~b & MAXK) : (b | SIGN)));
+  return abs > INF ? MAXK : o;
+}
+
+template <typename T> struct Ops;
+template <> struct Ops<float> {
+  enum { KB = 32, VEC = 4 };
+  typedef float4 Vec;
+  static __device__ __forceinline__ u32 key(float v, int mag) { return ord_key<32, 23>(__float_as_uint(v), mag); }
+  static __device__ __forceinline__ bool nan(float v) { return v != v; }
+};
+template <> struct Ops<__half> {
+  enum { KB = 16, VEC = 8 };
+  typedef uint4 Vec;
+  static __device__ __forceinline__ u32 key(__half v, int mag) { return ord_key<16, 10>(__half_as_ushort(v), mag); }
+  static __device__ __forceinline__ bool nan(__half v) { return (__half_as_ushort(v) & 0x7fff) > 0x7c00; }
+};
+template <> struct Ops<__nv_bfloat16> {
+  enum { KB = 16, VEC = 8 };
+  typedef uint4 Vec;
+  static __device__ __forceinline__ u32 key(__nv_bfloat16 v, int mag) {
+    return ord_key<16, 7>(__bfloat16_as_ushort(v), mag);
+  }
+  static __device__ __forceinline__ bool nan(__nv_bfloat16 v) { return (__bfloat16_as_ushort(v) & 0x7fff) > 0x7f80; }
+};
+
+// Composite of an element of a row of n: key above, n-1-index below. Larger composite = ranks higher,
+// and no two elements of a row share one, so "the t-th largest" is always a single element.
+__device__ __forceinline__ u128 composite(u32 key, u64 idx, u64 n, int ib) {
+  return ((u128)key << ib) | (u128)(n - 1 - idx);
+}
+
+__device__ __forceinline__ u128 load_prefix(const RowSel& s) { return ((u128)s.pre_hi << 64) | s.pre_lo; }
+
+// Read a value another block wrote with atomics, bypassing L1.
+__device__ __forceinline__ u64 ld_l2(const u64* p) { return __ldcg(p); }
+
+// Block-uniform flag by thread 0.
+__device__ __forceinline__ bool block_any_last(u32* counter, u32 total) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == total - 1;
+  __syncthreads();
+  return last;
+}

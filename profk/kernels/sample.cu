@@ -1,0 +1,66 @@
+// Stage 1 of Prof-K: S indices per row drawn uniformly without replacement, gathered as (key, index).
+//
+// Sampling scheme: the first S images of a keyed bijection pi of [0, n). pi is a 6-round balanced
+// Feistel network on [0, 2^(2h)) (2^(2h) >= n, so at most 4n) whose round function is a keyed 64-bit
+// mixer; cycle-walking (apply pi again while the image is >= n) restricts it to a bijection of [0, n)
+// because the orbit of any i < n returns to [0, n) before it returns to i. A bijection never repeats an
+// index, so {pi(0), ..., pi(S-1)} is a set of S distinct indices; by the Luby–Rackoff construction a
+// Feistel permutation with a pseudo-random round function is indistinguishable from a uniformly random
+// permutation, whose first S images form a uniform S-subset. Each (row, attempt) gets its own key, so a
+// redraw is a fresh independent sample, and every thread computes its indices with no coordination.
+// Stage 2 (the t-th largest sampled composite) is a radix selection over this list (select.cu).
+#include "common.cuh"
+
+struct SampleArgs {
+  const void* x;
+  u64 n, rows;
+  int mag, half_bits;
+  u64 s, seed;
+  u32 attempt, pad;
+  const RowRun* run;
+  u32* skeys;
+  u64* sidx;
+};
+
+__device__ __forceinline__ u64 mix64(u64 z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ u64 feistel(u64 v, int h, u64 key) {
+  const u64 mask = (h >= 64) ? ~0ull : ((1ull << h) - 1);
+  u64 l = v >> h, r = v & mask;
+#pragma unroll
+  for (int i = 0; i < 6; ++i) {
+    u64 f = mix64(r ^ (key + (u64)i * 0x632be59bd9b4e019ull)) & mask;
+    u64 nl = r;
+    r = l ^ f;
+    l = nl;
+  }
+  return (l << h) | r;
+}
+
+__device__ __forceinline__ u64 permute(u64 i, u64 n, int h, u64 key) {
+  u64 v = feistel(i, h, key);
+  while (v >= n) v = feistel(v, h, key);
+  return v;
+}
+
+template <typename T>
+__device__ void sample_body(const SampleArgs& a) {
+  const u64 total = a.rows * a.s;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+    u64 r = i / a.s, j = i % a.s;
+    if (a.run[r].status != ROW_PENDING) continue;
+    u64 key = mix64(a.seed ^ mix64(((u64)a.attempt << 40) ^ r));
+    u64 idx = permute(j, a.n, a.half_bits, key);
+    a.skeys[i] = Ops<T>::key(((const T*)a.x)[r * a.n + idx], a.mag);
+    a.sidx[i] = idx;
+  }
+}
+
+extern "C" __global__ void sample_f32(SampleArgs a) { sample_body<float>(a); }
+extern "C" __global__ void sample_f16(SampleArgs a) { sample_body<__half>(a); }
+extern "C" __global__ void sample_bf16(SampleArgs a) { sample_body<__nv_bfloat16>(a); }

@@ -1,0 +1,254 @@
+// Exact radix selection by (key, index) composite — the buffer top-k, the dense fallback and the `radix`
+// baseline — plus the output stage (composite keys for the final sort, value gather) and the NaN scan.
+//
+// A selection runs one launch per digit of 8 bits, most significant first. Each launch histograms the
+// digit over the elements that still match the threshold prefix of their row; the last block to finish
+// a row (arrival counter) picks the digit that contains the k-th largest and updates the row's prefix.
+// Composites are distinct, so the final prefix selects exactly k elements, ties by lowest index.
+// A row whose digit bucket is taken whole is done early: later launches skip it at once.
+#include <cub/block/block_scan.cuh>
+#include "common.cuh"
+
+#define SEL_THREADS 256
+
+struct SelSrc {
+  const void* x;
+  u64 n;
+  int dtype, mag;
+  const u32* lkeys;   // list source when not null: keys and row-local indices, row stride lcap
+  const u64* lidx;
+  u64 lcap;
+  const RowRun* lrun;  // list length min(lrun[r].counter, lcap); null: lcap
+};
+
+struct SelArgs {
+  SelSrc src;
+  u64 rows, chunk, cpr;
+  int ib, lo, width, allow_done;
+  RowSel* sel;
+  u64* hist;
+  const RowRun* gate;  // rows take part when gate[r].status == gate_val; null: every row
+  u32 gate_val, pad;
+};
+
+template <typename T, bool LIST>
+struct Src {
+  static __device__ __forceinline__ u64 count(const SelSrc& s, u64 r) {
+    if (!LIST) return s.n;
+    if (!s.lrun) return s.lcap;
+    u64 c = s.lrun[r].counter;
+    return c < s.lcap ? c : s.lcap;
+  }
+  static __device__ __forceinline__ u128 comp(const SelSrc& s, u64 r, u64 j, int ib, bool need_idx) {
+    if (LIST) {
+      u32 key = s.lkeys[r * s.lcap + j];
+      u64 idx = need_idx ? s.lidx[r * s.lcap + j] : s.n - 1;
+      return composite(key, idx, s.n, ib);
+    } else {
+      u32 key = Ops<T>::key(((const T*)s.x)[r * s.n + j], s.mag);
+      return composite(key, j, s.n, ib);
+    }
+  }
+  static __device__ __forceinline__ u64 index(const SelSrc& s, u64 r, u64 j) {
+    return LIST ? s.lidx[r * s.lcap + j] : j;
+  }
+};
+
+__device__ __forceinline__ bool row_active(const SelArgs& a, u64 r) {
+  return (!a.gate || a.gate[r].status == a.gate_val) && !a.sel[r].done;
+}
+
+// The last block of a row: suffix sums of the histogram give the digit holding the k-th largest.
+__device__ void pick_digit(const SelArgs& a, u64 r) {
+  typedef cub::BlockScan<u64, SEL_THREADS> Scan;
+  __shared__ typename Scan::TempStorage tmp;
+  const int bins = 1 << a.width;
+  const int t = threadIdx.x;
+  u64* h = a.hist + r * 256;
+  int digit = bins - 1 - t;
+  u64 mine = (t < bins) ? ld_l2(h + digit) : 0;
+  u64 incl;
+  Scan(tmp).InclusiveSum(mine, incl);
+  RowSel& s = a.sel[r];
+  u64 kl = s.kleft;
+  if (t < bins && incl >= kl && incl - mine < kl) {
+    u64 rest = kl - (incl - mine);
+    u128 pre = load_prefix(s) | ((u128)(u32)digit << a.lo);
+    s.pre_lo = (u64)pre;
+    s.pre_hi = (u64)(pre >> 64);
+    s.kleft = rest;
+    s.done = (a.lo == 0) || (a.allow_done && mine == rest);
+  }
+  __syncthreads();
+  if (t < 256) h[t] = 0;
+  if (t == 0) s.arrivals = 0;
+}
+
+template <typename T, bool LIST>
+__device__ void pass_body(const SelArgs& a) {
+  __shared__ u32 sh[256];
+  const bool need_idx = a.lo < a.ib;
+  const int hb = a.lo + a.width;
+  const u32 mask = (1u << a.width) - 1;
+  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item += gridDim.x) {
+    u64 r = item / a.cpr, ch = item % a.cpr;
+    if (!row_active(a, r)) continue;
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) sh[i] = 0;
+    __syncthreads();
+    u128 top = load_prefix(a.sel[r]) >> hb;
+    u64 end = Src<T, LIST>::count(a.src, r);
+    u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
+    for (u64 j = b0 + threadIdx.x; j < b1; j += blockDim.x) {
+      u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, need_idx);
+      if ((c >> hb) == top) atomicAdd(&sh[(u32)(c >> a.lo) & mask], 1u);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i <= (int)mask; i += blockDim.x)
+      if (sh[i]) atomicAdd(a.hist + r * 256 + i, (u64)sh[i]);
+    if (block_any_last(&a.sel[r].arrivals, (u32)a.cpr)) {
+      __threadfence();
+      pick_digit(a, r);
+    }
+    __syncthreads();
+  }
+}
+
+// Threshold finalization for a selection stopped early: the smallest selected composite (fits 64 bits).
+template <typename T, bool LIST>
+__device__ void tmin_body(const SelArgs& a) {
+  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item += gridDim.x) {
+    u64 r = item / a.cpr, ch = item % a.cpr;
+    if (a.gate && a.gate[r].status != a.gate_val) continue;
+    u128 thr = load_prefix(a.sel[r]);
+    u64 end = Src<T, LIST>::count(a.src, r);
+    u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
+    u64 best = ~0ull;
+    for (u64 j = b0 + threadIdx.x; j < b1; j += blockDim.x) {
+      u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, true);
+      if (c >= thr && (u64)c < best) best = (u64)c;
+    }
+    if (best != ~0ull) atomicMin(&a.sel[r].tmin, best);
+  }
+}
+
+// Writes the row-local index of every element at or above the row's threshold: exactly k per row.
+template <typename T, bool LIST>
+__device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
+  const unsigned lane = threadIdx.x & 31;
+  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item += gridDim.x) {
+    u64 r = item / a.cpr, ch = item % a.cpr;
+    if (a.gate && a.gate[r].status != a.gate_val) continue;
+    u128 thr = load_prefix(a.sel[r]);
+    u64 end = Src<T, LIST>::count(a.src, r);
+    u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
+    // Every lane of a warp runs the same number of rounds so that the ballot sees all of them.
+    u64 span = b1 > b0 ? b1 - b0 : 0;
+    u64 rounds = (span + blockDim.x - 1) / blockDim.x;
+    for (u64 q = 0; q < rounds; ++q) {
+      u64 j = b0 + q * blockDim.x + threadIdx.x;
+      bool take = j < b1 && Src<T, LIST>::comp(a.src, r, j, a.ib, true) >= thr;
+      unsigned ballot = __ballot_sync(0xffffffffu, take);
+      if (!ballot) continue;
+      u64 base = 0;
+      int leader = __ffs(ballot) - 1;
+      if ((int)lane == leader) base = atomicAdd(&run[r].out_count, (u64)__popc(ballot));
+      base = __shfl_sync(0xffffffffu, base, leader);
+      if (take) {
+        u64 pos = base + __popc(ballot & ((1u << lane) - 1));
+        if (pos < k) out[r * k + pos] = Src<T, LIST>::index(a.src, r, j);
+      }
+    }
+  }
+}
+
+extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) {
+  u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < rows) {
+    RowSel s = {};
+    s.kleft = kleft;
+    s.tmin = ~0ull;
+    sel[i] = s;
+  }
+  for (u64 j = i; j < rows * 256; j += (u64)gridDim.x * blockDim.x) hist[j] = 0;
+}
+
+#define SEL_KERNELS(SUF, T, LIST)                                                                   \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_pass_##SUF(SelArgs a) {         \
+    pass_body<T, LIST>(a);                                                                         \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_tmin_##SUF(SelArgs a) {         \
+    tmin_body<T, LIST>(a);                                                                         \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
+      select_compact_##SUF(SelArgs a, u64* out, u64 k, RowRun* run) {                              \
+    compact_body<T, LIST>(a, out, k, run);                                                         \
+  }
+
+SEL_KERNELS(f32, float, false)
+SEL_KERNELS(f16, __half, false)
+SEL_KERNELS(bf16, __nv_bfloat16, false)
+SEL_KERNELS(list, float, true)
+
+// ---- output stage -------------------------------------------------------------------------------
+
+// Sort keys of the k selected per row for the value-descending order: composite, fits 64 bits.
+template <typename T>
+__device__ void out_composite(const T* x, u64 n, u64 k, int mag, int ib, const u64* idx, u64* c, u64 total) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+    u64 r = i / k, j = idx[i];
+    c[i] = (u64)composite(Ops<T>::key(x[r * n + j], mag), j, n, ib);
+  }
+}
+
+// Keys alone, for composites wider than 64 bits (sorted after the indices by a stable sort).
+template <typename T>
+__device__ void out_keys(const T* x, u64 n, u64 k, int mag, const u64* idx, u32* keys, u64 total) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+    u64 r = i / k;
+    keys[i] = Ops<T>::key(x[r * n + idx[i]], mag);
+  }
+}
+
+// Values and i64 indices of the sorted slots; `ib >= 0` means the slots hold composites to decode.
+template <typename T>
+__device__ void out_gather(const T* x, u64 n, u64 k, int ib, const u64* src, T* vals, long long* out, u64 total) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+    u64 r = i / k, s = src[i];
+    u64 j = ib >= 0 ? n - 1 - (ib == 64 ? s : (s & ((1ull << ib) - 1))) : s;
+    vals[i] = x[r * n + j];
+    out[i] = (long long)j;
+  }
+}
+
+template <typename T>
+__device__ void nan_scan(const T* x, u64 total, Global* g) {
+  u64 cnt = 0, first = ~0ull;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x)
+    if (Ops<T>::nan(x[i])) {
+      ++cnt;
+      if (i < first) first = i;
+    }
+  if (cnt) {
+    atomicAdd(&g->nan_count, cnt);
+    atomicMax(&g->nan_first, ~first);  // stored inverted: zero means none
+  }
+}
+
+#define OUT_KERNELS(SUF, T)                                                                             \
+  extern "C" __global__ void out_composite_##SUF(const T* x, u64 n, u64 k, int mag, int ib, const u64* idx, \
+                                                 u64* c, u64 total) {                                  \
+    out_composite<T>(x, n, k, mag, ib, idx, c, total);                                                  \
+  }                                                                                                     \
+  extern "C" __global__ void out_keys_##SUF(const T* x, u64 n, u64 k, int mag, const u64* idx, u32* keys, \
+                                            u64 total) {                                                \
+    out_keys<T>(x, n, k, mag, idx, keys, total);                                                        \
+  }                                                                                                     \
+  extern "C" __global__ void out_gather_##SUF(const T* x, u64 n, u64 k, int ib, const u64* src, T* vals,  \
+                                              long long* out, u64 total) {                              \
+    out_gather<T>(x, n, k, ib, src, vals, out, total);                                                  \
+  }                                                                                                     \
+  extern "C" __global__ void nan_scan_##SUF(const T* x, u64 total, Global* g) { nan_scan<T>(x, total, g); }
+
+OUT_KERNELS(f32, float)
+OUT_KERNELS(f16, __half)
+OUT_KERNELS(bf16, __nv_bfloat16)

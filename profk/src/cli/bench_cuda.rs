@@ -1,0 +1,47 @@
+//! `profk bench --device cuda`: the CUDA check and timing table (see profk::cuda::bench).
+use anyhow::{bail, Context};
+
+/// Options of the CUDA benchmark.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct CudaBenchArgs {
+    /// Compare every CUDA selector with the CPU path first, and stop on a mismatch.
+    #[arg(long)]
+    pub check: bool,
+    /// One k per size instead of the full grid.
+    #[arg(long)]
+    pub quick: bool,
+    /// Element type of the inputs: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+}
+
+#[cfg(feature = "cuda")]
+pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
+    use candle_core::{DType, Device};
+    let dev = Device::new_cuda(0).context("opening CUDA device 0")?;
+    if args.check {
+        let fails = profk::cuda::bench::check(&dev)?;
+        if !fails.is_empty() {
+            for f in &fails {
+                eprintln!("MISMATCH {f}");
+            }
+            bail!("{} CUDA check(s) differ from the CPU path", fails.len());
+        }
+        println!("check: every CUDA selector equals the CPU path");
+    }
+    let dtype = match args.dtype.as_str() {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => bail!("--dtype {other}: expected f32, f16 or bf16"),
+    };
+    let mut table = String::new();
+    profk::cuda::bench::run_grid(&dev, args.quick, dtype, &mut table)?;
+    println!("{table}");
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn run(_args: &CudaBenchArgs) -> anyhow::Result<()> {
+    bail!("this profk was built without CUDA: rebuild with --features cuda (tools/cuda-toolchain.sh)")
+}

@@ -1,0 +1,117 @@
+//! Kernel argument records, `#[repr(C)]` mirrors of the structs in `kernels/*.cu` and `common.cuh`.
+use candle_core::cuda::cudarc::driver::DeviceRepr;
+
+/// Bytes of `RowSel` (one radix selection's state for one row).
+pub const ROW_SEL_BYTES: usize = 48;
+/// Bytes of `RowRun` (counter, R, output fill, status, attempts, failure counts of one row).
+pub const ROW_RUN_BYTES: usize = 48;
+/// Bytes of `Global` (NaN count, inverted first NaN index).
+pub const GLOBAL_BYTES: usize = 16;
+
+pub const ROW_PENDING: u32 = 0;
+pub const ROW_OK: u32 = 1;
+pub const ROW_FALLBACK: u32 = 2;
+
+/// `RowRun` as read back by the host.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowRun {
+    pub counter: u64,
+    pub retained: u64,
+    pub out_count: u64,
+    pub status: u32,
+    pub attempts: u32,
+    pub arrivals: u32,
+    pub recall_fail: u32,
+    pub overflow: u32,
+    pub pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SelSrc {
+    pub x: u64,
+    pub n: u64,
+    pub dtype: i32,
+    pub mag: i32,
+    pub lkeys: u64,
+    pub lidx: u64,
+    pub lcap: u64,
+    pub lrun: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SelArgs {
+    pub src: SelSrc,
+    pub rows: u64,
+    pub chunk: u64,
+    pub cpr: u64,
+    pub ib: i32,
+    pub lo: i32,
+    pub width: i32,
+    pub allow_done: i32,
+    pub sel: u64,
+    pub hist: u64,
+    pub gate: u64,
+    pub gate_val: u32,
+    pub pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FilterArgs {
+    pub x: u64,
+    pub n: u64,
+    pub rows: u64,
+    pub mag: i32,
+    pub ib: i32,
+    pub use_tmin: i32,
+    pub count_nan: i32,
+    pub cap: u64,
+    pub k: u64,
+    pub chunk: u64,
+    pub cpr: u64,
+    pub sel: u64,
+    pub run: u64,
+    pub bkeys: u64,
+    pub bidx: u64,
+    pub global: u64,
+    pub last_attempt: i32,
+    pub approximate: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SampleArgs {
+    pub x: u64,
+    pub n: u64,
+    pub rows: u64,
+    pub mag: i32,
+    pub half_bits: i32,
+    pub s: u64,
+    pub seed: u64,
+    pub attempt: u32,
+    pub pad: u32,
+    pub run: u64,
+    pub skeys: u64,
+    pub sidx: u64,
+}
+
+// SAFETY: plain-old-data records with the C layout of their kernel-side twins.
+unsafe impl DeviceRepr for SelArgs {}
+unsafe impl DeviceRepr for FilterArgs {}
+unsafe impl DeviceRepr for SampleArgs {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn layouts_match_the_kernels() {
+        assert_eq!(std::mem::size_of::<RowRun>(), ROW_RUN_BYTES);
+        assert_eq!(std::mem::size_of::<SelSrc>(), 56);
+        assert_eq!(std::mem::size_of::<SelArgs>(), 56 + 24 + 16 + 24 + 8);
+        assert_eq!(std::mem::size_of::<FilterArgs>(), 8 * 3 + 16 + 8 * 9 + 8);
+        assert_eq!(std::mem::size_of::<SampleArgs>(), 8 * 3 + 8 + 16 + 8 + 24);
+    }
+}

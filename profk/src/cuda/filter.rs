@@ -1,0 +1,53 @@
+//! Stage 3 (kernels/filter.cu): one pass per pending row, buffer fill, exact R and the device-side check.
+use candle_core::cuda::cudarc::driver::CudaSlice;
+
+use super::abi::FilterArgs;
+use super::launch::Arena;
+use super::module::Family;
+use super::{Input, Shape};
+use crate::Result;
+
+/// Elements per work item of one block (a multiple of 512 threads × 4 loads × 8 halves).
+const CHUNK: u64 = 1 << 16;
+
+pub struct Buffer {
+    pub keys: CudaSlice<u32>,
+    pub idx: CudaSlice<u64>,
+    pub cap: u64,
+}
+
+pub struct Pass<'a> {
+    pub state_sel: &'a CudaSlice<u8>,
+    pub use_tmin: bool,
+    pub run: &'a CudaSlice<u8>,
+    pub global: &'a CudaSlice<u8>,
+    pub count_nan: bool,
+    pub last_attempt: bool,
+    pub approximate: bool,
+}
+
+pub fn run(arena: &Arena, input: &Input, shape: &Shape, k: u64, buf: &Buffer, p: &Pass) -> Result<()> {
+    let cpr = shape.n.div_ceil(CHUNK).max(1);
+    let args = FilterArgs {
+        x: input.ptr,
+        n: shape.n,
+        rows: shape.rows,
+        mag: input.mag as i32,
+        ib: shape.ib as i32,
+        use_tmin: p.use_tmin as i32,
+        count_nan: p.count_nan as i32,
+        cap: buf.cap,
+        k,
+        chunk: CHUNK,
+        cpr,
+        sel: arena.ptr(p.state_sel),
+        run: arena.ptr(p.run),
+        bkeys: arena.ptr(&buf.keys),
+        bidx: arena.ptr(&buf.idx),
+        global: arena.ptr(p.global),
+        last_attempt: p.last_attempt as i32,
+        approximate: p.approximate as i32,
+    };
+    let grid = (shape.rows * cpr).clamp(1, 2 * arena.sms as u64);
+    arena.launch_struct(Family::Filter, &format!("filter_{}", input.suffix), grid, 512, &args)
+}

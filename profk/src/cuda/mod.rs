@@ -1,0 +1,405 @@
+//! The CUDA path of [`crate::topk`]: Prof-K and the `sort` and `radix` baselines on candle's CUDA
+//! storage and stream.
+//!
+//! One call queues its whole pipeline on candle's stream with no host synchronization in between:
+//! sample, threshold, filter with the k <= R <= M check evaluated on the device, one redraw for the
+//! rows that failed (their kernels skip every row that passed), the exact top-k of each buffer, an exact
+//! radix selection for the rows that failed twice, and a sort of the k per row. [`topk_deferred`]
+//! returns the outputs and a [`DeviceStatus`] without waiting; [`crate::topk`] reads the status once at
+//! the end to report NaN errors and fill [`SelectStats`].
+mod abi;
+mod filter;
+mod launch;
+mod module;
+mod sample;
+mod select;
+mod sort;
+pub mod bench;
+
+use candle_core::op::BackpropOp;
+use candle_core::cuda::cudarc::driver::CudaSlice;
+use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};
+use candle_core::{DType, Device, Storage, Tensor};
+use std::time::Instant;
+
+use crate::select::{Plan, SelectStats, Selection as RowsSpec, TopK};
+use crate::{Error, NanPolicy, Order, Result, Selector, TopKOptions};
+use abi::{RowRun, GLOBAL_BYTES, ROW_FALLBACK, ROW_OK, ROW_PENDING, ROW_RUN_BYTES};
+use launch::{Arena, Arg};
+use module::Family;
+use select::{Gate, SelState, Selection, Source};
+
+pub use launch::Arena as CallArena;
+
+/// Attempts on the device before the exact fallback: each further attempt costs a few launches even
+/// when every row has passed, so the device path redraws once.
+pub const DEVICE_ATTEMPTS: u32 = 2;
+
+/// The input as the kernels see it.
+pub struct Input {
+    pub ptr: u64,
+    pub suffix: &'static str,
+    pub mag: bool,
+}
+
+/// Rows, row length and the bit widths of the (key, index) composite.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub rows: u64,
+    pub n: u64,
+    /// Key bits: 32 for f32, 16 for f16 and bf16.
+    pub kb: u32,
+    /// Index bits: enough for n - 1.
+    pub ib: u32,
+}
+
+/// Results queued on the stream and the device record that says how they were obtained.
+pub struct Deferred {
+    pub values: Tensor,
+    pub indices: Tensor,
+    pub status: DeviceStatus,
+}
+
+/// Per-row outcomes and the NaN count, still on the device; [`DeviceStatus::read`] synchronizes.
+pub struct DeviceStatus {
+    run: CudaSlice<u8>,
+    global: CudaSlice<u8>,
+    stream: std::sync::Arc<candle_core::cuda::cudarc::driver::CudaStream>,
+    nan: NanPolicy,
+    plan: Option<Plan>,
+    rows: u64,
+    /// Device memory the call allocated besides its outputs, in bytes.
+    pub aux_bytes: usize,
+    started: Instant,
+}
+
+impl DeviceStatus {
+    /// Waits for the call, then reports NaN errors and the statistics.
+    pub fn read(&self) -> Result<SelectStats> {
+        let run_bytes = self.stream.clone_dtoh(&self.run).map_err(launch::drv)?;
+        let g = self.stream.clone_dtoh(&self.global).map_err(launch::drv)?;
+        let word = |b: &[u8], i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let (nan_count, nan_first_inv) = (word(&g, 0), word(&g, 1));
+        if self.nan == NanPolicy::Error && nan_count > 0 {
+            return Err(Error::NaN { count: nan_count as usize, first: (!nan_first_inv) as usize });
+        }
+        let mut stats = SelectStats { rows: self.rows, ..Default::default() };
+        if let Some(p) = self.plan {
+            stats.sample = p.sample;
+            stats.threshold_rank = p.t;
+            stats.capacity = p.capacity;
+        }
+        for chunk in run_bytes.chunks_exact(ROW_RUN_BYTES).take(self.rows as usize) {
+            // SAFETY: RowRun is plain old data of exactly ROW_RUN_BYTES bytes.
+            let r: RowRun = unsafe { std::ptr::read_unaligned(chunk.as_ptr() as *const RowRun) };
+            if self.plan.is_none() {
+                stats.exact_rows += 1;
+                continue;
+            }
+            stats.attempts = stats.attempts.max(r.attempts);
+            stats.total_attempts += u64::from(r.attempts);
+            stats.retained += r.retained;
+            stats.recall_failures += u64::from(r.recall_fail);
+            stats.overflows += u64::from(r.overflow);
+            if r.status == ROW_FALLBACK {
+                stats.fell_back = true;
+                stats.fallbacks += 1;
+            }
+        }
+        stats.time_total = self.started.elapsed();
+        Ok(stats)
+    }
+}
+
+/// The CUDA branch of the dispatch: queue the call, then read its status once.
+pub(crate) fn topk(x: &Tensor, sel: &RowsSpec, opts: &TopKOptions, plan: Option<Plan>) -> Result<TopK> {
+    let d = topk_deferred_spec(x, sel, opts, plan)?;
+    let stats = d.status.read()?;
+    Ok(TopK { values: d.values, indices: d.indices, stats })
+}
+
+/// [`crate::topk`] on a CUDA tensor without any host synchronization: the outputs are ordinary
+/// tensors on candle's stream; read the status when (and if) the statistics or the NaN check matter.
+pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferred> {
+    let spec = RowsSpec::new(x.dims(), k, opts.mode)?;
+    let eps = match opts.mode {
+        crate::Mode::Flat => opts.eps,
+        crate::Mode::Rowwise => opts.eps / spec.rows.max(1) as f64,
+    };
+    let plan = crate::select::plan_for(spec.n, k, eps)?;
+    topk_deferred_spec(x, &spec, opts, plan)
+}
+
+fn suffix(dtype: DType) -> Result<(&'static str, u32)> {
+    match dtype {
+        DType::F32 => Ok(("f32", 32)),
+        DType::F16 => Ok(("f16", 16)),
+        DType::BF16 => Ok(("bf16", 16)),
+        other => Err(Error::DType(other)),
+    }
+}
+
+fn index_bits(n: u64) -> u32 {
+    64 - n.saturating_sub(1).leading_zeros()
+}
+
+fn topk_deferred_spec(x: &Tensor, spec: &RowsSpec, opts: &TopKOptions, plan: Option<Plan>) -> Result<Deferred> {
+    let started = Instant::now();
+    let Device::Cuda(dev) = x.device() else {
+        return Err(Error::Param("the CUDA path needs a CUDA tensor".into()));
+    };
+    let (suffix, kb) = suffix(x.dtype())?;
+    let x = x.contiguous()?;
+    let shape = Shape { rows: spec.rows as u64, n: spec.n as u64, kb, ib: index_bits(spec.n as u64) };
+    let k = spec.k as u64;
+    let mut arena = Arena::new(dev.cuda_stream())?;
+    let (storage, layout) = x.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        return Err(Error::Param("the CUDA path needs a CUDA tensor".into()));
+    };
+    let elem = x.dtype().size_in_bytes() as u64;
+    let base = match x.dtype() {
+        DType::F32 => arena.ptr(cs.as_cuda_slice::<f32>()?),
+        DType::F16 => arena.ptr(cs.as_cuda_slice::<half::f16>()?),
+        _ => arena.ptr(cs.as_cuda_slice::<half::bf16>()?),
+    };
+    let input = Input { ptr: base + layout.start_offset() as u64 * elem, suffix, mag: opts.by_magnitude };
+    let run = arena.zeros::<u8>(spec.rows * ROW_RUN_BYTES)?;
+    let global = arena.zeros::<u8>(GLOBAL_BYTES)?;
+    let plan = if opts.selector == Selector::Profk { plan } else { None };
+
+    let (values, indices) = if k == 0 || shape.rows == 0 {
+        let out: &[usize] = &spec.out_shape;
+        (Tensor::zeros(out, x.dtype(), x.device())?, Tensor::zeros(out, DType::I64, x.device())?)
+    } else {
+        let slots = match (opts.selector, plan) {
+            (Selector::Sort, _) => {
+                nan_scan(&arena, &input, &shape, opts, &global)?;
+                sort_baseline(&mut arena, &input, &shape, k)?
+            }
+            (Selector::Profk, Some(p)) => profk(&mut arena, &input, &shape, k, opts, p, &run, &global)?,
+            _ => {
+                nan_scan(&arena, &input, &shape, opts, &global)?;
+                let state = SelState::new(&mut arena, spec.rows)?;
+                let out = arena.alloc::<u64>(spec.rows * spec.k)?;
+                let s = Selection { arena: &arena, input: &input, shape, state: &state, gate: Gate { run: Some(&run), val: ROW_PENDING } };
+                s.threshold(&Source::Dense, k, true)?;
+                s.compact(&Source::Dense, &out, k, &run)?;
+                out
+            }
+        };
+        output(&mut arena, dev, &input, &shape, k, opts.order, &slots, &spec.out_shape, x.dtype())?
+    };
+    drop(storage);
+    let aux_bytes = arena.bytes;
+    Ok(Deferred {
+        values,
+        indices,
+        status: DeviceStatus {
+            run,
+            global,
+            stream: arena.stream.clone(),
+            nan: opts.nan,
+            plan,
+            rows: shape.rows,
+            aux_bytes,
+            started,
+        },
+    })
+}
+
+fn nan_scan(arena: &Arena, input: &Input, shape: &Shape, opts: &TopKOptions, global: &CudaSlice<u8>) -> Result<()> {
+    if opts.nan != NanPolicy::Error {
+        return Ok(());
+    }
+    let total = shape.rows * shape.n;
+    arena.launch_args(
+        Family::Select,
+        &format!("nan_scan_{}", input.suffix),
+        arena.grid_for(total, 256, 16),
+        256,
+        &[Arg::U64(input.ptr), Arg::U64(total), Arg::U64(arena.ptr(global))],
+    )
+}
+
+/// Prof-K: attempts with the device-side check, the buffer top-k, the fallback; returns k row-local
+/// indices per row (any order).
+#[allow(clippy::too_many_arguments)]
+fn profk(
+    arena: &mut Arena,
+    input: &Input,
+    shape: &Shape,
+    k: u64,
+    opts: &TopKOptions,
+    plan: Plan,
+    run: &CudaSlice<u8>,
+    global: &CudaSlice<u8>,
+) -> Result<CudaSlice<u64>> {
+    let rows = shape.rows as usize;
+    let (s, cap) = (plan.sample, plan.capacity);
+    let state = SelState::new(arena, rows)?;
+    let skeys = arena.alloc::<u32>(rows * s as usize)?;
+    let sidx = arena.alloc::<u64>(rows * s as usize)?;
+    let buf = filter::Buffer { keys: arena.alloc::<u32>(rows * cap as usize)?, idx: arena.alloc::<u64>(rows * cap as usize)?, cap };
+    let out = arena.alloc::<u64>(rows * k as usize)?;
+    // Composites of at most 64 bits let a threshold selection stop early and finish with one min pass.
+    let narrow = shape.kb + shape.ib <= 64;
+    let attempts = if opts.approximate { 1 } else { DEVICE_ATTEMPTS };
+    let arena_ro: &Arena = arena;
+    let pending = Gate { run: Some(run), val: ROW_PENDING };
+    let sample_src = Source::List { keys: &skeys, idx: &sidx, cap: s, run: None };
+    for attempt in 1..=attempts {
+        sample::draw(arena_ro, input, shape, s, opts.seed, attempt, run, &skeys, &sidx)?;
+        let sel = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: pending };
+        sel.threshold(&sample_src, plan.t, narrow)?;
+        if narrow {
+            sel.finalize_min(&sample_src)?;
+        }
+        filter::run(
+            arena_ro,
+            input,
+            shape,
+            k,
+            &buf,
+            &filter::Pass {
+                state_sel: &state.sel,
+                use_tmin: narrow,
+                run,
+                global,
+                count_nan: attempt == 1 && opts.nan == NanPolicy::Error,
+                last_attempt: attempt == attempts,
+                approximate: opts.approximate,
+            },
+        )?;
+    }
+    let ok = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: Gate { run: Some(run), val: ROW_OK } };
+    let buffer_src = Source::List { keys: &buf.keys, idx: &buf.idx, cap, run: Some(run) };
+    ok.threshold(&buffer_src, k, true)?;
+    ok.compact(&buffer_src, &out, k, run)?;
+    let fb = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: Gate { run: Some(run), val: ROW_FALLBACK } };
+    fb.threshold(&Source::Dense, k, true)?;
+    fb.compact(&Source::Dense, &out, k, run)?;
+    Ok(out)
+}
+
+/// `sort`: CUB radix sort of every row, then the first k.
+fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Result<CudaSlice<u64>> {
+    let (rows, n) = (shape.rows as usize, shape.n as usize);
+    let total = shape.rows * shape.n;
+    let grid = arena.grid_for(total, 256, 16);
+    let out = arena.alloc::<u64>(rows * k as usize)?;
+    let (sorted, ib) = if shape.kb + shape.ib <= 64 {
+        let c = arena.alloc::<u64>(total as usize)?;
+        arena.launch_args(
+            Family::Baselines,
+            &format!("all_composite_{}", input.suffix),
+            grid,
+            256,
+            &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(total), Arg::I32(input.mag as i32), Arg::I32(shape.ib as i32), Arg::U64(arena.ptr(&c))],
+        )?;
+        (sort::sort_keys_u64(arena, &c, rows, n, true, shape.kb + shape.ib)?, shape.ib as i32)
+    } else {
+        let keys = arena.alloc::<u32>(total as usize)?;
+        let idx = arena.alloc::<u64>(total as usize)?;
+        arena.launch_args(
+            Family::Baselines,
+            &format!("all_keys_{}", input.suffix),
+            grid,
+            256,
+            &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(total), Arg::I32(input.mag as i32), Arg::U64(arena.ptr(&keys)), Arg::U64(arena.ptr(&idx))],
+        )?;
+        (sort::sort_pairs_desc(arena, &keys, &idx, rows, n)?, -1)
+    };
+    arena.launch_args(
+        Family::Baselines,
+        "take_head",
+        arena.grid_for(shape.rows * k, 256, 16),
+        256,
+        &[Arg::U64(arena.ptr(&sorted)), Arg::U64(shape.n), Arg::U64(k), Arg::U64(shape.rows), Arg::I32(ib), Arg::U64(arena.ptr(&out))],
+    )?;
+    Ok(out)
+}
+
+/// Sorts the k slots of every row into the requested order and gathers values and i64 indices.
+#[allow(clippy::too_many_arguments)]
+fn output(
+    arena: &mut Arena,
+    dev: &CudaDevice,
+    input: &Input,
+    shape: &Shape,
+    k: u64,
+    order: Order,
+    slots: &CudaSlice<u64>,
+    out_shape: &[usize],
+    dtype: DType,
+) -> Result<(Tensor, Tensor)> {
+    let (rows, ku) = (shape.rows as usize, k as usize);
+    let total = shape.rows * k;
+    let grid = arena.grid_for(total, 256, 16);
+    let (sorted, ib) = match order {
+        Order::Index => (sort::sort_keys_u64(arena, slots, rows, ku, false, shape.ib)?, -1),
+        Order::Desc if shape.kb + shape.ib <= 64 => {
+            let c = arena.alloc::<u64>(total as usize)?;
+            arena.launch_args(
+                Family::Select,
+                &format!("out_composite_{}", input.suffix),
+                grid,
+                256,
+                &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(k), Arg::I32(input.mag as i32), Arg::I32(shape.ib as i32), Arg::U64(arena.ptr(slots)), Arg::U64(arena.ptr(&c)), Arg::U64(total)],
+            )?;
+            (sort::sort_keys_u64(arena, &c, rows, ku, true, shape.kb + shape.ib)?, shape.ib as i32)
+        }
+        Order::Desc => {
+            let by_index = sort::sort_keys_u64(arena, slots, rows, ku, false, shape.ib)?;
+            let keys = arena.alloc::<u32>(total as usize)?;
+            arena.launch_args(
+                Family::Select,
+                &format!("out_keys_{}", input.suffix),
+                grid,
+                256,
+                &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(k), Arg::I32(input.mag as i32), Arg::U64(arena.ptr(&by_index)), Arg::U64(arena.ptr(&keys)), Arg::U64(total)],
+            )?;
+            (sort::sort_pairs_desc(arena, &keys, &by_index, rows, ku)?, -1)
+        }
+    };
+    let stream = arena.stream.clone();
+    // SAFETY: both outputs are fully written by out_gather below.
+    let idx_out = unsafe { stream.alloc::<i64>(total as usize) }.map_err(launch::drv)?;
+    let values = match dtype {
+        DType::F32 => gather::<f32>(arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape)?,
+        DType::F16 => gather::<half::f16>(arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape)?,
+        _ => gather::<half::bf16>(arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape)?,
+    };
+    let indices = wrap(idx_out, dev, out_shape);
+    Ok((values, indices))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gather<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
+    arena: &Arena,
+    dev: &CudaDevice,
+    input: &Input,
+    shape: &Shape,
+    k: u64,
+    ib: i32,
+    sorted: &CudaSlice<u64>,
+    idx_out: &CudaSlice<i64>,
+    out_shape: &[usize],
+) -> Result<Tensor> {
+    let total = shape.rows * k;
+    // SAFETY: written in full by out_gather.
+    let vals = unsafe { arena.stream.alloc::<T>(total as usize) }.map_err(launch::drv)?;
+    arena.launch_args(
+        Family::Select,
+        &format!("out_gather_{}", input.suffix),
+        arena.grid_for(total, 256, 16),
+        256,
+        &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(k), Arg::I32(ib), Arg::U64(arena.ptr(sorted)), Arg::U64(arena.ptr(&vals)), Arg::U64(arena.ptr(idx_out)), Arg::U64(total)],
+    )?;
+    Ok(wrap(vals, dev, out_shape))
+}
+
+fn wrap<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice, shape: &[usize]) -> Tensor {
+    let storage = Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone()));
+    Tensor::from_storage(storage, shape, BackpropOp::none(), false)
+}

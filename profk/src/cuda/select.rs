@@ -1,0 +1,150 @@
+//! Radix selection by (key, index) composite (kernels/select.cu): the threshold over the sample, the
+//! exact top-k of the buffer, the dense fallback and the `radix` baseline, and the output stage.
+use candle_core::cuda::cudarc::driver::CudaSlice;
+
+use super::abi::{SelArgs, SelSrc, ROW_SEL_BYTES};
+use super::launch::{Arena, Arg};
+use super::module::Family;
+use super::{Input, Shape};
+use crate::Result;
+
+const THREADS: u32 = 256;
+/// Elements one block histograms per work item.
+const CHUNK: u64 = 8192;
+
+/// Per-row state of one selection in flight, reused by successive selections of a call.
+pub struct SelState {
+    pub sel: CudaSlice<u8>,
+    pub hist: CudaSlice<u64>,
+}
+
+impl SelState {
+    pub fn new(arena: &mut Arena, rows: usize) -> Result<Self> {
+        Ok(Self { sel: arena.zeros::<u8>(rows * ROW_SEL_BYTES)?, hist: arena.zeros::<u64>(rows * 256)? })
+    }
+}
+
+/// What a selection runs over.
+pub enum Source<'a> {
+    /// The rows of the input, index = position.
+    Dense,
+    /// Keys and row-local indices, `cap` per row; the row's length is `min(run.counter, cap)` when
+    /// `run` is given, else `cap`.
+    List { keys: &'a CudaSlice<u32>, idx: &'a CudaSlice<u64>, cap: u64, run: Option<&'a CudaSlice<u8>> },
+}
+
+/// Which rows take part: those whose `RowRun.status == val`, or all.
+#[derive(Clone, Copy)]
+pub struct Gate<'a> {
+    pub run: Option<&'a CudaSlice<u8>>,
+    pub val: u32,
+}
+
+pub struct Selection<'a> {
+    pub arena: &'a Arena,
+    pub input: &'a Input,
+    pub shape: Shape,
+    pub state: &'a SelState,
+    pub gate: Gate<'a>,
+}
+
+impl Selection<'_> {
+    fn args(&self, src: &Source, allow_done: bool) -> SelArgs {
+        let a = self.arena;
+        let (lkeys, lidx, lcap, lrun) = match src {
+            Source::Dense => (0, 0, 0, 0),
+            Source::List { keys, idx, cap, run } => (a.ptr(*keys), a.ptr(*idx), *cap, run.map_or(0, |r| a.ptr(r))),
+        };
+        let len = match src {
+            Source::Dense => self.shape.n,
+            Source::List { cap, .. } => *cap,
+        };
+        let cpr = len.div_ceil(CHUNK).max(1);
+        SelArgs {
+            src: SelSrc {
+                x: self.input.ptr,
+                n: self.shape.n,
+                dtype: 0,
+                mag: self.input.mag as i32,
+                lkeys,
+                lidx,
+                lcap,
+                lrun,
+            },
+            rows: self.shape.rows,
+            chunk: CHUNK,
+            cpr,
+            ib: self.shape.ib as i32,
+            lo: 0,
+            width: 0,
+            allow_done: allow_done as i32,
+            sel: a.ptr(&self.state.sel),
+            hist: a.ptr(&self.state.hist),
+            gate: self.gate.run.map_or(0, |r| a.ptr(r)),
+            gate_val: self.gate.val,
+            pad: 0,
+        }
+    }
+
+    fn suffix(&self, src: &Source) -> &'static str {
+        match src {
+            Source::Dense => self.input.suffix,
+            Source::List { .. } => "list",
+        }
+    }
+
+    /// Finds, per gated row, the composite of its `kth`-largest element (digit by digit, 8 bits per
+    /// launch). With `allow_done`, a row stops as soon as its remaining bucket is taken whole, and its
+    /// state then holds a prefix that selects exactly `kth` elements (not the element itself).
+    pub fn threshold(&self, src: &Source, kth: u64, allow_done: bool) -> Result<()> {
+        let a = self.arena;
+        let rows = self.shape.rows;
+        a.launch_args(
+            Family::Select,
+            "select_init",
+            a.grid_for(rows * 256, THREADS, 8),
+            THREADS,
+            &[Arg::U64(a.ptr(&self.state.sel)), Arg::U64(a.ptr(&self.state.hist)), Arg::U64(rows), Arg::U64(kth)],
+        )?;
+        let mut args = self.args(src, allow_done);
+        let name = format!("select_pass_{}", self.suffix(src));
+        let grid = a.grid_for(rows * args.cpr * THREADS as u64, THREADS, 8);
+        let mut hi = self.shape.kb + self.shape.ib;
+        while hi > 0 {
+            let lo = hi.saturating_sub(8);
+            args.lo = lo as i32;
+            args.width = (hi - lo) as i32;
+            a.launch_struct(Family::Select, &name, grid, THREADS, &args)?;
+            hi = lo;
+        }
+        Ok(())
+    }
+
+    /// After an early stop: the smallest selected composite into the state's `tmin` (composites of
+    /// at most 64 bits).
+    pub fn finalize_min(&self, src: &Source) -> Result<()> {
+        let args = self.args(src, true);
+        let grid = self.arena.grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);
+        self.arena.launch_struct(Family::Select, &format!("select_tmin_{}", self.suffix(src)), grid, THREADS, &args)
+    }
+
+    /// Writes the row-local indices of the selected elements into `out` (k per row, any order).
+    pub fn compact(&self, src: &Source, out: &CudaSlice<u64>, k: u64, run: &CudaSlice<u8>) -> Result<()> {
+        let a = self.arena;
+        let args = self.args(src, true);
+        let grid = a.grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);
+        let f = a.func(Family::Select, &format!("select_compact_{}", self.suffix(src)))?;
+        let mut b = a.stream.launch_builder(&f);
+        let (o, r) = (a.ptr(out), a.ptr(run));
+        use candle_core::cuda::cudarc::driver::PushKernelArg;
+        b.arg(&args).arg(&o).arg(&k).arg(&r);
+        // SAFETY: (SelArgs, u64*, u64, RowRun*) is the kernel's signature.
+        unsafe { b.launch(candle_core::cuda::cudarc::driver::LaunchConfig {
+            grid_dim: (grid as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        }) }
+        .map_err(super::launch::drv)?;
+        Ok(())
+    }
+}
