@@ -1,1 +1,0 @@
-//! Placeholder for the exact and fast Prof-K parameters.
