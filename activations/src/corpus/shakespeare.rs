@@ -1,0 +1,62 @@
+//! The default corpus: 15 works of Shakespeare (public domain), embedded so every binary carries it.
+
+/// (name, text) of each embedded work.
+pub const WORKS: &[(&str, &str)] = &[
+    (
+        "as_you_like_it",
+        include_str!("../../assets/shakespeare/as_you_like_it.txt"),
+    ),
+    (
+        "hamlet",
+        include_str!("../../assets/shakespeare/hamlet.txt"),
+    ),
+    (
+        "henry_v",
+        include_str!("../../assets/shakespeare/henry_v.txt"),
+    ),
+    (
+        "julius_caesar",
+        include_str!("../../assets/shakespeare/julius_caesar.txt"),
+    ),
+    ("lear", include_str!("../../assets/shakespeare/lear.txt")),
+    (
+        "macbeth",
+        include_str!("../../assets/shakespeare/macbeth.txt"),
+    ),
+    (
+        "merchant_of_venice",
+        include_str!("../../assets/shakespeare/merchant_of_venice.txt"),
+    ),
+    (
+        "midsummer_nights_dream",
+        include_str!("../../assets/shakespeare/midsummer_nights_dream.txt"),
+    ),
+    (
+        "much_ado_about_nothing",
+        include_str!("../../assets/shakespeare/much_ado_about_nothing.txt"),
+    ),
+    (
+        "othello",
+        include_str!("../../assets/shakespeare/othello.txt"),
+    ),
+    (
+        "richard_iii",
+        include_str!("../../assets/shakespeare/richard_iii.txt"),
+    ),
+    (
+        "romeo_and_juliet",
+        include_str!("../../assets/shakespeare/romeo_and_juliet.txt"),
+    ),
+    (
+        "sonnets",
+        include_str!("../../assets/shakespeare/sonnets.txt"),
+    ),
+    (
+        "tempest",
+        include_str!("../../assets/shakespeare/tempest.txt"),
+    ),
+    (
+        "twelfth_night",
+        include_str!("../../assets/shakespeare/twelfth_night.txt"),
+    ),
+];

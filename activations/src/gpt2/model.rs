@@ -1,0 +1,375 @@
+//! The GPT-2 forward pass (Hugging Face layout: Conv1D weights stored as [in, out], tied output head).
+use super::{Gpt2Config, HookPoint};
+use crate::error::{Error, Result};
+use candle_core::{DType, Device, Module, Tensor, D};
+use candle_nn::{Init, VarBuilder};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// A patch applied to the residual stream at one hook point; returns the replacement.
+pub type Patch<'a> = &'a dyn Fn(&Tensor) -> candle_core::Result<Tensor>;
+
+const WEIGHT_STD: f64 = 0.02;
+
+#[derive(Debug, Clone)]
+struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f64,
+    /// The fused kernel has no backward pass; trainable models use the composed version.
+    differentiable: bool,
+}
+
+impl LayerNorm {
+    fn new(vb: VarBuilder, d: usize, eps: f64) -> Result<Self> {
+        let weight = vb.get_with_hints(d, "weight", Init::Const(1.0))?;
+        let bias = vb.get_with_hints(d, "bias", Init::Const(0.0))?;
+        let differentiable = weight.is_variable();
+        Ok(Self {
+            weight,
+            bias,
+            eps,
+            differentiable,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if self.differentiable {
+            candle_nn::ops::layer_norm_slow(x, &self.weight, &self.bias, self.eps as f32)
+        } else {
+            candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps as f32)
+        }
+    }
+}
+
+/// GPT-2's `Conv1D`: `y = x W + b` with `W` stored as [in, out].
+#[derive(Debug, Clone)]
+struct Conv1D {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl Conv1D {
+    fn new(vb: VarBuilder, d_in: usize, d_out: usize, std: f64) -> Result<Self> {
+        let weight = vb.get_with_hints(
+            (d_in, d_out),
+            "weight",
+            Init::Randn {
+                mean: 0.0,
+                stdev: std,
+            },
+        )?;
+        let bias = vb.get_with_hints(d_out, "bias", Init::Const(0.0))?;
+        Ok(Self { weight, bias })
+    }
+}
+
+impl Module for Conv1D {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        // One 2-D GEMM over all tokens rather than a batched one.
+        let dims = x.dims();
+        let d_in = dims[dims.len() - 1];
+        let n = x.elem_count() / d_in;
+        let y = x.reshape((n, d_in))?.matmul(&self.weight)?;
+        let mut out_dims = dims.to_vec();
+        *out_dims.last_mut().expect("non-empty dims") = self.weight.dim(1)?;
+        y.broadcast_add(&self.bias)?.reshape(out_dims)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Block {
+    ln_1: LayerNorm,
+    c_attn: Conv1D,
+    attn_proj: Conv1D,
+    ln_2: LayerNorm,
+    c_fc: Conv1D,
+    mlp_proj: Conv1D,
+    n_head: usize,
+}
+
+impl Block {
+    fn new(vb: VarBuilder, cfg: &Gpt2Config) -> Result<Self> {
+        let d = cfg.n_embd;
+        let proj_std = WEIGHT_STD / (2.0 * cfg.n_layer as f64).sqrt();
+        Ok(Self {
+            ln_1: LayerNorm::new(vb.pp("ln_1"), d, cfg.layer_norm_epsilon)?,
+            c_attn: Conv1D::new(vb.pp("attn.c_attn"), d, 3 * d, WEIGHT_STD)?,
+            attn_proj: Conv1D::new(vb.pp("attn.c_proj"), d, d, proj_std)?,
+            ln_2: LayerNorm::new(vb.pp("ln_2"), d, cfg.layer_norm_epsilon)?,
+            c_fc: Conv1D::new(vb.pp("mlp.c_fc"), d, 4 * d, WEIGHT_STD)?,
+            mlp_proj: Conv1D::new(vb.pp("mlp.c_proj"), 4 * d, d, proj_std)?,
+            n_head: cfg.n_head,
+        })
+    }
+
+    fn attention(&self, x: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
+        let (b, t, d) = x.dims3()?;
+        let (h, hd) = (self.n_head, d / self.n_head);
+        // [b, t, 3d] -> [3, b, h, t, hd] in one copy; q, k, v are then contiguous slices.
+        let qkv = self
+            .c_attn
+            .forward(x)?
+            .reshape((b, t, 3, h, hd))?
+            .permute((2, 0, 3, 1, 4))?
+            .contiguous()?;
+        let q = (qkv.get(0)? * (1.0 / (hd as f64).sqrt()))?;
+        let k = qkv.get(1)?;
+        let v = qkv.get(2)?;
+        let scores = q.matmul(&k.t()?)?.broadcast_add(mask)?;
+        let probs = if differentiable {
+            candle_nn::ops::softmax(&scores, D::Minus1)?
+        } else {
+            candle_nn::ops::softmax_last_dim(&scores)?
+        };
+        let y = probs
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b, t, d))?;
+        Ok(self.attn_proj.forward(&y)?)
+    }
+
+    fn forward(&self, x: &Tensor, mask: &Tensor, differentiable: bool) -> Result<Tensor> {
+        let x = (x + self.attention(&self.ln_1.forward(x)?, mask, differentiable)?)?;
+        let m = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu()?; // gelu_new (tanh form)
+        Ok((&x + self.mlp_proj.forward(&m)?)?)
+    }
+}
+
+/// GPT-2 with the residual stream exposed at hook points.
+#[derive(Debug)]
+pub struct Gpt2 {
+    cfg: Gpt2Config,
+    wte: Tensor,
+    wpe: Tensor,
+    blocks: Vec<Block>,
+    ln_f: LayerNorm,
+    differentiable: bool,
+    /// Causal masks by sequence length: [t, t], 0 on and below the diagonal, -inf above.
+    masks: Mutex<HashMap<usize, Tensor>>,
+}
+
+impl Gpt2 {
+    /// Builds the model from a `VarBuilder` with Hugging Face names (`wte.weight`, `h.0.ln_1.weight`, ...).
+    /// Backed by a `VarMap`, the weights are trainable variables initialised as GPT-2 does.
+    pub fn new(cfg: Gpt2Config, vb: VarBuilder) -> Result<Self> {
+        cfg.validate()?;
+        let wte = vb.get_with_hints(
+            (cfg.vocab_size, cfg.n_embd),
+            "wte.weight",
+            Init::Randn {
+                mean: 0.0,
+                stdev: WEIGHT_STD,
+            },
+        )?;
+        let wpe = vb.get_with_hints(
+            (cfg.n_positions, cfg.n_embd),
+            "wpe.weight",
+            Init::Randn {
+                mean: 0.0,
+                stdev: 0.01,
+            },
+        )?;
+        let blocks = (0..cfg.n_layer)
+            .map(|i| Block::new(vb.pp(format!("h.{i}")), &cfg))
+            .collect::<Result<Vec<_>>>()?;
+        let ln_f = LayerNorm::new(vb.pp("ln_f"), cfg.n_embd, cfg.layer_norm_epsilon)?;
+        let differentiable = wte.is_variable();
+        Ok(Self {
+            cfg,
+            wte,
+            wpe,
+            blocks,
+            ln_f,
+            differentiable,
+            masks: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn config(&self) -> &Gpt2Config {
+        &self.cfg
+    }
+
+    pub fn d_model(&self) -> usize {
+        self.cfg.n_embd
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.wte.dtype()
+    }
+
+    pub fn device(&self) -> &Device {
+        self.wte.device()
+    }
+
+    /// All weights under their Hugging Face names, in a stable order.
+    pub fn named_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![
+            ("wte.weight".to_string(), self.wte.clone()),
+            ("wpe.weight".to_string(), self.wpe.clone()),
+        ];
+        let norm = |out: &mut Vec<(String, Tensor)>, p: &str, n: &LayerNorm| {
+            out.push((format!("{p}.weight"), n.weight.clone()));
+            out.push((format!("{p}.bias"), n.bias.clone()));
+        };
+        let lin = |out: &mut Vec<(String, Tensor)>, p: &str, l: &Conv1D| {
+            out.push((format!("{p}.weight"), l.weight.clone()));
+            out.push((format!("{p}.bias"), l.bias.clone()));
+        };
+        for (i, b) in self.blocks.iter().enumerate() {
+            norm(&mut out, &format!("h.{i}.ln_1"), &b.ln_1);
+            lin(&mut out, &format!("h.{i}.attn.c_attn"), &b.c_attn);
+            lin(&mut out, &format!("h.{i}.attn.c_proj"), &b.attn_proj);
+            norm(&mut out, &format!("h.{i}.ln_2"), &b.ln_2);
+            lin(&mut out, &format!("h.{i}.mlp.c_fc"), &b.c_fc);
+            lin(&mut out, &format!("h.{i}.mlp.c_proj"), &b.mlp_proj);
+        }
+        norm(&mut out, "ln_f", &self.ln_f);
+        out
+    }
+
+    fn causal_mask(&self, t: usize) -> Result<Tensor> {
+        let mut masks = self
+            .masks
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("causal-mask cache poisoned".into()))?;
+        if let Some(m) = masks.get(&t) {
+            return Ok(m.clone());
+        }
+        let values: Vec<f32> = (0..t * t)
+            .map(|i| {
+                if i % t > i / t {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mask = Tensor::from_vec(values, (t, t), self.device())?.to_dtype(self.dtype())?;
+        masks.insert(t, mask.clone());
+        Ok(mask)
+    }
+
+    fn embed(&self, tokens: &Tensor) -> Result<Tensor> {
+        let (b, t) = tokens.dims2()?;
+        if t > self.cfg.n_positions {
+            return Err(candle_core::Error::Msg(format!(
+                "sequence length {t} exceeds the model's n_positions {}",
+                self.cfg.n_positions
+            ))
+            .into());
+        }
+        let tok =
+            self.wte
+                .index_select(&tokens.flatten_all()?, 0)?
+                .reshape((b, t, self.cfg.n_embd))?;
+        Ok(tok.broadcast_add(&self.wpe.narrow(0, 0, t)?)?)
+    }
+
+    /// Runs as few blocks as `hooks` and `want_logits` need; captures hooks in request order and
+    /// replaces the stream at `patch`'s hook point by the patch's output.
+    fn run(
+        &self,
+        tokens: &Tensor,
+        hooks: &[HookPoint],
+        patch: Option<(HookPoint, Patch)>,
+        want_logits: bool,
+    ) -> Result<(Vec<Tensor>, Option<Tensor>)> {
+        let n_layer = self.cfg.n_layer;
+        for h in hooks.iter().chain(patch.iter().map(|(h, _)| h)) {
+            h.validate(n_layer)?;
+        }
+        let depth = if want_logits {
+            n_layer
+        } else {
+            hooks
+                .iter()
+                .map(|h| h.blocks_needed(n_layer))
+                .max()
+                .unwrap_or(0)
+        };
+        let mut captured: Vec<Option<Tensor>> = vec![None; hooks.len()];
+        let mut visit = |point: HookPoint, x: Tensor| -> Result<Tensor> {
+            let x = match &patch {
+                Some((p, f)) if *p == point => f(&x)?,
+                _ => x,
+            };
+            for (slot, h) in captured.iter_mut().zip(hooks) {
+                if *h == point {
+                    *slot = Some(x.clone());
+                }
+            }
+            Ok(x)
+        };
+        let (_, t) = tokens.dims2()?;
+        let mask = self.causal_mask(t)?;
+        let mut x = self.embed(tokens)?;
+        for (l, block) in self.blocks.iter().take(depth).enumerate() {
+            x = visit(HookPoint::ResidPre(l), x)?;
+            x = block.forward(&x, &mask, self.differentiable)?;
+            x = visit(HookPoint::ResidPost(l), x)?;
+        }
+        if depth < n_layer {
+            x = visit(HookPoint::ResidPre(depth), x)?;
+        }
+        let needs_final = want_logits || hooks.contains(&HookPoint::LnFinal);
+        let mut logits = None;
+        if needs_final && depth == n_layer {
+            let normed = visit(HookPoint::LnFinal, self.ln_f.forward(&x)?)?;
+            if want_logits {
+                let (b, t, d) = normed.dims3()?;
+                let flat = normed.reshape((b * t, d))?.matmul(&self.wte.t()?)?;
+                logits = Some(flat.reshape((b, t, self.cfg.vocab_size))?);
+            }
+        }
+        let captured = captured
+            .into_iter()
+            .zip(hooks)
+            .map(|(c, h)| {
+                c.ok_or_else(|| Error::HookPoint(format!("{h}: not reached in the forward pass")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok((captured, logits))
+    }
+
+    /// The residual stream at each hook point, each [B, T, d_model], in request order. Stops after the
+    /// last block that any hook needs.
+    pub fn forward_hooks(&self, tokens: &Tensor, hooks: &[HookPoint]) -> Result<Vec<Tensor>> {
+        Ok(self.run(tokens, hooks, None, false)?.0)
+    }
+
+    /// Next-token logits [B, T, vocab].
+    pub fn forward_logits(&self, tokens: &Tensor) -> Result<Tensor> {
+        self.logits_of(self.run(tokens, &[], None, true)?.1)
+    }
+
+    /// Logits with the residual stream at `hook` replaced by `patch(stream)` (e.g. an SAE's
+    /// reconstruction, for the cross-entropy-loss-recovered metric).
+    pub fn forward_logits_patched(
+        &self,
+        tokens: &Tensor,
+        hook: HookPoint,
+        patch: Patch,
+    ) -> Result<Tensor> {
+        self.logits_of(self.run(tokens, &[], Some((hook, patch)), true)?.1)
+    }
+
+    fn logits_of(&self, logits: Option<Tensor>) -> Result<Tensor> {
+        logits.ok_or_else(|| candle_core::Error::Msg("logits were not computed".into()).into())
+    }
+
+    /// Mean next-token cross-entropy of `logits` [B, T, V] for `tokens` [B, T] (positions 0..T-1
+    /// predict 1..T), computed in f32.
+    pub fn next_token_loss(logits: &Tensor, tokens: &Tensor) -> Result<Tensor> {
+        let (b, t, v) = logits.dims3()?;
+        let pred = logits
+            .narrow(1, 0, t - 1)?
+            .to_dtype(DType::F32)?
+            .reshape((b * (t - 1), v))?;
+        let target = tokens.narrow(1, 1, t - 1)?.flatten_all()?;
+        Ok(candle_nn::loss::cross_entropy(&pred, &target)?)
+    }
+}

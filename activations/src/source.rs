@@ -1,0 +1,239 @@
+//! Where training gets activations: one trait, served from shards on disk ([`crate::shards::ShardReader`])
+//! or straight from the model ([`OnTheFly`]).
+use crate::corpus::Contexts;
+use crate::error::Result;
+use crate::gpt2::{Gpt2, HookPoint};
+use candle_core::{DType, Device, Tensor};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+
+/// A stream of residual-stream activations.
+pub trait ActivationSource {
+    /// The next `n_tokens` activations: [n, d_model] for one hook point, [n, n_hooks, d_model]
+    /// for several (in [`Self::hook_points`] order). Fewer rows only when the data runs out;
+    /// `None` once it has.
+    fn next_batch(&mut self, n_tokens: usize) -> Result<Option<Tensor>>;
+
+    fn d_model(&self) -> usize;
+
+    fn hook_points(&self) -> &[HookPoint];
+}
+
+/// The hook points' activations for a batch of contexts, as rows [B * T', n_hooks, d] with the
+/// matching token ids [B * T'] (T' = T - 1 when `drop_first` drops each context's first position).
+pub fn hook_rows(
+    model: &Gpt2,
+    tokens: &Tensor,
+    hooks: &[HookPoint],
+    drop_first: bool,
+) -> Result<(Tensor, Tensor)> {
+    let acts = model.forward_hooks(tokens, hooks)?;
+    let stacked = Tensor::stack(&acts, 2)?; // [B, T, H, d]
+    let (b, t, h, d) = stacked.dims4()?;
+    let skip = usize::from(drop_first);
+    let rows = stacked
+        .narrow(1, skip, t - skip)?
+        .reshape((b * (t - skip), h, d))?;
+    let ids = tokens.narrow(1, skip, t - skip)?.flatten_all()?;
+    Ok((rows, ids))
+}
+
+/// A bounded shuffle buffer of rows. It emits half of its capacity between refills and mixes
+/// the rest with the next fresh rows, so rows from different chunks interleave.
+pub struct ShuffleBuffer {
+    capacity: usize,
+    rows: Option<Tensor>,
+    cursor: usize,
+    rng: ChaCha8Rng,
+}
+
+impl ShuffleBuffer {
+    /// `capacity` rows (at least 1), shuffled with a generator seeded by `seed`.
+    pub fn new(capacity: usize, seed: u64) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            rows: None,
+            cursor: 0,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+        }
+    }
+
+    fn remaining(&self) -> usize {
+        self.rows.as_ref().map_or(0, |r| r.dim(0).unwrap_or(0)) - self.cursor
+    }
+
+    /// Up to `n` shuffled rows, refilling from `pull` (which returns `None` when exhausted).
+    pub fn next(
+        &mut self,
+        n: usize,
+        mut pull: impl FnMut() -> Result<Option<Tensor>>,
+    ) -> Result<Option<Tensor>> {
+        if self.remaining() < n.max(self.capacity / 2) {
+            let mut parts = Vec::new();
+            if let Some(rows) = &self.rows {
+                if self.remaining() > 0 {
+                    parts.push(rows.narrow(0, self.cursor, self.remaining())?);
+                }
+            }
+            let mut filled = self.remaining();
+            let mut pulled = false;
+            while filled < self.capacity.max(n) {
+                match pull()? {
+                    Some(chunk) => {
+                        filled += chunk.dim(0)?;
+                        parts.push(chunk);
+                        pulled = true;
+                    }
+                    None => break,
+                }
+            }
+            if pulled {
+                let all = Tensor::cat(&parts, 0)?;
+                let mut perm: Vec<u32> = (0..all.dim(0)? as u32).collect();
+                perm.shuffle(&mut self.rng);
+                let perm = Tensor::from_vec(perm, all.dim(0)?, all.device())?;
+                self.rows = Some(all.index_select(&perm, 0)?);
+                self.cursor = 0;
+            }
+        }
+        let take = n.min(self.remaining());
+        if take == 0 {
+            return Ok(None);
+        }
+        let rows = self
+            .rows
+            .as_ref()
+            .map(|r| r.narrow(0, self.cursor, take))
+            .transpose()?;
+        self.cursor += take;
+        Ok(rows)
+    }
+}
+
+/// Squeezes [n, 1, d] to [n, d]; several hooks stay [n, H, d].
+pub(crate) fn squeeze_single_hook(rows: Tensor) -> Result<Tensor> {
+    Ok(if rows.dim(1)? == 1 {
+        rows.squeeze(1)?
+    } else {
+        rows
+    })
+}
+
+/// Options of [`OnTheFly`].
+#[derive(Debug, Clone)]
+pub struct OnTheFlyOptions {
+    /// Contexts per forward pass.
+    pub batch_contexts: usize,
+    /// Drop each context's first position (the BOS token, whose activations are outliers).
+    pub drop_bos: bool,
+    /// Shuffle-buffer capacity in tokens.
+    pub buffer_tokens: usize,
+    pub seed: u64,
+    /// Start over when the contexts run out (an endless stream).
+    pub repeat: bool,
+    /// dtype of the emitted activations.
+    pub dtype: DType,
+}
+
+impl Default for OnTheFlyOptions {
+    fn default() -> Self {
+        Self {
+            batch_contexts: 8,
+            drop_bos: true,
+            buffer_tokens: 1 << 14,
+            seed: 0,
+            repeat: false,
+            dtype: DType::F32,
+        }
+    }
+}
+
+/// Runs the model on the corpus and feeds activations straight to training, through a shuffle
+/// buffer on the model's device; nothing touches the disk.
+pub struct OnTheFly {
+    model: Arc<Gpt2>,
+    contexts: Contexts,
+    hooks: Vec<HookPoint>,
+    opts: OnTheFlyOptions,
+    next_context: usize,
+    buffer: ShuffleBuffer,
+}
+
+impl OnTheFly {
+    pub fn new(
+        model: Arc<Gpt2>,
+        contexts: Contexts,
+        hooks: Vec<HookPoint>,
+        opts: OnTheFlyOptions,
+    ) -> Result<Self> {
+        for h in &hooks {
+            h.validate(model.config().n_layer)?;
+        }
+        if hooks.is_empty() {
+            return Err(crate::Error::config(
+                "hook_points",
+                "at least one is needed",
+            ));
+        }
+        if contexts.is_empty() {
+            return Err(crate::Error::config(
+                "corpus",
+                "no complete context of tokens",
+            ));
+        }
+        let buffer = ShuffleBuffer::new(opts.buffer_tokens, opts.seed);
+        Ok(Self {
+            model,
+            contexts,
+            hooks,
+            opts,
+            next_context: 0,
+            buffer,
+        })
+    }
+
+    fn pull(&mut self) -> Result<Option<Tensor>> {
+        let n_ctx = self.contexts.len();
+        if self.next_context >= n_ctx {
+            if !self.opts.repeat {
+                return Ok(None);
+            }
+            self.next_context = 0;
+        }
+        let b = self
+            .opts
+            .batch_contexts
+            .max(1)
+            .min(n_ctx - self.next_context);
+        let t = self.contexts.context_len;
+        let start = self.next_context * t;
+        let ids = self.contexts.tokens[start..start + b * t].to_vec();
+        self.next_context += b;
+        let tokens = Tensor::from_vec(ids, (b, t), self.model.device())?;
+        let (rows, _) = hook_rows(&self.model, &tokens, &self.hooks, self.opts.drop_bos)?;
+        Ok(Some(rows.to_dtype(self.opts.dtype)?))
+    }
+
+    pub fn device(&self) -> &Device {
+        self.model.device()
+    }
+}
+
+impl ActivationSource for OnTheFly {
+    fn next_batch(&mut self, n_tokens: usize) -> Result<Option<Tensor>> {
+        let mut buffer = std::mem::replace(&mut self.buffer, ShuffleBuffer::new(1, 0));
+        let out = buffer.next(n_tokens, || self.pull());
+        self.buffer = buffer;
+        out?.map(squeeze_single_hook).transpose()
+    }
+
+    fn d_model(&self) -> usize {
+        self.model.d_model()
+    }
+
+    fn hook_points(&self) -> &[HookPoint] {
+        &self.hooks
+    }
+}
