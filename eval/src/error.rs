@@ -1,0 +1,43 @@
+use std::path::PathBuf;
+
+/// Errors of run directories, the metrics sink and reports. Every variant names the file it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    RunDir { path: PathBuf, message: String },
+    #[error("metrics writer for {path} failed: {message}")]
+    Sink { path: PathBuf, message: String },
+    #[error("report: {0}")]
+    Report(String),
+    #[error("serializing {what}: {source}")]
+    Json {
+        what: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { op, path, source }
+    }
+}

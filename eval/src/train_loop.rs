@@ -1,0 +1,361 @@
+//! The training-loop skeleton shared by every trainer: step counting from a resumed step, the progress bar,
+//! metrics logging through the sink, periodic and final checkpoints, periodic and final evaluation, and a
+//! clean stop on Ctrl-C. It knows nothing of models: a trainer plugs in through [`Trainer`].
+
+use crate::atomic::{sync_dir, write_json_atomic};
+use crate::config::LogConfig;
+use crate::error::Error;
+use crate::interrupt::StopSignal;
+use crate::metrics::{names, Metrics, MetricsSink, Record};
+use crate::run_dir::{Checkpoint, Progress, RunDir, PROGRESS_FILE};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What the loop tells a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepContext {
+    /// Steps completed before this one (0 for the first step of a fresh run).
+    pub step: u64,
+    /// Whether this step's metrics will be logged: metrics that cost extra work (a device sync, a
+    /// reduction) may be skipped when false.
+    pub log: bool,
+}
+
+/// What a step reports back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepOutput {
+    /// Training tokens this step consumed.
+    pub tokens: u64,
+    /// Metrics of this step (loss, select_ms, ...). The loop adds step_ms, select_share, tokens_per_s.
+    pub metrics: Metrics,
+}
+
+/// A trainer the loop drives. Errors of the loop's own I/O reach the caller as `T::Error` through
+/// `From<eval::Error>`.
+pub trait Trainer {
+    type Error: From<Error>;
+
+    /// Runs one optimizer step. Its wall time is the logged step_ms, so work queued on a device must be
+    /// finished (synchronized) before returning.
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, Self::Error>;
+
+    /// Writes everything a resume needs into `dir`, an empty folder. The loop writes `progress.json`
+    /// beside it, fsyncs the folder and renames it into place, so a crash never leaves half a checkpoint.
+    fn save_checkpoint(&mut self, dir: &Path, progress: &Progress) -> Result<(), Self::Error>;
+
+    /// Evaluates on held-out data; logged as an "eval" record.
+    fn eval(&mut self, _progress: &Progress) -> Result<Metrics, Self::Error> {
+        Ok(Metrics::new())
+    }
+}
+
+/// How the loop runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopConfig {
+    /// Steps of the whole run (a resumed run still counts from 0 towards this).
+    pub total_steps: u64,
+    /// Log every N steps; each record averages the metrics of its N steps.
+    pub log_every: u64,
+    /// Checkpoint every N steps; 0: only at the end and on a stop.
+    pub checkpoint_every: u64,
+    /// Evaluate every N steps; 0: only at the end.
+    pub eval_every: u64,
+    /// Keep only the newest N checkpoints; 0 keeps all.
+    pub keep_checkpoints: usize,
+    /// Evaluate when the run completes.
+    pub final_eval: bool,
+    /// Show the progress bar (hidden anyway when stderr is not a terminal).
+    pub progress_bar: bool,
+    /// Metrics shown in the progress bar's message, e.g. ["loss"].
+    pub progress_metrics: Vec<String>,
+}
+
+impl LoopConfig {
+    /// A loop of `total_steps` with logging taken from the `[log]` section; checkpoints only at the end.
+    pub fn new(total_steps: u64, log: &LogConfig) -> LoopConfig {
+        LoopConfig {
+            total_steps,
+            log_every: log.every.max(1),
+            checkpoint_every: 0,
+            eval_every: 0,
+            keep_checkpoints: 2,
+            final_eval: true,
+            progress_bar: log.progress,
+            progress_metrics: vec![names::LOSS.into()],
+        }
+    }
+}
+
+/// How the loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// All `total_steps` ran.
+    Completed,
+    /// A stop was requested (Ctrl-C); a checkpoint was written, `--resume` continues.
+    Stopped,
+}
+
+/// The loop's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoopSummary {
+    pub outcome: Outcome,
+    pub progress: Progress,
+    pub final_eval: Option<Metrics>,
+    pub last_checkpoint: Option<PathBuf>,
+}
+
+/// Runs `trainer` from `start` (default for a fresh run, the checkpoint's progress for a resume) to
+/// `cfg.total_steps`, or until `stop` is requested.
+pub fn run<T: Trainer>(
+    trainer: &mut T,
+    run_dir: &RunDir,
+    sink: &MetricsSink,
+    cfg: &LoopConfig,
+    start: Progress,
+    stop: &StopSignal,
+) -> Result<LoopSummary, T::Error> {
+    let began = Instant::now();
+    let wall = |extra: Duration| start.wall_s + extra.as_secs_f64();
+    let bar = progress_bar(cfg, start.step);
+    let mut progress = start;
+    let mut window = Window::default();
+    let mut last_checkpoint = None;
+    let log_every = cfg.log_every.max(1);
+
+    while progress.step < cfg.total_steps {
+        let done_after = progress.step + 1;
+        let log = done_after % log_every == 0 || done_after == cfg.total_steps;
+        let t0 = Instant::now();
+        let out = trainer.step(StepContext {
+            step: progress.step,
+            log,
+        })?;
+        let step_time = t0.elapsed();
+        progress.step = done_after;
+        progress.tokens += out.tokens;
+        progress.wall_s = wall(began.elapsed());
+        window.add(&out, step_time);
+        bar.inc(1);
+
+        let stopping = stop.is_requested();
+        if log || stopping {
+            let metrics = window.take();
+            bar.set_message(bar_message(&metrics, &cfg.progress_metrics));
+            sink.log(Record::train(
+                progress.step,
+                progress.tokens,
+                progress.wall_s,
+                metrics,
+            ));
+        }
+        let at_end = progress.step == cfg.total_steps;
+        if cfg.eval_every > 0 && progress.step % cfg.eval_every == 0 && !at_end && !stopping {
+            let metrics = bar.suspend(|| trainer.eval(&progress))?;
+            sink.log(Record::eval(
+                progress.step,
+                progress.tokens,
+                progress.wall_s,
+                metrics,
+            ));
+        }
+        let periodic = cfg.checkpoint_every > 0 && progress.step % cfg.checkpoint_every == 0;
+        if periodic || at_end || stopping {
+            progress.wall_s = wall(began.elapsed());
+            let dir = save_checkpoint(trainer, run_dir, &progress, cfg.keep_checkpoints)?;
+            last_checkpoint = Some(dir);
+        }
+        if stopping {
+            bar.abandon_with_message(format!(
+                "stopped at step {}; continue with --resume",
+                progress.step
+            ));
+            sink.flush()?;
+            return Ok(LoopSummary {
+                outcome: Outcome::Stopped,
+                progress,
+                final_eval: None,
+                last_checkpoint,
+            });
+        }
+    }
+    bar.finish();
+
+    let final_eval = if cfg.final_eval {
+        progress.wall_s = wall(began.elapsed());
+        let metrics = trainer.eval(&progress)?;
+        sink.log(Record::eval(
+            progress.step,
+            progress.tokens,
+            progress.wall_s,
+            metrics.clone(),
+        ));
+        Some(metrics)
+    } else {
+        None
+    };
+    sink.flush()?;
+    Ok(LoopSummary {
+        outcome: Outcome::Completed,
+        progress,
+        final_eval,
+        last_checkpoint,
+    })
+}
+
+/// Writes a checkpoint folder for `progress` atomically and points `checkpoints/latest` at it.
+pub fn save_checkpoint<T: Trainer>(
+    trainer: &mut T,
+    run_dir: &RunDir,
+    progress: &Progress,
+    keep: usize,
+) -> Result<PathBuf, T::Error> {
+    let target = run_dir.checkpoint_dir(progress.step);
+    let parent = run_dir.checkpoints_dir();
+    fs::create_dir_all(&parent).map_err(Error::io("creating directory", &parent))?;
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).map_err(Error::io("removing", &tmp))?;
+    }
+    fs::create_dir_all(&tmp).map_err(Error::io("creating directory", &tmp))?;
+    trainer.save_checkpoint(&tmp, progress)?;
+    write_json_atomic(&tmp.join(PROGRESS_FILE), progress)?;
+    sync_tree(&tmp)?;
+    if target.exists() {
+        // Re-saving the same step (e.g. a run resumed at its last step): the new folder replaces it.
+        fs::remove_dir_all(&target).map_err(Error::io("replacing", &target))?;
+    }
+    fs::rename(&tmp, &target).map_err(Error::io("renaming into place", &target))?;
+    sync_dir(&parent)?;
+    run_dir.set_latest_checkpoint(&target)?;
+    prune(run_dir, keep)?;
+    Ok(target)
+}
+
+/// Loads the latest checkpoint of `run_dir` for a resume, or says clearly that there is none.
+pub fn resume_point(run_dir: &RunDir) -> Result<Checkpoint, Error> {
+    run_dir.latest_checkpoint()?.ok_or_else(|| Error::RunDir {
+        path: run_dir.checkpoints_dir(),
+        message: "no complete checkpoint to resume from".into(),
+    })
+}
+
+fn sync_tree(dir: &Path) -> Result<(), Error> {
+    for entry in fs::read_dir(dir).map_err(Error::io("listing", dir))? {
+        let path = entry.map_err(Error::io("listing", dir))?.path();
+        if path.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            fs::File::open(&path)
+                .and_then(|f| f.sync_all())
+                .map_err(Error::io("syncing", &path))?;
+        }
+    }
+    sync_dir(dir)
+}
+
+fn prune(run_dir: &RunDir, keep: usize) -> Result<(), Error> {
+    if keep == 0 {
+        return Ok(());
+    }
+    let all = run_dir.checkpoints()?;
+    for old in all.iter().take(all.len().saturating_sub(keep)) {
+        fs::remove_dir_all(&old.dir).map_err(Error::io("removing old checkpoint", &old.dir))?;
+    }
+    Ok(())
+}
+
+/// Sums of the steps since the last log record.
+#[derive(Default)]
+struct Window {
+    steps: u64,
+    tokens: u64,
+    step_secs: f64,
+    sums: Metrics,
+    counts: std::collections::BTreeMap<String, u64>,
+}
+
+impl Window {
+    fn add(&mut self, out: &StepOutput, step_time: Duration) {
+        self.steps += 1;
+        self.tokens += out.tokens;
+        self.step_secs += step_time.as_secs_f64();
+        for (name, value) in &out.metrics {
+            *self.sums.entry(name.clone()).or_insert(0.0) += value;
+            *self.counts.entry(name.clone()).or_insert(0) += 1;
+        }
+    }
+
+    /// Mean of each metric over the steps that reported it, plus the loop's own timing metrics.
+    fn take(&mut self) -> Metrics {
+        let window = std::mem::take(self);
+        let mut metrics: Metrics = window
+            .sums
+            .iter()
+            .map(|(name, sum)| (name.clone(), sum / window.counts[name] as f64))
+            .collect();
+        if window.steps > 0 {
+            let step_ms = 1e3 * window.step_secs / window.steps as f64;
+            metrics.insert(names::STEP_MS.into(), step_ms);
+            if let Some(select_ms) = metrics.get(names::SELECT_MS).copied() {
+                if step_ms > 0.0 {
+                    metrics.insert(names::SELECT_SHARE.into(), select_ms / step_ms);
+                }
+            }
+            if window.step_secs > 0.0 && window.tokens > 0 {
+                metrics.insert(
+                    names::TOKENS_PER_S.into(),
+                    window.tokens as f64 / window.step_secs,
+                );
+            }
+        }
+        metrics
+    }
+}
+
+fn progress_bar(cfg: &LoopConfig, position: u64) -> ProgressBar {
+    if !cfg.progress_bar {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(cfg.total_steps);
+    let style = ProgressStyle::with_template(
+        "{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} steps, ETA {eta} {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar())
+    .progress_chars("=> ");
+    bar.set_style(style);
+    bar.set_position(position);
+    bar.reset_eta();
+    bar
+}
+
+fn bar_message(metrics: &Metrics, shown: &[String]) -> String {
+    let mut parts = Vec::new();
+    if let Some(tps) = metrics.get(names::TOKENS_PER_S) {
+        parts.push(format!("{} tok/s", human(*tps)));
+    }
+    if let Some(ms) = metrics.get(names::STEP_MS) {
+        parts.push(format!("{ms:.1} ms/step"));
+    }
+    for name in shown {
+        if let Some(v) = metrics.get(name) {
+            parts.push(format!("{name} {v:.4}"));
+        }
+    }
+    parts.join(", ")
+}
+
+/// 1234567 → "1.23M".
+fn human(x: f64) -> String {
+    match x.abs() {
+        a if a >= 1e9 => format!("{:.2}G", x / 1e9),
+        a if a >= 1e6 => format!("{:.2}M", x / 1e6),
+        a if a >= 1e3 => format!("{:.1}k", x / 1e3),
+        _ => format!("{x:.0}"),
+    }
+}
