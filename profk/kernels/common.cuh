@@ -56,12 +56,28 @@ template <> struct Ops<float> {
   typedef float4 Vec;
   static __device__ __forceinline__ u32 key(float v, int mag) { return ord_key<32, 23>(__float_as_uint(v), mag); }
   static __device__ __forceinline__ bool nan(float v) { return v != v; }
+  // Raw bits of lane q of a vector, their key and their NaN test (the filter works on bits).
+  static __device__ __forceinline__ u32 raw(const Vec& v, int q) {
+    return __float_as_uint(q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w);
+  }
+  static __device__ __forceinline__ u32 raw1(float v) { return __float_as_uint(v); }
+  static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<32, 23>(b, mag); }
+  static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffffffu) > 0x7f800000u; }
 };
+
+__device__ __forceinline__ u32 half_lane(const uint4& v, int q) {
+  u32 w = (q >> 1) == 0 ? v.x : (q >> 1) == 1 ? v.y : (q >> 1) == 2 ? v.z : v.w;
+  return (q & 1) ? (w >> 16) : (w & 0xffffu);
+}
 template <> struct Ops<__half> {
   enum { KB = 16, VEC = 8 };
   typedef uint4 Vec;
   static __device__ __forceinline__ u32 key(__half v, int mag) { return ord_key<16, 10>(__half_as_ushort(v), mag); }
   static __device__ __forceinline__ bool nan(__half v) { return (__half_as_ushort(v) & 0x7fff) > 0x7c00; }
+  static __device__ __forceinline__ u32 raw(const Vec& v, int q) { return half_lane(v, q); }
+  static __device__ __forceinline__ u32 raw1(__half v) { return __half_as_ushort(v); }
+  static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<16, 10>(b, mag); }
+  static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffu) > 0x7c00u; }
 };
 template <> struct Ops<__nv_bfloat16> {
   enum { KB = 16, VEC = 8 };
@@ -70,6 +86,10 @@ template <> struct Ops<__nv_bfloat16> {
     return ord_key<16, 7>(__bfloat16_as_ushort(v), mag);
   }
   static __device__ __forceinline__ bool nan(__nv_bfloat16 v) { return (__bfloat16_as_ushort(v) & 0x7fff) > 0x7f80; }
+  static __device__ __forceinline__ u32 raw(const Vec& v, int q) { return half_lane(v, q); }
+  static __device__ __forceinline__ u32 raw1(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+  static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<16, 7>(b, mag); }
+  static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffu) > 0x7f80u; }
 };
 
 // Composite of an element of a row of n: key above, n-1-index below. Larger composite = ranks higher,
@@ -91,4 +111,13 @@ __device__ __forceinline__ bool block_any_last(u32* counter, u32 total) {
   if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == total - 1;
   __syncthreads();
   return last;
+}
+
+// Next work item of a grid-stride loop over rows x cpr items. An inactive row is skipped whole: the
+// next item is the first one of a later row that this block owns, so gated launches cost O(rows).
+__device__ __forceinline__ u64 next_item(u64 item, u64 cpr, bool skip_row) {
+  const u64 g = gridDim.x;
+  if (!skip_row) return item + g;
+  u64 nb = (item / cpr + 1) * cpr;
+  return item + (nb - item + g - 1) / g * g;
 }

@@ -1,11 +1,10 @@
 // Stage 3 of Prof-K: one pass over every row that still needs an attempt. 16-byte loads; the elements
-// at or above the row's threshold composite are compacted in index order within a tile by a block
-// prefix sum, staged in shared memory, and flushed with one atomic per block and chunk on the row's
+// at or above the row's threshold composite are compacted by warp-level prefix sums into a shared-memory
+// staging area, and flushed with one atomic per block and chunk on the row's
 // counter. The counter is advanced by every kept element while the stores stop at the capacity M, so
 // it ends at the exact R even on overflow. The last block of a row runs the check k <= R <= M on the
 // device and records the outcome: the next attempt, the buffer selection and the fallback read it,
 // so no host synchronization is needed.
-#include <cub/block/block_scan.cuh>
 #include "common.cuh"
 
 #define FT 512
@@ -25,46 +24,108 @@ struct FilterArgs {
   int last_attempt, approximate;
 };
 
+// Kept elements of one block and chunk, flushed to the row's buffer with one global atomic.
+// Warps reserve ranges with a shared-memory atomic; a warp whose range would pass SCAP writes
+// directly (its own global atomic) and records where the valid staged prefix ends.
 struct Stage {
   u32 keys[SCAP];
   u64 idx[SCAP];
-  u32 count;
+  u32 count, valid;
   u64 base;
 };
 
 __device__ void flush(Stage& st, const FilterArgs& a, u64 r) {
   __syncthreads();
-  if (st.count) {
-    if (threadIdx.x == 0) st.base = atomicAdd(&a.run[r].counter, (u64)st.count);
+  u32 n = min(st.count, st.valid);
+  if (n) {
+    if (threadIdx.x == 0) st.base = atomicAdd(&a.run[r].counter, (u64)n);
     __syncthreads();
-    for (u32 i = threadIdx.x; i < st.count; i += blockDim.x) {
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
       u64 pos = st.base + i;
       if (pos < a.cap) {
         a.bkeys[r * a.cap + pos] = st.keys[i];
         a.bidx[r * a.cap + pos] = st.idx[i];
       }
     }
-    __syncthreads();
-    if (threadIdx.x == 0) st.count = 0;
   }
   __syncthreads();
+  if (threadIdx.x == 0) {
+    st.count = 0;
+    st.valid = SCAP;
+  }
+  __syncthreads();
+}
+
+// Warp-aggregated compaction of one tile: an inclusive scan of the per-thread counts over the warp
+// gives every kept element its slot in one reserved range. Bit e of `keep` marks lane e of the
+// thread; index(e) gives its row-local index and key(j) its key (reloaded: the line is still cached).
+template <typename KeyAt, typename IdxAt>
+__device__ __forceinline__ void warp_commit(Stage& st, const FilterArgs& a, u64 r, u32 keep, KeyAt key, IdxAt index) {
+  const unsigned FULL = 0xffffffffu, lane = threadIdx.x & 31;
+  u32 cnt = __popc(keep);
+  if (!__any_sync(FULL, cnt)) return;
+  u32 incl = cnt;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    u32 y = __shfl_up_sync(FULL, incl, o);
+    if ((int)lane >= o) incl += y;
+  }
+  u32 total = __shfl_sync(FULL, incl, 31);
+  u32 base = 0;
+  if (lane == 31) base = atomicAdd(&st.count, total);
+  base = __shfl_sync(FULL, base, 31);
+  const bool direct = base + total > SCAP;
+  u64 gbase = 0;
+  if (direct) {
+    if (lane == 31) {
+      atomicMin(&st.valid, base);
+      gbase = atomicAdd(&a.run[r].counter, (u64)total);
+    }
+    gbase = __shfl_sync(FULL, gbase, 31);
+  }
+  u32 o = incl - cnt;
+  // Kept elements are rare: walk the set bits (runtime lane numbers, no register arrays indexed).
+  while (keep) {
+    const int e = __ffs(keep) - 1;
+    keep &= keep - 1;
+    {
+      u64 j = index(e);
+      u32 k = key(j);
+      if (direct) {
+        u64 pos = gbase + o;
+        if (pos < a.cap) {
+          a.bkeys[r * a.cap + pos] = k;
+          a.bidx[r * a.cap + pos] = j;
+        }
+      } else {
+        st.keys[base + o] = k;
+        st.idx[base + o] = j;
+      }
+      ++o;
+    }
+  }
 }
 
 template <typename T>
 __device__ void filter_body(const FilterArgs& a) {
   typedef Ops<T> O;
+  typedef typename O::Vec Vec;
   const int VEC = O::VEC;
-  const int PER = UNROLL * VEC;
-  typedef cub::BlockScan<u32, FT> Scan;
-  __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ Stage st;
-  if (threadIdx.x == 0) st.count = 0;
+  if (threadIdx.x == 0) {
+    st.count = 0;
+    st.valid = SCAP;
+  }
   __syncthreads();
   const u64 ib_mask = a.ib >= 64 ? ~0ull : ((1ull << a.ib) - 1);
-  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item += gridDim.x) {
+  const u64 total_items = a.rows * a.cpr;
+  for (u64 item = blockIdx.x; item < total_items;) {
     const u64 r = item / a.cpr, ch = item % a.cpr;
-    if (a.run[r].status != ROW_PENDING) continue;
-    u128 tau = a.use_tmin ? (u128)a.sel[r].tmin : load_prefix(a.sel[r]);
+    if (a.run[r].status != ROW_PENDING) {
+      item = next_item(item, a.cpr, true);
+      continue;
+    }
+    const u128 tau = a.use_tmin ? (u128)a.sel[r].tmin : load_prefix(a.sel[r]);
     const u32 tk = (u32)(tau >> a.ib);
     const u64 tidx = a.n - 1 - ((u64)tau & ib_mask);  // keep key > tk, or key == tk and index <= tidx
     const T* row = (const T*)a.x + r * a.n;
@@ -74,86 +135,51 @@ __device__ void filter_body(const FilterArgs& a) {
     const u64 tail0 = head + nvec * VEC;
     u64 nan_c = 0, nan_first = ~0ull;
 
-    // Commits this thread's kept elements (bit e of `keep`: element e of keys/idx) for one tile.
-    auto commit = [&](u32 cnt, u32 keep, const u32* keys, u64 idx0, u64 stride_e) {
-      u32 off, total;
-      Scan(scan_tmp).ExclusiveSum(cnt, off, total);
-      __syncthreads();
-      if (!total) return;
-      if (st.count + total > SCAP) flush(st, a, r);
-      bool direct = total > SCAP;
-      if (direct) {
-        if (threadIdx.x == 0) st.base = atomicAdd(&a.run[r].counter, (u64)total);
-        __syncthreads();
-      }
-      u32 o = off;
-      for (int e = 0; e < PER; ++e) {
-        if (!(keep >> e & 1)) continue;
-        u64 j = idx0 + (u64)(e / VEC) * stride_e + (e % VEC);
-        if (direct) {
-          u64 pos = st.base + o;
-          if (pos < a.cap) {
-            a.bkeys[r * a.cap + pos] = keys[e];
-            a.bidx[r * a.cap + pos] = j;
-          }
-        } else {
-          st.keys[st.count + o] = keys[e];
-          st.idx[st.count + o] = j;
-        }
-        ++o;
-      }
-      __syncthreads();
-      if (!direct && threadIdx.x == 0) st.count += total;
-      __syncthreads();
-    };
-
-    auto test = [&](T v, u64 j, u32& key) -> bool {
-      if (a.count_nan && O::nan(v)) {
-        ++nan_c;
-        if (r * a.n + j < nan_first) nan_first = r * a.n + j;
-      }
-      key = O::key(v, a.mag);
-      return key > tk || (key == tk && j <= tidx);
-    };
-
-    // Scalar head (first chunk) and tail (last chunk): at most VEC-1 elements each.
-    auto scalar_tile = [&](u64 b0, u64 b1) {
-      u32 keys[PER];
-      u32 keep = 0, cnt = 0;
+    // Scalar head (first chunk) and tail (last chunk): fewer than VEC elements each.
+    for (int part = 0; part < 2; ++part) {
+      u64 b0 = part == 0 ? 0 : tail0, b1 = part == 0 ? head : a.n;
+      if ((part == 0 && ch != 0) || (part == 1 && ch != a.cpr - 1) || b0 >= b1) continue;
       u64 j = b0 + threadIdx.x;
-      if (j < b1 && test(row[j], j, keys[0])) keep = 1, cnt = 1;
-      commit(cnt, keep, keys, j, 0);
-    };
-    if (ch == 0 && head) scalar_tile(0, head);
+      u32 bits = j < b1 ? O::raw1(row[j]) : 0, key = O::key_bits(bits, a.mag);
+      bool keep = j < b1 && (key > tk || (key == tk && j <= tidx));
+      if (j < b1 && a.count_nan && O::nan_bits(bits)) {
+        ++nan_c;
+        nan_first = min(nan_first, r * a.n + j);
+      }
+      warp_commit(st, a, r, keep, [&](u64) { return key; }, [&](int) { return j; });
+    }
 
     const u64 cv = a.chunk / VEC;
     const u64 v0 = ch * cv, v1 = v0 + cv < nvec ? v0 + cv : nvec;
-    const typename O::Vec* vrow = (const typename O::Vec*)(row + head);
+    const Vec* vrow = (const Vec*)(row + head);
     for (u64 vb = v0; vb < v1; vb += (u64)FT * UNROLL) {
-      typename O::Vec buf[UNROLL];
+      Vec buf[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
         u64 v = vb + (u64)u * FT + threadIdx.x;
-        if (v < v1) buf[u] = __ldcs(&vrow[v]);
+        buf[u] = v < v1 ? __ldcs(&vrow[v]) : Vec{};
       }
-      u32 keys[PER];
-      u32 keep = 0, cnt = 0;
+      const u64 j0 = head + (vb + threadIdx.x) * VEC;
+      u32 keep = 0;
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        u64 v = vb + (u64)u * FT + threadIdx.x;
-        if (v >= v1) continue;
-        const T* e = (const T*)&buf[u];
+        const bool valid = vb + (u64)u * FT + threadIdx.x < v1;
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
-          if (test(e[q], head + v * VEC + q, keys[u * VEC + q])) {
-            keep |= 1u << (u * VEC + q);
-            ++cnt;
+          const u64 j = j0 + (u64)u * FT * VEC + q;
+          const u32 bits = O::raw(buf[u], q);
+          const u32 key = O::key_bits(bits, a.mag);
+          if (valid && (key > tk || (key == tk && j <= tidx))) keep |= 1u << (u * VEC + q);
+          if (a.count_nan && valid && O::nan_bits(bits)) {
+            ++nan_c;
+            nan_first = min(nan_first, r * a.n + j);
           }
         }
       }
-      commit(cnt, keep, keys, head + (vb + threadIdx.x) * VEC, (u64)FT * VEC);
+      warp_commit(
+          st, a, r, keep, [&](u64 j) { return O::key_bits(O::raw1(row[j]), a.mag); },
+          [&](int e) { return j0 + (u64)(e / VEC) * FT * VEC + (e % VEC); });
     }
-    if (ch == a.cpr - 1 && tail0 < a.n) scalar_tile(tail0, a.n);
     flush(st, a, r);
     if (nan_c) {
       atomicAdd(&a.g->nan_count, nan_c);
@@ -178,6 +204,7 @@ __device__ void filter_body(const FilterArgs& a) {
       rr.arrivals = 0;
     }
     __syncthreads();
+    item = next_item(item, a.cpr, false);
   }
 }
 

@@ -8,8 +8,10 @@
 // Feistel permutation with a pseudo-random round function is indistinguishable from a uniformly random
 // permutation, whose first S images form a uniform S-subset. Each (row, attempt) gets its own key, so a
 // redraw is a fresh independent sample, and every thread computes its indices with no coordination.
-// Stage 2 (the t-th largest sampled composite) is a radix selection over this list (select.cu).
-#include "common.cuh"
+// Stage 2, the t-th largest sampled composite: for S <= 16384 and composites of at most 64 bits the same
+// kernel selects it in registers (sample_select_*, one launch per attempt); otherwise the sample is
+// written out and selected by the multi-launch radix selection of select.cu.
+#include "block_select.cuh"
 
 struct SampleArgs {
   const void* x;
@@ -59,6 +61,37 @@ __device__ void sample_body(const SampleArgs& a) {
     a.skeys[i] = Ops<T>::key(((const T*)a.x)[r * a.n + idx], a.mag);
     a.sidx[i] = idx;
   }
+}
+
+// Stages 1 and 2 fused, one block per pending row: writes the row's threshold composite to sel.tmin.
+template <typename T>
+__device__ void sample_select_body(const SampleArgs& a, RowSel* sel, u32 t, int ib, int tb) {
+  for (u64 r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    if (a.run[r].status != ROW_PENDING) continue;
+    const u64 key = mix64(a.seed ^ mix64(((u64)a.attempt << 40) ^ r));
+    u64 c[BS_PER];
+#pragma unroll
+    for (int p = 0; p < BS_PER; ++p) {
+      const u64 j = threadIdx.x + (u64)p * BS_THREADS;
+      c[p] = 0;
+      if (j < a.s) {
+        const u64 idx = permute(j, a.n, a.half_bits, key);
+        c[p] = (u64)composite(Ops<T>::key(((const T*)a.x)[r * a.n + idx], a.mag), idx, a.n, ib);
+      }
+    }
+    const u64 tau = block_kth(c, (u32)a.s, t, tb);
+    if (threadIdx.x == 0) sel[r].tmin = tau;
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(BS_THREADS)
+    sample_select_f32(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) { sample_select_body<float>(a, sel, t, ib, tb); }
+extern "C" __global__ void __launch_bounds__(BS_THREADS)
+    sample_select_f16(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) { sample_select_body<__half>(a, sel, t, ib, tb); }
+extern "C" __global__ void __launch_bounds__(BS_THREADS) sample_select_bf16(SampleArgs a, RowSel* sel, u32 t, int ib,
+                                                                            int tb) {
+  sample_select_body<__nv_bfloat16>(a, sel, t, ib, tb);
 }
 
 extern "C" __global__ void sample_f32(SampleArgs a) { sample_body<float>(a); }

@@ -6,8 +6,7 @@
 // a row (arrival counter) picks the digit that contains the k-th largest and updates the row's prefix.
 // Composites are distinct, so the final prefix selects exactly k elements, ties by lowest index.
 // A row whose digit bucket is taken whole is done early: later launches skip it at once.
-#include <cub/block/block_scan.cuh>
-#include "common.cuh"
+#include "block_select.cuh"
 
 #define SEL_THREADS 256
 
@@ -90,9 +89,12 @@ __device__ void pass_body(const SelArgs& a) {
   const bool need_idx = a.lo < a.ib;
   const int hb = a.lo + a.width;
   const u32 mask = (1u << a.width) - 1;
-  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item += gridDim.x) {
+  for (u64 item = blockIdx.x; item < a.rows * a.cpr;) {
     u64 r = item / a.cpr, ch = item % a.cpr;
-    if (!row_active(a, r)) continue;
+    if (!row_active(a, r)) {
+      item = next_item(item, a.cpr, true);
+      continue;
+    }
     for (int i = threadIdx.x; i < 256; i += blockDim.x) sh[i] = 0;
     __syncthreads();
     u128 top = load_prefix(a.sel[r]) >> hb;
@@ -110,15 +112,19 @@ __device__ void pass_body(const SelArgs& a) {
       pick_digit(a, r);
     }
     __syncthreads();
+    item = next_item(item, a.cpr, false);
   }
 }
 
 // Threshold finalization for a selection stopped early: the smallest selected composite (fits 64 bits).
 template <typename T, bool LIST>
 __device__ void tmin_body(const SelArgs& a) {
-  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item += gridDim.x) {
+  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item = next_item(item, a.cpr, false)) {
     u64 r = item / a.cpr, ch = item % a.cpr;
-    if (a.gate && a.gate[r].status != a.gate_val) continue;
+    if (a.gate && a.gate[r].status != a.gate_val) {
+      item = next_item(item, a.cpr, true) - gridDim.x;  // the loop step adds gridDim.x back
+      continue;
+    }
     u128 thr = load_prefix(a.sel[r]);
     u64 end = Src<T, LIST>::count(a.src, r);
     u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
@@ -135,9 +141,12 @@ __device__ void tmin_body(const SelArgs& a) {
 template <typename T, bool LIST>
 __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
   const unsigned lane = threadIdx.x & 31;
-  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item += gridDim.x) {
+  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item = next_item(item, a.cpr, false)) {
     u64 r = item / a.cpr, ch = item % a.cpr;
-    if (a.gate && a.gate[r].status != a.gate_val) continue;
+    if (a.gate && a.gate[r].status != a.gate_val) {
+      item = next_item(item, a.cpr, true) - gridDim.x;  // the loop step adds gridDim.x back
+      continue;
+    }
     u128 thr = load_prefix(a.sel[r]);
     u64 end = Src<T, LIST>::count(a.src, r);
     u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
@@ -158,6 +167,36 @@ __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
         if (pos < k) out[r * k + pos] = Src<T, LIST>::index(a.src, r, j);
       }
     }
+  }
+}
+
+// The exact top-k of each gated row's buffer in one block (buffers of at most BS_CAP elements,
+// composites of at most 64 bits): the kth-largest composite by block_kth, then every element at or
+// above it written out, exactly k per row.
+extern "C" __global__ void __launch_bounds__(BS_THREADS)
+    block_topk_list(SelArgs a, u64* out, u64 k, int tb) {
+  __shared__ u32 fill;
+  for (u64 r = blockIdx.x; r < a.rows; r += gridDim.x) {
+    if (a.gate && a.gate[r].status != a.gate_val) continue;
+    const u32 count = (u32)Src<float, true>::count(a.src, r);
+    u64 c[BS_PER];
+#pragma unroll
+    for (int p = 0; p < BS_PER; ++p) {
+      const u64 j = threadIdx.x + (u64)p * BS_THREADS;
+      c[p] = j < count ? (u64)Src<float, true>::comp(a.src, r, j, a.ib, true) : 0;
+    }
+    const u64 tau = block_kth(c, count, (u32)k, tb);
+    if (threadIdx.x == 0) fill = 0;
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < BS_PER; ++p) {
+      const u64 j = threadIdx.x + (u64)p * BS_THREADS;
+      if (j < count && c[p] >= tau) {
+        u32 pos = atomicAdd(&fill, 1u);
+        if (pos < k) out[r * k + pos] = a.src.lidx[r * a.src.lcap + j];
+      }
+    }
+    __syncthreads();
   }
 }
 

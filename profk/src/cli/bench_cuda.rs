@@ -10,6 +10,9 @@ pub struct CudaBenchArgs {
     /// One k per size instead of the full grid.
     #[arg(long)]
     pub quick: bool,
+    /// Time Prof-K with stages left out instead of the grid.
+    #[arg(long)]
+    pub stages: bool,
     /// Element type of the inputs: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
@@ -36,7 +39,11 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
         other => bail!("--dtype {other}: expected f32, f16 or bf16"),
     };
     let mut table = String::new();
-    profk::cuda::bench::run_grid(&dev, args.quick, dtype, &mut table)?;
+    if args.stages {
+        profk::cuda::bench::run_stages(&dev, &mut table)?;
+    } else {
+        profk::cuda::bench::run_grid(&dev, args.quick, dtype, &mut table)?;
+    }
     println!("{table}");
     Ok(())
 }

@@ -51,7 +51,9 @@ pub fn input(dims: &[usize], dist: Dist, dtype: DType, dev: &Device) -> Result<T
         Dist::Masked => {
             let x = Tensor::randn(0f32, 1f32, dims, dev)?;
             let n = dims[dims.len() - 1];
-            let keep = Tensor::arange(0u32, n as u32, dev)?.lt(n as u32 / 2)?.broadcast_as(dims)?;
+            let keep = Tensor::arange(0u32, n as u32, dev)?
+                .lt(n as u32 / 2)?
+                .broadcast_as(dims)?;
             keep.where_cond(&x, &Tensor::full(f32::NEG_INFINITY, dims, dev)?)?
         }
     };
@@ -61,35 +63,87 @@ pub fn input(dims: &[usize], dist: Dist, dtype: DType, dev: &Device) -> Result<T
 /// The grid, smallest first; `quick` keeps one k per size.
 pub fn grid(quick: bool) -> Vec<Case> {
     let mut v = Vec::new();
-    let ks: &[usize] = if quick { &[1 << 13] } else { &[1 << 5, 1 << 8, 1 << 13, 1 << 16, 1 << 19] };
+    let ks: &[usize] = if quick {
+        &[1 << 13]
+    } else {
+        &[1 << 5, 1 << 8, 1 << 13, 1 << 16, 1 << 19]
+    };
     for &lg in &[20u32, 24, 26, 28, 30] {
         for &k in ks {
-            v.push(case(format!("2^{lg}"), vec![1 << lg], k, Mode::Rowwise, Dist::Normal));
+            v.push(case(
+                format!("2^{lg}"),
+                vec![1 << lg],
+                k,
+                Mode::Rowwise,
+                Dist::Normal,
+            ));
         }
     }
     for d in [Dist::Uniform, Dist::Cauchy] {
         for &lg in &[24u32, 28, 30] {
-            v.push(case(format!("2^{lg}"), vec![1 << lg], 1 << 13, Mode::Rowwise, d));
+            v.push(case(
+                format!("2^{lg}"),
+                vec![1 << lg],
+                1 << 13,
+                Mode::Rowwise,
+                d,
+            ));
         }
     }
     for k in [1 << 13, 1 << 16] {
-        v.push(case("2^31+2^30".into(), vec![(1usize << 31) + (1 << 30)], k, Mode::Flat, Dist::Normal));
+        v.push(case(
+            "2^31+2^30".into(),
+            vec![(1usize << 31) + (1 << 30)],
+            k,
+            Mode::Flat,
+            Dist::Normal,
+        ));
     }
     for (rows, lg) in [(16usize, 20u32), (128, 20), (1024, 18)] {
         for k in [64, 1024] {
-            v.push(case(format!("{rows}x2^{lg}"), vec![rows, 1 << lg], k, Mode::Rowwise, Dist::Normal));
+            v.push(case(
+                format!("{rows}x2^{lg}"),
+                vec![rows, 1 << lg],
+                k,
+                Mode::Rowwise,
+                Dist::Normal,
+            ));
         }
     }
-    v.push(case("flat 4096x2^16".into(), vec![4096, 1 << 16], 131072, Mode::Flat, Dist::Normal));
-    v.push(case("flat 8192x2^17".into(), vec![8192, 1 << 17], 262144, Mode::Flat, Dist::Normal));
+    v.push(case(
+        "flat 4096x2^16".into(),
+        vec![4096, 1 << 16],
+        131072,
+        Mode::Flat,
+        Dist::Normal,
+    ));
+    v.push(case(
+        "flat 8192x2^17".into(),
+        vec![8192, 1 << 17],
+        262144,
+        Mode::Flat,
+        Dist::Normal,
+    ));
     for k in [64, 512] {
-        v.push(case("masked 8192x32768".into(), vec![8192, 32768], k, Mode::Rowwise, Dist::Masked));
+        v.push(case(
+            "masked 8192x32768".into(),
+            vec![8192, 32768],
+            k,
+            Mode::Rowwise,
+            Dist::Masked,
+        ));
     }
     v
 }
 
 fn case(label: String, dims: Vec<usize>, k: usize, mode: Mode, dist: Dist) -> Case {
-    Case { label, dims, k, mode, dist }
+    Case {
+        label,
+        dims,
+        k,
+        mode,
+        dist,
+    }
 }
 
 /// Median milliseconds per call over `reps` calls (CUDA events around each call, inputs rotated,
@@ -100,7 +154,10 @@ pub fn time(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> Result<
     };
     let stream = dev.cuda_stream();
     let ctx = stream.context().clone();
-    let ev = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(super::launch::drv);
+    let ev = || {
+        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(super::launch::drv)
+    };
     for x in xs {
         super::topk_deferred(x, k, opts)?.status.read()?;
     }
@@ -122,12 +179,18 @@ pub fn time(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> Result<
 
 /// Prints the timing table; `selectors` picks the columns.
 pub fn run_grid(dev: &Device, quick: bool, dtype: DType, out: &mut String) -> Result<()> {
-    writeln!(out, "| shape | mode | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |").ok();
+    writeln!(
+        out,
+        "| shape | mode | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |"
+    )
+    .ok();
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|").ok();
     for c in grid(quick) {
         let n: usize = c.dims.iter().product();
         let inputs = if n >= 1 << 30 { 1 } else { 3 };
-        let xs: Vec<Tensor> = (0..inputs).map(|_| input(&c.dims, c.dist, dtype, dev)).collect::<Result<_>>()?;
+        let xs: Vec<Tensor> = (0..inputs)
+            .map(|_| input(&c.dims, c.dist, dtype, dev))
+            .collect::<Result<_>>()?;
         let reps = if n >= 1 << 28 { 10 } else { 30 };
         let mut sels = vec![Selector::Profk, Selector::Radix];
         if c.k == 1 << 13 || c.dims.len() > 1 {
@@ -137,16 +200,64 @@ pub fn run_grid(dev: &Device, quick: bool, dtype: DType, out: &mut String) -> Re
             if s == Selector::Sort && n > 1 << 30 {
                 continue;
             }
-            let opts = TopKOptions { selector: s, mode: c.mode, ..Default::default() };
+            let opts = TopKOptions {
+                selector: s,
+                mode: c.mode,
+                ..Default::default()
+            };
             let (ms, attempts, aux) = time(&xs, c.k, &opts, reps)?;
             let bytes = (n * dtype.size_in_bytes()) as f64;
             let gbs = bytes / ms / 1e6;
             writeln!(
                 out,
                 "| {} | {:?} | {} | {} | {:?} | {:.3} | {:.0} | {:.2} | {} | {:.1} |",
-                c.label, c.mode, c.dist.name(), c.k, s, ms, gbs, gbs / (READ_TBPS * 1e3), attempts, aux as f64 / 1e6
+                c.label,
+                c.mode,
+                c.dist.name(),
+                c.k,
+                s,
+                ms,
+                gbs,
+                gbs / (READ_TBPS * 1e3),
+                attempts,
+                aux as f64 / 1e6
             )
             .ok();
+            eprintln!("{}", out.lines().last().unwrap_or(""));
+        }
+    }
+    Ok(())
+}
+
+/// Times Prof-K with stages left out (see [`super::skip`]) on the shapes where the targets are set:
+/// the differences between rows place the time of each stage.
+pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
+    use super::skip;
+    let shapes = [
+        case("2^24".into(), vec![1 << 24], 1 << 13, Mode::Rowwise, Dist::Normal),
+        case("2^28".into(), vec![1 << 28], 1 << 13, Mode::Rowwise, Dist::Normal),
+        case("2^30".into(), vec![1 << 30], 1 << 13, Mode::Rowwise, Dist::Normal),
+        case("flat 8192x2^17".into(), vec![8192, 1 << 17], 262144, Mode::Flat, Dist::Normal),
+        case("1024x2^18".into(), vec![1024, 1 << 18], 64, Mode::Rowwise, Dist::Normal),
+        case("masked 8192x32768".into(), vec![8192, 32768], 64, Mode::Rowwise, Dist::Masked),
+    ];
+    let variants = [
+        ("full", 0),
+        ("- redraw launches", skip::REDRAW),
+        ("- redraw, fallback launches", skip::REDRAW | skip::FALLBACK),
+        ("- redraw, fallback, buffer top-k", skip::REDRAW | skip::FALLBACK | skip::BUFFER),
+        ("sample + filter only", skip::REDRAW | skip::FALLBACK | skip::BUFFER | skip::OUTPUT),
+    ];
+    writeln!(out, "| shape | k | variant | ms | floor ms |").ok();
+    writeln!(out, "|---|---|---|---|---|").ok();
+    for c in shapes {
+        let n: usize = c.dims.iter().product();
+        let xs: Vec<Tensor> = (0..3).map(|_| input(&c.dims, c.dist, DType::F32, dev)).collect::<Result<_>>()?;
+        let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
+        for (name, mask) in variants {
+            let opts = TopKOptions { mode: c.mode, ..Default::default() };
+            let (ms, _, _) = skip::with(mask, || time(&xs, c.k, &opts, 20))?;
+            writeln!(out, "| {} | {} | {} | {:.3} | {:.3} |", c.label, c.k, name, ms, floor).ok();
             eprintln!("{}", out.lines().last().unwrap_or(""));
         }
     }
@@ -159,10 +270,27 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
     let mut cases: Vec<(String, Tensor, usize, TopKOptions, Option<Plan>)> = Vec::new();
     let base = TopKOptions::default();
     for dt in [DType::F32, DType::F16, DType::BF16] {
-        for (dims, k) in [(vec![1usize << 20], 100usize), (vec![3, 50_000], 1000), (vec![1 << 16], 1), (vec![40_000], 40_000), (vec![40_000], 39_999), (vec![7], 3), (vec![4, 1], 1)] {
+        for (dims, k) in [
+            (vec![1usize << 20], 100usize),
+            (vec![3, 50_000], 1000),
+            (vec![1 << 16], 1),
+            (vec![40_000], 40_000),
+            (vec![40_000], 39_999),
+            (vec![7], 3),
+            (vec![4, 1], 1),
+        ] {
             for order in [Order::Desc, Order::Index] {
                 let x = input(&dims, Dist::Normal, dt, dev)?;
-                cases.push((format!("{dt:?} {dims:?} k={k} {order:?}"), x, k, TopKOptions { order, ..base.clone() }, None));
+                cases.push((
+                    format!("{dt:?} {dims:?} k={k} {order:?}"),
+                    x,
+                    k,
+                    TopKOptions {
+                        order,
+                        ..base.clone()
+                    },
+                    None,
+                ));
             }
         }
         let x = input(&[256, 32768], Dist::Masked, dt, dev)?;
@@ -175,24 +303,83 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
     let x = Tensor::full(f32::NEG_INFINITY, (8, 20_000), dev)?;
     cases.push(("all masked rows".into(), x, 64, base.clone(), None));
     let x = input(&[1 << 20], Dist::Normal, DType::F32, dev)?;
-    cases.push(("by magnitude".into(), x.clone(), 300, TopKOptions { by_magnitude: true, ..base.clone() }, None));
-    cases.push(("flat".into(), input(&[64, 4096], Dist::Normal, DType::F32, dev)?, 2000, TopKOptions { mode: Mode::Flat, ..base.clone() }, None));
+    cases.push((
+        "by magnitude".into(),
+        x.clone(),
+        300,
+        TopKOptions {
+            by_magnitude: true,
+            ..base.clone()
+        },
+        None,
+    ));
+    cases.push((
+        "flat".into(),
+        input(&[64, 4096], Dist::Normal, DType::F32, dev)?,
+        2000,
+        TopKOptions {
+            mode: Mode::Flat,
+            ..base.clone()
+        },
+        None,
+    ));
     cases.push(("k=0".into(), x.clone(), 0, base.clone(), None));
     // Plans that fail on purpose: recall failure every time (t = S) and overflow every time (M = k).
-    cases.push(("forced fallback".into(), x.clone(), 50, base.clone(), Some(Plan { sample: 1024, t: 1024, capacity: 50 })));
-    cases.push(("forced overflow".into(), x.clone(), 50, base.clone(), Some(Plan { sample: 1024, t: 200, capacity: 60 })));
-    cases.push(("approximate".into(), x.clone(), 50, TopKOptions { approximate: true, ..base.clone() }, None));
+    cases.push((
+        "forced fallback".into(),
+        x.clone(),
+        50,
+        base.clone(),
+        Some(Plan {
+            sample: 1024,
+            t: 1024,
+            capacity: 50,
+        }),
+    ));
+    cases.push((
+        "forced overflow".into(),
+        x.clone(),
+        50,
+        base.clone(),
+        Some(Plan {
+            sample: 1024,
+            t: 200,
+            capacity: 60,
+        }),
+    ));
+    cases.push((
+        "approximate".into(),
+        x.clone(),
+        50,
+        TopKOptions {
+            approximate: true,
+            ..base.clone()
+        },
+        None,
+    ));
     let mut with_nan = x.to_vec1::<f32>()?;
     with_nan[12345] = f32::NAN;
     with_nan[999_999] = f32::NAN;
     let xn = Tensor::new(with_nan.as_slice(), dev)?;
-    cases.push(("nan largest".into(), xn.clone(), 10, TopKOptions { nan: NanPolicy::Largest, ..base.clone() }, None));
+    cases.push((
+        "nan largest".into(),
+        xn.clone(),
+        10,
+        TopKOptions {
+            nan: NanPolicy::Largest,
+            ..base.clone()
+        },
+        None,
+    ));
     cases.push(("nan error".into(), xn, 10, base.clone(), None));
 
     for (name, x, k, opts, plan) in cases {
         let cpu = x.to_device(&Device::Cpu)?;
         for sel in [Selector::Profk, Selector::Sort, Selector::Radix] {
-            let o = TopKOptions { selector: sel, ..opts.clone() };
+            let o = TopKOptions {
+                selector: sel,
+                ..opts.clone()
+            };
             let run = |t: &Tensor| match plan {
                 Some(p) if sel == Selector::Profk => topk_with_plan(t, k, &o, p),
                 _ => topk(t, k, &o),
@@ -200,18 +387,42 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
             let (want, got) = (run(&cpu), run(&x));
             let same = match (&want, &got) {
                 (Ok(w), Ok(g)) => {
-                    w.indices.to_vec1_flat()? == g.indices.to_device(&Device::Cpu)?.to_vec1_flat()?
-                        && w.values.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-                            == g.values.to_device(&Device::Cpu)?.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                    w.indices.to_vec1_flat()?
+                        == g.indices.to_device(&Device::Cpu)?.to_vec1_flat()?
+                        && w.values
+                            .to_dtype(DType::F64)?
+                            .flatten_all()?
+                            .to_vec1::<f64>()?
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .collect::<Vec<_>>()
+                            == g.values
+                                .to_device(&Device::Cpu)?
+                                .to_dtype(DType::F64)?
+                                .flatten_all()?
+                                .to_vec1::<f64>()?
+                                .iter()
+                                .map(|v| v.to_bits())
+                                .collect::<Vec<_>>()
                 }
                 (Err(w), Err(g)) => w.to_string() == g.to_string(),
                 _ => false,
             };
-            let attempts = got.as_ref().map(|g| (g.stats.attempts, g.stats.fell_back)).ok();
+            let attempts = got
+                .as_ref()
+                .map(|g| (g.stats.attempts, g.stats.fell_back))
+                .ok();
             if !same {
-                fails.push(format!("{name} {sel:?}: cpu {:?} cuda {:?}", want.as_ref().map(|_| "ok").map_err(|e| e.to_string()), got.as_ref().map(|_| "ok").map_err(|e| e.to_string())));
+                fails.push(format!(
+                    "{name} {sel:?}: cpu {:?} cuda {:?}",
+                    want.as_ref().map(|_| "ok").map_err(|e| e.to_string()),
+                    got.as_ref().map(|_| "ok").map_err(|e| e.to_string())
+                ));
             }
-            eprintln!("check {name:<32} {sel:?}: {} attempts/fallback {attempts:?}", if same { "ok" } else { "MISMATCH" });
+            eprintln!(
+                "check {name:<32} {sel:?}: {} attempts/fallback {attempts:?}",
+                if same { "ok" } else { "MISMATCH" }
+            );
         }
     }
     let _ = D::Minus1;

@@ -1,8 +1,7 @@
 //! Stage 3 (kernels/filter.cu): one pass per pending row, buffer fill, exact R and the device-side check.
-use candle_core::cuda::cudarc::driver::CudaSlice;
 
 use super::abi::FilterArgs;
-use super::launch::Arena;
+use super::launch::{Arena, Dev};
 use super::module::Family;
 use super::{Input, Shape};
 use crate::Result;
@@ -11,22 +10,29 @@ use crate::Result;
 const CHUNK: u64 = 1 << 16;
 
 pub struct Buffer {
-    pub keys: CudaSlice<u32>,
-    pub idx: CudaSlice<u64>,
+    pub keys: Dev<u32>,
+    pub idx: Dev<u64>,
     pub cap: u64,
 }
 
 pub struct Pass<'a> {
-    pub state_sel: &'a CudaSlice<u8>,
+    pub state_sel: &'a Dev<u8>,
     pub use_tmin: bool,
-    pub run: &'a CudaSlice<u8>,
-    pub global: &'a CudaSlice<u8>,
+    pub run: &'a Dev<u8>,
+    pub global: &'a Dev<u8>,
     pub count_nan: bool,
     pub last_attempt: bool,
     pub approximate: bool,
 }
 
-pub fn run(arena: &Arena, input: &Input, shape: &Shape, k: u64, buf: &Buffer, p: &Pass) -> Result<()> {
+pub fn run(
+    arena: &Arena,
+    input: &Input,
+    shape: &Shape,
+    k: u64,
+    buf: &Buffer,
+    p: &Pass,
+) -> Result<()> {
     let cpr = shape.n.div_ceil(CHUNK).max(1);
     let args = FilterArgs {
         x: input.ptr,
@@ -40,14 +46,20 @@ pub fn run(arena: &Arena, input: &Input, shape: &Shape, k: u64, buf: &Buffer, p:
         k,
         chunk: CHUNK,
         cpr,
-        sel: arena.ptr(p.state_sel),
-        run: arena.ptr(p.run),
-        bkeys: arena.ptr(&buf.keys),
-        bidx: arena.ptr(&buf.idx),
-        global: arena.ptr(p.global),
+        sel: p.state_sel.ptr,
+        run: p.run.ptr,
+        bkeys: buf.keys.ptr,
+        bidx: buf.idx.ptr,
+        global: p.global.ptr,
         last_attempt: p.last_attempt as i32,
         approximate: p.approximate as i32,
     };
     let grid = (shape.rows * cpr).clamp(1, 2 * arena.sms as u64);
-    arena.launch_struct(Family::Filter, &format!("filter_{}", input.suffix), grid, 512, &args)
+    arena.launch_struct(
+        Family::Filter,
+        &format!("filter_{}", input.suffix),
+        grid,
+        512,
+        &args,
+    )
 }

@@ -8,17 +8,18 @@
 //! returns the outputs and a [`DeviceStatus`] without waiting; [`crate::topk`] reads the status once at
 //! the end to report NaN errors and fill [`SelectStats`].
 mod abi;
+pub mod bench;
 mod filter;
 mod launch;
 mod module;
 mod sample;
 mod select;
 mod sort;
-pub mod bench;
 
-use candle_core::op::BackpropOp;
-use candle_core::cuda::cudarc::driver::CudaSlice;
+use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr};
+use launch::Dev;
 use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};
+use candle_core::op::BackpropOp;
 use candle_core::{DType, Device, Storage, Tensor};
 use std::time::Instant;
 
@@ -34,6 +35,26 @@ pub use launch::Arena as CallArena;
 /// Attempts on the device before the exact fallback: each further attempt costs a few launches even
 /// when every row has passed, so the device path redraws once.
 pub const DEVICE_ATTEMPTS: u32 = 2;
+
+/// Stages a timing variant leaves out (bench only: the results of such a call are not meaningful).
+pub mod skip {
+    use std::cell::Cell;
+    pub const REDRAW: u32 = 1;
+    pub const BUFFER: u32 = 2;
+    pub const FALLBACK: u32 = 4;
+    pub const OUTPUT: u32 = 8;
+    thread_local!(static SKIP: Cell<u32> = const { Cell::new(0) });
+    /// Runs `f` with the given stages left out of every call on this thread.
+    pub fn with<R>(mask: u32, f: impl FnOnce() -> R) -> R {
+        SKIP.with(|s| s.set(mask));
+        let r = f();
+        SKIP.with(|s| s.set(0));
+        r
+    }
+    pub(crate) fn has(bit: u32) -> bool {
+        SKIP.with(|s| s.get() & bit != 0)
+    }
+}
 
 /// The input as the kernels see it.
 pub struct Input {
@@ -62,8 +83,8 @@ pub struct Deferred {
 
 /// Per-row outcomes and the NaN count, still on the device; [`DeviceStatus::read`] synchronizes.
 pub struct DeviceStatus {
-    run: CudaSlice<u8>,
-    global: CudaSlice<u8>,
+    /// `RowRun` per row, then `Global`: owned by the call, so it outlives the shared workspace.
+    record: CudaSlice<u8>,
     stream: std::sync::Arc<candle_core::cuda::cudarc::driver::CudaStream>,
     nan: NanPolicy,
     plan: Option<Plan>,
@@ -76,20 +97,31 @@ pub struct DeviceStatus {
 impl DeviceStatus {
     /// Waits for the call, then reports NaN errors and the statistics.
     pub fn read(&self) -> Result<SelectStats> {
-        let run_bytes = self.stream.clone_dtoh(&self.run).map_err(launch::drv)?;
-        let g = self.stream.clone_dtoh(&self.global).map_err(launch::drv)?;
-        let word = |b: &[u8], i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let bytes = self.stream.clone_dtoh(&self.record).map_err(launch::drv)?;
+        let (run_bytes, g) = bytes.split_at(self.rows as usize * ROW_RUN_BYTES);
+        let word = |b: &[u8], i: usize| {
+            u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+        };
         let (nan_count, nan_first_inv) = (word(&g, 0), word(&g, 1));
         if self.nan == NanPolicy::Error && nan_count > 0 {
-            return Err(Error::NaN { count: nan_count as usize, first: (!nan_first_inv) as usize });
+            return Err(Error::NaN {
+                count: nan_count as usize,
+                first: (!nan_first_inv) as usize,
+            });
         }
-        let mut stats = SelectStats { rows: self.rows, ..Default::default() };
+        let mut stats = SelectStats {
+            rows: self.rows,
+            ..Default::default()
+        };
         if let Some(p) = self.plan {
             stats.sample = p.sample;
             stats.threshold_rank = p.t;
             stats.capacity = p.capacity;
         }
-        for chunk in run_bytes.chunks_exact(ROW_RUN_BYTES).take(self.rows as usize) {
+        for chunk in run_bytes
+            .chunks_exact(ROW_RUN_BYTES)
+            .take(self.rows as usize)
+        {
             // SAFETY: RowRun is plain old data of exactly ROW_RUN_BYTES bytes.
             let r: RowRun = unsafe { std::ptr::read_unaligned(chunk.as_ptr() as *const RowRun) };
             if self.plan.is_none() {
@@ -112,10 +144,19 @@ impl DeviceStatus {
 }
 
 /// The CUDA branch of the dispatch: queue the call, then read its status once.
-pub(crate) fn topk(x: &Tensor, sel: &RowsSpec, opts: &TopKOptions, plan: Option<Plan>) -> Result<TopK> {
+pub(crate) fn topk(
+    x: &Tensor,
+    sel: &RowsSpec,
+    opts: &TopKOptions,
+    plan: Option<Plan>,
+) -> Result<TopK> {
     let d = topk_deferred_spec(x, sel, opts, plan)?;
     let stats = d.status.read()?;
-    Ok(TopK { values: d.values, indices: d.indices, stats })
+    Ok(TopK {
+        values: d.values,
+        indices: d.indices,
+        stats,
+    })
 }
 
 /// [`crate::topk`] on a CUDA tensor without any host synchronization: the outputs are ordinary
@@ -143,14 +184,24 @@ fn index_bits(n: u64) -> u32 {
     64 - n.saturating_sub(1).leading_zeros()
 }
 
-fn topk_deferred_spec(x: &Tensor, spec: &RowsSpec, opts: &TopKOptions, plan: Option<Plan>) -> Result<Deferred> {
+fn topk_deferred_spec(
+    x: &Tensor,
+    spec: &RowsSpec,
+    opts: &TopKOptions,
+    plan: Option<Plan>,
+) -> Result<Deferred> {
     let started = Instant::now();
     let Device::Cuda(dev) = x.device() else {
         return Err(Error::Param("the CUDA path needs a CUDA tensor".into()));
     };
     let (suffix, kb) = suffix(x.dtype())?;
     let x = x.contiguous()?;
-    let shape = Shape { rows: spec.rows as u64, n: spec.n as u64, kb, ib: index_bits(spec.n as u64) };
+    let shape = Shape {
+        rows: spec.rows as u64,
+        n: spec.n as u64,
+        kb,
+        ib: index_bits(spec.n as u64),
+    };
     let k = spec.k as u64;
     let mut arena = Arena::new(dev.cuda_stream())?;
     let (storage, layout) = x.storage_and_layout();
@@ -159,36 +210,70 @@ fn topk_deferred_spec(x: &Tensor, spec: &RowsSpec, opts: &TopKOptions, plan: Opt
     };
     let elem = x.dtype().size_in_bytes() as u64;
     let base = match x.dtype() {
-        DType::F32 => arena.ptr(cs.as_cuda_slice::<f32>()?),
-        DType::F16 => arena.ptr(cs.as_cuda_slice::<half::f16>()?),
-        _ => arena.ptr(cs.as_cuda_slice::<half::bf16>()?),
+        DType::F32 => cs.as_cuda_slice::<f32>()?.device_ptr(&arena.stream).0,
+        DType::F16 => cs.as_cuda_slice::<half::f16>()?.device_ptr(&arena.stream).0,
+        _ => cs.as_cuda_slice::<half::bf16>()?.device_ptr(&arena.stream).0,
     };
-    let input = Input { ptr: base + layout.start_offset() as u64 * elem, suffix, mag: opts.by_magnitude };
-    let run = arena.zeros::<u8>(spec.rows * ROW_RUN_BYTES)?;
-    let global = arena.zeros::<u8>(GLOBAL_BYTES)?;
-    let plan = if opts.selector == Selector::Profk { plan } else { None };
+    let input = Input {
+        ptr: base + layout.start_offset() as u64 * elem,
+        suffix,
+        mag: opts.by_magnitude,
+    };
+    let record = arena.stream.alloc_zeros::<u8>(spec.rows * ROW_RUN_BYTES + GLOBAL_BYTES).map_err(launch::drv)?;
+    let record_ptr = record.device_ptr(&arena.stream).0;
+    let run = Dev::<u8>::at(record_ptr, spec.rows * ROW_RUN_BYTES);
+    let global = Dev::<u8>::at(record_ptr + (spec.rows * ROW_RUN_BYTES) as u64, GLOBAL_BYTES);
+    let plan = if opts.selector == Selector::Profk {
+        plan
+    } else {
+        None
+    };
 
     let (values, indices) = if k == 0 || shape.rows == 0 {
         let out: &[usize] = &spec.out_shape;
-        (Tensor::zeros(out, x.dtype(), x.device())?, Tensor::zeros(out, DType::I64, x.device())?)
+        (
+            Tensor::zeros(out, x.dtype(), x.device())?,
+            Tensor::zeros(out, DType::I64, x.device())?,
+        )
     } else {
         let slots = match (opts.selector, plan) {
             (Selector::Sort, _) => {
                 nan_scan(&arena, &input, &shape, opts, &global)?;
                 sort_baseline(&mut arena, &input, &shape, k)?
             }
-            (Selector::Profk, Some(p)) => profk(&mut arena, &input, &shape, k, opts, p, &run, &global)?,
+            (Selector::Profk, Some(p)) => {
+                profk(&mut arena, &input, &shape, k, opts, p, &run, &global)?
+            }
             _ => {
                 nan_scan(&arena, &input, &shape, opts, &global)?;
                 let state = SelState::new(&mut arena, spec.rows)?;
                 let out = arena.alloc::<u64>(spec.rows * spec.k)?;
-                let s = Selection { arena: &arena, input: &input, shape, state: &state, gate: Gate { run: Some(&run), val: ROW_PENDING } };
+                let s = Selection {
+                    arena: &arena,
+                    input: &input,
+                    shape,
+                    state: &state,
+                    gate: Gate {
+                        run: Some(&run),
+                        val: ROW_PENDING,
+                    },
+                };
                 s.threshold(&Source::Dense, k, true)?;
                 s.compact(&Source::Dense, &out, k, &run)?;
                 out
             }
         };
-        output(&mut arena, dev, &input, &shape, k, opts.order, &slots, &spec.out_shape, x.dtype())?
+        output(
+            &mut arena,
+            dev,
+            &input,
+            &shape,
+            k,
+            opts.order,
+            &slots,
+            &spec.out_shape,
+            x.dtype(),
+        )?
     };
     drop(storage);
     let aux_bytes = arena.bytes;
@@ -196,8 +281,7 @@ fn topk_deferred_spec(x: &Tensor, spec: &RowsSpec, opts: &TopKOptions, plan: Opt
         values,
         indices,
         status: DeviceStatus {
-            run,
-            global,
+            record,
             stream: arena.stream.clone(),
             nan: opts.nan,
             plan,
@@ -208,7 +292,13 @@ fn topk_deferred_spec(x: &Tensor, spec: &RowsSpec, opts: &TopKOptions, plan: Opt
     })
 }
 
-fn nan_scan(arena: &Arena, input: &Input, shape: &Shape, opts: &TopKOptions, global: &CudaSlice<u8>) -> Result<()> {
+fn nan_scan(
+    arena: &Arena,
+    input: &Input,
+    shape: &Shape,
+    opts: &TopKOptions,
+    global: &Dev<u8>,
+) -> Result<()> {
     if opts.nan != NanPolicy::Error {
         return Ok(());
     }
@@ -218,7 +308,11 @@ fn nan_scan(arena: &Arena, input: &Input, shape: &Shape, opts: &TopKOptions, glo
         &format!("nan_scan_{}", input.suffix),
         arena.grid_for(total, 256, 16),
         256,
-        &[Arg::U64(input.ptr), Arg::U64(total), Arg::U64(arena.ptr(global))],
+        &[
+            Arg::U64(input.ptr),
+            Arg::U64(total),
+            Arg::U64(global.ptr),
+        ],
     )
 }
 
@@ -232,28 +326,37 @@ fn profk(
     k: u64,
     opts: &TopKOptions,
     plan: Plan,
-    run: &CudaSlice<u8>,
-    global: &CudaSlice<u8>,
-) -> Result<CudaSlice<u64>> {
+    run: &Dev<u8>,
+    global: &Dev<u8>,
+) -> Result<Dev<u64>> {
     let rows = shape.rows as usize;
     let (s, cap) = (plan.sample, plan.capacity);
-    let state = SelState::new(arena, rows)?;
-    let skeys = arena.alloc::<u32>(rows * s as usize)?;
-    let sidx = arena.alloc::<u64>(rows * s as usize)?;
-    let buf = filter::Buffer { keys: arena.alloc::<u32>(rows * cap as usize)?, idx: arena.alloc::<u64>(rows * cap as usize)?, cap };
-    let out = arena.alloc::<u64>(rows * k as usize)?;
-    // Composites of at most 64 bits let a threshold selection stop early and finish with one min pass.
+    // Composites of at most 64 bits let small samples and buffers be selected inside one block, and a
+    // large selection stop early and finish with one min pass.
     let narrow = shape.kb + shape.ib <= 64;
-    let attempts = if opts.approximate { 1 } else { DEVICE_ATTEMPTS };
+    let fused_sample = narrow && s <= sample::FUSED_MAX_SAMPLE;
+    let block_buffer = narrow && cap <= sample::FUSED_MAX_SAMPLE;
+    let state = SelState::new(arena, rows)?;
+    let sample_len = if fused_sample { 0 } else { rows * s as usize };
+    let skeys = arena.alloc::<u32>(sample_len)?;
+    let sidx = arena.alloc::<u64>(sample_len)?;
+    let buf = filter::Buffer { keys: arena.alloc::<u32>(rows * cap as usize)?, idx: arena.alloc::<u64>(rows * cap as usize)?, cap };
+    // A timing variant without the buffer top-k leaves the slots unwritten: zero them, they are gathered.
+    let out = if skip::has(skip::BUFFER) { arena.zeros::<u64>(rows * k as usize)? } else { arena.alloc::<u64>(rows * k as usize)? };
+    let attempts = if opts.approximate || skip::has(skip::REDRAW) { 1 } else { DEVICE_ATTEMPTS };
     let arena_ro: &Arena = arena;
     let pending = Gate { run: Some(run), val: ROW_PENDING };
     let sample_src = Source::List { keys: &skeys, idx: &sidx, cap: s, run: None };
     for attempt in 1..=attempts {
-        sample::draw(arena_ro, input, shape, s, opts.seed, attempt, run, &skeys, &sidx)?;
-        let sel = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: pending };
-        sel.threshold(&sample_src, plan.t, narrow)?;
-        if narrow {
-            sel.finalize_min(&sample_src)?;
+        if fused_sample {
+            sample::draw_and_select(arena_ro, input, shape, s, plan.t, opts.seed, attempt, run, &state.sel)?;
+        } else {
+            sample::draw(arena_ro, input, shape, s, opts.seed, attempt, run, &skeys, &sidx)?;
+            let sel = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: pending };
+            sel.threshold(&sample_src, plan.t, narrow)?;
+            if narrow {
+                sel.finalize_min(&sample_src)?;
+            }
         }
         filter::run(
             arena_ro,
@@ -274,16 +377,28 @@ fn profk(
     }
     let ok = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: Gate { run: Some(run), val: ROW_OK } };
     let buffer_src = Source::List { keys: &buf.keys, idx: &buf.idx, cap, run: Some(run) };
-    ok.threshold(&buffer_src, k, true)?;
-    ok.compact(&buffer_src, &out, k, run)?;
+    if skip::has(skip::BUFFER) {
+    } else if block_buffer {
+        ok.block_topk(&buffer_src, &out, k)?;
+    } else {
+        ok.threshold(&buffer_src, k, true)?;
+        ok.compact(&buffer_src, &out, k, run)?;
+    }
     let fb = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: Gate { run: Some(run), val: ROW_FALLBACK } };
-    fb.threshold(&Source::Dense, k, true)?;
-    fb.compact(&Source::Dense, &out, k, run)?;
+    if !skip::has(skip::FALLBACK) {
+        fb.threshold(&Source::Dense, k, true)?;
+        fb.compact(&Source::Dense, &out, k, run)?;
+    }
     Ok(out)
 }
 
 /// `sort`: CUB radix sort of every row, then the first k.
-fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Result<CudaSlice<u64>> {
+fn sort_baseline(
+    arena: &mut Arena,
+    input: &Input,
+    shape: &Shape,
+    k: u64,
+) -> Result<Dev<u64>> {
     let (rows, n) = (shape.rows as usize, shape.n as usize);
     let total = shape.rows * shape.n;
     let grid = arena.grid_for(total, 256, 16);
@@ -295,9 +410,19 @@ fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Res
             &format!("all_composite_{}", input.suffix),
             grid,
             256,
-            &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(total), Arg::I32(input.mag as i32), Arg::I32(shape.ib as i32), Arg::U64(arena.ptr(&c))],
+            &[
+                Arg::U64(input.ptr),
+                Arg::U64(shape.n),
+                Arg::U64(total),
+                Arg::I32(input.mag as i32),
+                Arg::I32(shape.ib as i32),
+                Arg::U64(c.ptr),
+            ],
         )?;
-        (sort::sort_keys_u64(arena, &c, rows, n, true, shape.kb + shape.ib)?, shape.ib as i32)
+        (
+            sort::sort_keys_u64(arena, c, rows, n, true, shape.kb + shape.ib)?,
+            shape.ib as i32,
+        )
     } else {
         let keys = arena.alloc::<u32>(total as usize)?;
         let idx = arena.alloc::<u64>(total as usize)?;
@@ -306,16 +431,30 @@ fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Res
             &format!("all_keys_{}", input.suffix),
             grid,
             256,
-            &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(total), Arg::I32(input.mag as i32), Arg::U64(arena.ptr(&keys)), Arg::U64(arena.ptr(&idx))],
+            &[
+                Arg::U64(input.ptr),
+                Arg::U64(shape.n),
+                Arg::U64(total),
+                Arg::I32(input.mag as i32),
+                Arg::U64(keys.ptr),
+                Arg::U64(idx.ptr),
+            ],
         )?;
-        (sort::sort_pairs_desc(arena, &keys, &idx, rows, n)?, -1)
+        (sort::sort_pairs_desc(arena, keys, idx, rows, n)?, -1)
     };
     arena.launch_args(
         Family::Baselines,
         "take_head",
         arena.grid_for(shape.rows * k, 256, 16),
         256,
-        &[Arg::U64(arena.ptr(&sorted)), Arg::U64(shape.n), Arg::U64(k), Arg::U64(shape.rows), Arg::I32(ib), Arg::U64(arena.ptr(&out))],
+        &[
+            Arg::U64(sorted.ptr),
+            Arg::U64(shape.n),
+            Arg::U64(k),
+            Arg::U64(shape.rows),
+            Arg::I32(ib),
+            Arg::U64(out.ptr),
+        ],
     )?;
     Ok(out)
 }
@@ -329,7 +468,7 @@ fn output(
     shape: &Shape,
     k: u64,
     order: Order,
-    slots: &CudaSlice<u64>,
+    slots: &Dev<u64>,
     out_shape: &[usize],
     dtype: DType,
 ) -> Result<(Tensor, Tensor)> {
@@ -337,7 +476,11 @@ fn output(
     let total = shape.rows * k;
     let grid = arena.grid_for(total, 256, 16);
     let (sorted, ib) = match order {
-        Order::Index => (sort::sort_keys_u64(arena, slots, rows, ku, false, shape.ib)?, -1),
+        _ if skip::has(skip::OUTPUT) => (*slots, -1),
+        Order::Index => (
+            sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?,
+            -1,
+        ),
         Order::Desc if shape.kb + shape.ib <= 64 => {
             let c = arena.alloc::<u64>(total as usize)?;
             arena.launch_args(
@@ -345,30 +488,59 @@ fn output(
                 &format!("out_composite_{}", input.suffix),
                 grid,
                 256,
-                &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(k), Arg::I32(input.mag as i32), Arg::I32(shape.ib as i32), Arg::U64(arena.ptr(slots)), Arg::U64(arena.ptr(&c)), Arg::U64(total)],
+                &[
+                    Arg::U64(input.ptr),
+                    Arg::U64(shape.n),
+                    Arg::U64(k),
+                    Arg::I32(input.mag as i32),
+                    Arg::I32(shape.ib as i32),
+                    Arg::U64(slots.ptr),
+                    Arg::U64(c.ptr),
+                    Arg::U64(total),
+                ],
             )?;
-            (sort::sort_keys_u64(arena, &c, rows, ku, true, shape.kb + shape.ib)?, shape.ib as i32)
+            (
+                sort::sort_keys_u64(arena, c, rows, ku, true, shape.kb + shape.ib)?,
+                shape.ib as i32,
+            )
         }
         Order::Desc => {
-            let by_index = sort::sort_keys_u64(arena, slots, rows, ku, false, shape.ib)?;
+            let by_index = sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?;
             let keys = arena.alloc::<u32>(total as usize)?;
             arena.launch_args(
                 Family::Select,
                 &format!("out_keys_{}", input.suffix),
                 grid,
                 256,
-                &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(k), Arg::I32(input.mag as i32), Arg::U64(arena.ptr(&by_index)), Arg::U64(arena.ptr(&keys)), Arg::U64(total)],
+                &[
+                    Arg::U64(input.ptr),
+                    Arg::U64(shape.n),
+                    Arg::U64(k),
+                    Arg::I32(input.mag as i32),
+                    Arg::U64(by_index.ptr),
+                    Arg::U64(keys.ptr),
+                    Arg::U64(total),
+                ],
             )?;
-            (sort::sort_pairs_desc(arena, &keys, &by_index, rows, ku)?, -1)
+            (
+                sort::sort_pairs_desc(arena, keys, by_index, rows, ku)?,
+                -1,
+            )
         }
     };
     let stream = arena.stream.clone();
     // SAFETY: both outputs are fully written by out_gather below.
     let idx_out = unsafe { stream.alloc::<i64>(total as usize) }.map_err(launch::drv)?;
     let values = match dtype {
-        DType::F32 => gather::<f32>(arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape)?,
-        DType::F16 => gather::<half::f16>(arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape)?,
-        _ => gather::<half::bf16>(arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape)?,
+        DType::F32 => gather::<f32>(
+            arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape,
+        )?,
+        DType::F16 => gather::<half::f16>(
+            arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape,
+        )?,
+        _ => gather::<half::bf16>(
+            arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape,
+        )?,
     };
     let indices = wrap(idx_out, dev, out_shape);
     Ok((values, indices))
@@ -382,7 +554,7 @@ fn gather<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
     shape: &Shape,
     k: u64,
     ib: i32,
-    sorted: &CudaSlice<u64>,
+    sorted: &Dev<u64>,
     idx_out: &CudaSlice<i64>,
     out_shape: &[usize],
 ) -> Result<Tensor> {
@@ -394,7 +566,16 @@ fn gather<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
         &format!("out_gather_{}", input.suffix),
         arena.grid_for(total, 256, 16),
         256,
-        &[Arg::U64(input.ptr), Arg::U64(shape.n), Arg::U64(k), Arg::I32(ib), Arg::U64(arena.ptr(sorted)), Arg::U64(arena.ptr(&vals)), Arg::U64(arena.ptr(idx_out)), Arg::U64(total)],
+        &[
+            Arg::U64(input.ptr),
+            Arg::U64(shape.n),
+            Arg::U64(k),
+            Arg::I32(ib),
+            Arg::U64(sorted.ptr),
+            Arg::U64(vals.device_ptr(&arena.stream).0),
+            Arg::U64(idx_out.device_ptr(&arena.stream).0),
+            Arg::U64(total),
+        ],
     )?;
     Ok(wrap(vals, dev, out_shape))
 }

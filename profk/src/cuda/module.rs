@@ -33,8 +33,30 @@ fn modules() -> &'static Mutex<HashMap<Key, Arc<CudaModule>>> {
     M.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// The kernel `name` of `family` in `ctx`.
+fn functions() -> &'static Mutex<HashMap<(usize, String), CudaFunction>> {
+    static F: OnceLock<Mutex<HashMap<(usize, String), CudaFunction>>> = OnceLock::new();
+    F.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The kernel `name` of `family` in `ctx`, looked up once.
 pub fn function(ctx: &Arc<CudaContext>, family: Family, name: &str) -> Result<CudaFunction> {
+    let fkey = (ctx.cu_ctx() as usize, name.to_string());
+    if let Some(f) = functions()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&fkey)
+    {
+        return Ok(f.clone());
+    }
+    let f = load(ctx, family, name)?;
+    functions()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(fkey, f.clone());
+    Ok(f)
+}
+
+fn load(ctx: &Arc<CudaContext>, family: Family, name: &str) -> Result<CudaFunction> {
     let key = (ctx.cu_ctx() as usize, family);
     let module = {
         let mut map = modules().lock().unwrap_or_else(|e| e.into_inner());
@@ -49,7 +71,9 @@ pub fn function(ctx: &Arc<CudaContext>, family: Family, name: &str) -> Result<Cu
             }
         }
     };
-    module
-        .load_function(name)
-        .map_err(|e| Error::Param(format!("kernel {name} missing from the {family:?} fatbin: {e:?}")))
+    module.load_function(name).map_err(|e| {
+        Error::Param(format!(
+            "kernel {name} missing from the {family:?} fatbin: {e:?}"
+        ))
+    })
 }

@@ -1,8 +1,8 @@
 //! Stage 1 (kernels/sample.cu): S distinct indices per pending row by a keyed bijection, gathered.
-use candle_core::cuda::cudarc::driver::CudaSlice;
 
 use super::abi::SampleArgs;
-use super::launch::Arena;
+use super::launch::{drv, Arena, Dev};
+use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use super::module::Family;
 use super::{Input, Shape};
 use crate::Result;
@@ -13,19 +13,13 @@ fn half_bits(n: u64) -> i32 {
     bits.div_ceil(2).max(1) as i32
 }
 
+/// Largest sample the fused kernel selects in registers (1024 threads × 16).
+pub const FUSED_MAX_SAMPLE: u64 = 16384;
+
+/// The sample's arguments; `keys`/`idx` are null when the fused kernel keeps the sample in registers.
 #[allow(clippy::too_many_arguments)]
-pub fn draw(
-    arena: &Arena,
-    input: &Input,
-    shape: &Shape,
-    s: u64,
-    seed: u64,
-    attempt: u32,
-    run: &CudaSlice<u8>,
-    keys: &CudaSlice<u32>,
-    idx: &CudaSlice<u64>,
-) -> Result<()> {
-    let args = SampleArgs {
+fn args(input: &Input, shape: &Shape, s: u64, seed: u64, attempt: u32, run: &Dev<u8>, keys: u64, idx: u64) -> SampleArgs {
+    SampleArgs {
         x: input.ptr,
         n: shape.n,
         rows: shape.rows,
@@ -35,19 +29,76 @@ pub fn draw(
         seed,
         attempt,
         pad: 0,
-        run: arena.ptr(run),
-        skeys: arena.ptr(keys),
-        sidx: arena.ptr(idx),
-    };
+        run: run.ptr,
+        skeys: keys,
+        sidx: idx,
+    }
+}
+
+/// Stages 1 and 2 in one launch (S <= FUSED_MAX_SAMPLE, composites of at most 64 bits): the t-th
+/// largest sampled composite of every pending row goes to its `RowSel.tmin`.
+#[allow(clippy::too_many_arguments)]
+pub fn draw_and_select(
+    arena: &Arena,
+    input: &Input,
+    shape: &Shape,
+    s: u64,
+    t: u64,
+    seed: u64,
+    attempt: u32,
+    run: &Dev<u8>,
+    sel: &Dev<u8>,
+) -> Result<()> {
+    let a = args(input, shape, s, seed, attempt, run, 0, 0);
+    let f = arena.func(Family::Sample, &format!("sample_select_{}", input.suffix))?;
+    let (selp, t32, ib, tb) = (sel.ptr, t as u32, shape.ib as i32, (shape.kb + shape.ib) as i32);
+    let mut b = arena.stream.launch_builder(&f);
+    b.arg(&a).arg(&selp).arg(&t32).arg(&ib).arg(&tb);
+    let grid = shape.rows.clamp(1, 4 * arena.sms as u64) as u32;
+    // SAFETY: (SampleArgs, RowSel*, u32, int, int) is the kernel's signature.
+    unsafe { b.launch(LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 }) }.map_err(drv)?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn draw(
+    arena: &Arena,
+    input: &Input,
+    shape: &Shape,
+    s: u64,
+    seed: u64,
+    attempt: u32,
+    run: &Dev<u8>,
+    keys: &Dev<u32>,
+    idx: &Dev<u64>,
+) -> Result<()> {
+    let args = args(input, shape, s, seed, attempt, run, keys.ptr, idx.ptr);
     let grid = arena.grid_for(shape.rows * s, 256, 16);
-    arena.launch_struct(Family::Sample, &format!("sample_{}", input.suffix), grid, 256, &args)
+    arena.launch_struct(
+        Family::Sample,
+        &format!("sample_{}", input.suffix),
+        grid,
+        256,
+        &args,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn feistel_domain_covers_n() {
-        for n in [1u64, 2, 3, 4, 5, 1000, 1 << 20, (1 << 20) + 1, 3 << 30, 1 << 40] {
+        for n in [
+            1u64,
+            2,
+            3,
+            4,
+            5,
+            1000,
+            1 << 20,
+            (1 << 20) + 1,
+            3 << 30,
+            1 << 40,
+        ] {
             let h = super::half_bits(n);
             assert!(1u128 << (2 * h) >= n as u128, "n = {n}");
             assert!(n <= 2 || (1u128 << (2 * h)) <= 4 * n as u128, "n = {n}");

@@ -1,9 +1,9 @@
 //! Radix selection by (key, index) composite (kernels/select.cu): the threshold over the sample, the
 //! exact top-k of the buffer, the dense fallback and the `radix` baseline, and the output stage.
-use candle_core::cuda::cudarc::driver::CudaSlice;
+use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::abi::{SelArgs, SelSrc, ROW_SEL_BYTES};
-use super::launch::{Arena, Arg};
+use super::launch::{drv, Arena, Arg, Dev};
 use super::module::Family;
 use super::{Input, Shape};
 use crate::Result;
@@ -14,13 +14,16 @@ const CHUNK: u64 = 8192;
 
 /// Per-row state of one selection in flight, reused by successive selections of a call.
 pub struct SelState {
-    pub sel: CudaSlice<u8>,
-    pub hist: CudaSlice<u64>,
+    pub sel: Dev<u8>,
+    pub hist: Dev<u64>,
 }
 
 impl SelState {
     pub fn new(arena: &mut Arena, rows: usize) -> Result<Self> {
-        Ok(Self { sel: arena.zeros::<u8>(rows * ROW_SEL_BYTES)?, hist: arena.zeros::<u64>(rows * 256)? })
+        Ok(Self {
+            sel: arena.zeros::<u8>(rows * ROW_SEL_BYTES)?,
+            hist: arena.zeros::<u64>(rows * 256)?,
+        })
     }
 }
 
@@ -30,13 +33,18 @@ pub enum Source<'a> {
     Dense,
     /// Keys and row-local indices, `cap` per row; the row's length is `min(run.counter, cap)` when
     /// `run` is given, else `cap`.
-    List { keys: &'a CudaSlice<u32>, idx: &'a CudaSlice<u64>, cap: u64, run: Option<&'a CudaSlice<u8>> },
+    List {
+        keys: &'a Dev<u32>,
+        idx: &'a Dev<u64>,
+        cap: u64,
+        run: Option<&'a Dev<u8>>,
+    },
 }
 
 /// Which rows take part: those whose `RowRun.status == val`, or all.
 #[derive(Clone, Copy)]
 pub struct Gate<'a> {
-    pub run: Option<&'a CudaSlice<u8>>,
+    pub run: Option<&'a Dev<u8>>,
     pub val: u32,
 }
 
@@ -50,10 +58,14 @@ pub struct Selection<'a> {
 
 impl Selection<'_> {
     fn args(&self, src: &Source, allow_done: bool) -> SelArgs {
-        let a = self.arena;
         let (lkeys, lidx, lcap, lrun) = match src {
             Source::Dense => (0, 0, 0, 0),
-            Source::List { keys, idx, cap, run } => (a.ptr(*keys), a.ptr(*idx), *cap, run.map_or(0, |r| a.ptr(r))),
+            Source::List {
+                keys,
+                idx,
+                cap,
+                run,
+            } => (keys.ptr, idx.ptr, *cap, run.map_or(0, |r| r.ptr)),
         };
         let len = match src {
             Source::Dense => self.shape.n,
@@ -78,9 +90,9 @@ impl Selection<'_> {
             lo: 0,
             width: 0,
             allow_done: allow_done as i32,
-            sel: a.ptr(&self.state.sel),
-            hist: a.ptr(&self.state.hist),
-            gate: self.gate.run.map_or(0, |r| a.ptr(r)),
+            sel: self.state.sel.ptr,
+            hist: self.state.hist.ptr,
+            gate: self.gate.run.map_or(0, |r| r.ptr),
             gate_val: self.gate.val,
             pad: 0,
         }
@@ -104,7 +116,12 @@ impl Selection<'_> {
             "select_init",
             a.grid_for(rows * 256, THREADS, 8),
             THREADS,
-            &[Arg::U64(a.ptr(&self.state.sel)), Arg::U64(a.ptr(&self.state.hist)), Arg::U64(rows), Arg::U64(kth)],
+            &[
+                Arg::U64(self.state.sel.ptr),
+                Arg::U64(self.state.hist.ptr),
+                Arg::U64(rows),
+                Arg::U64(kth),
+            ],
         )?;
         let mut args = self.args(src, allow_done);
         let name = format!("select_pass_{}", self.suffix(src));
@@ -124,26 +141,60 @@ impl Selection<'_> {
     /// at most 64 bits).
     pub fn finalize_min(&self, src: &Source) -> Result<()> {
         let args = self.args(src, true);
-        let grid = self.arena.grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);
-        self.arena.launch_struct(Family::Select, &format!("select_tmin_{}", self.suffix(src)), grid, THREADS, &args)
+        let grid = self
+            .arena
+            .grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);
+        self.arena.launch_struct(
+            Family::Select,
+            &format!("select_tmin_{}", self.suffix(src)),
+            grid,
+            THREADS,
+            &args,
+        )
+    }
+
+    /// The exact top-k of every gated row's list in one block per row (lists of at most
+    /// `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits): one launch.
+    pub fn block_topk(&self, src: &Source, out: &Dev<u64>, k: u64) -> Result<()> {
+        let a = self.arena;
+        let args = self.args(src, true);
+        let f = a.func(Family::Select, "block_topk_list")?;
+        let (o, tb) = (out.ptr, (self.shape.kb + self.shape.ib) as i32);
+        let mut b = a.stream.launch_builder(&f);
+        b.arg(&args).arg(&o).arg(&k).arg(&tb);
+        let grid = self.shape.rows.clamp(1, 4 * a.sms as u64) as u32;
+        // SAFETY: (SelArgs, u64*, u64, int) is the kernel's signature.
+        unsafe { b.launch(LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 }) }
+            .map_err(drv)?;
+        Ok(())
     }
 
     /// Writes the row-local indices of the selected elements into `out` (k per row, any order).
-    pub fn compact(&self, src: &Source, out: &CudaSlice<u64>, k: u64, run: &CudaSlice<u8>) -> Result<()> {
+    pub fn compact(
+        &self,
+        src: &Source,
+        out: &Dev<u64>,
+        k: u64,
+        run: &Dev<u8>,
+    ) -> Result<()> {
         let a = self.arena;
         let args = self.args(src, true);
         let grid = a.grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);
-        let f = a.func(Family::Select, &format!("select_compact_{}", self.suffix(src)))?;
+        let f = a.func(
+            Family::Select,
+            &format!("select_compact_{}", self.suffix(src)),
+        )?;
         let mut b = a.stream.launch_builder(&f);
-        let (o, r) = (a.ptr(out), a.ptr(run));
-        use candle_core::cuda::cudarc::driver::PushKernelArg;
+        let (o, r) = (out.ptr, run.ptr);
         b.arg(&args).arg(&o).arg(&k).arg(&r);
         // SAFETY: (SelArgs, u64*, u64, RowRun*) is the kernel's signature.
-        unsafe { b.launch(candle_core::cuda::cudarc::driver::LaunchConfig {
-            grid_dim: (grid as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        }) }
+        unsafe {
+            b.launch(candle_core::cuda::cudarc::driver::LaunchConfig {
+                grid_dim: (grid as u32, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
         .map_err(super::launch::drv)?;
         Ok(())
     }

@@ -1,9 +1,7 @@
 //! CUB's radix sorts (kernels/cub_sort.cu, linked as a static library), on candle's stream.
-use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use std::ffi::c_void;
-use std::sync::Arc;
 
-use super::Arena;
+use super::launch::{Arena, Dev};
 use crate::{Error, Result};
 
 extern "C" {
@@ -36,77 +34,43 @@ fn check(code: i32, what: &str) -> Result<()> {
     if code == 0 {
         Ok(())
     } else {
-        Err(Error::Param(format!("CUB {what} failed with cudaError {code}")))
+        Err(Error::Param(format!(
+            "CUB {what} failed with cudaError {code}"
+        )))
     }
 }
 
-fn ptr<T>(s: &CudaSlice<T>, stream: &Arc<CudaStream>) -> u64 {
-    s.device_ptr(stream).0
-}
-
-fn ptr_mut<T>(s: &mut CudaSlice<T>, stream: &Arc<CudaStream>) -> u64 {
-    s.device_ptr_mut(stream).0
-}
-
 /// Sorts `rows` rows of `len` u64 keys on bits [0, end_bit) into a new buffer.
-pub fn sort_keys_u64(
-    arena: &mut Arena,
-    keys: &CudaSlice<u64>,
-    rows: usize,
-    len: usize,
-    descending: bool,
-    end_bit: u32,
-) -> Result<CudaSlice<u64>> {
-    let stream = arena.stream.clone();
-    let mut out = arena.alloc::<u64>(rows * len)?;
-    let (inp, outp) = (ptr(keys, &stream), ptr_mut(&mut out, &stream));
-    let s = stream.cu_stream() as *mut c_void;
+pub fn sort_keys_u64(arena: &mut Arena, keys: Dev<u64>, rows: usize, len: usize, descending: bool, end_bit: u32) -> Result<Dev<u64>> {
+    let out = arena.alloc::<u64>(rows * len)?;
+    let s = arena.stream.cu_stream() as *mut c_void;
     let (r, l, d, e) = (rows as i64, len as i64, descending as i32, end_bit.max(1) as i32);
+    let (inp, outp) = (keys.ptr as *const u64, out.ptr as *mut u64);
     let mut bytes = 0usize;
-    // SAFETY: size query only (null temporary storage); pointers are live device allocations.
-    check(
-        unsafe { profk_sort_keys_u64(std::ptr::null_mut(), &mut bytes, inp as _, outp as _, r, l, d, e, s) },
-        "sort size query",
-    )?;
-    let mut temp = arena.alloc::<u8>(bytes.max(1))?;
-    let tp = ptr_mut(&mut temp, &stream);
+    // SAFETY: size query only (null temporary storage); pointers are live workspace ranges.
+    check(unsafe { profk_sort_keys_u64(std::ptr::null_mut(), &mut bytes, inp, outp, r, l, d, e, s) }, "sort size query")?;
+    let temp = arena.alloc::<u8>(bytes)?;
     // SAFETY: temporary storage of the queried size, on the same stream.
-    check(
-        unsafe { profk_sort_keys_u64(tp as _, &mut bytes, inp as _, outp as _, r, l, d, e, s) },
-        "sort",
-    )?;
+    check(unsafe { profk_sort_keys_u64(temp.ptr as *mut c_void, &mut bytes, inp, outp, r, l, d, e, s) }, "sort")?;
     Ok(out)
 }
 
 /// Stable sort of u32 keys descending carrying u64 values; returns the sorted values.
-pub fn sort_pairs_desc(
-    arena: &mut Arena,
-    keys: &CudaSlice<u32>,
-    vals: &CudaSlice<u64>,
-    rows: usize,
-    len: usize,
-) -> Result<CudaSlice<u64>> {
-    let stream = arena.stream.clone();
-    let mut kout = arena.alloc::<u32>(rows * len)?;
-    let mut vout = arena.alloc::<u64>(rows * len)?;
-    let (kin, vin) = (ptr(keys, &stream), ptr(vals, &stream));
-    let (ko, vo) = (ptr_mut(&mut kout, &stream), ptr_mut(&mut vout, &stream));
-    let s = stream.cu_stream() as *mut c_void;
+pub fn sort_pairs_desc(arena: &mut Arena, keys: Dev<u32>, vals: Dev<u64>, rows: usize, len: usize) -> Result<Dev<u64>> {
+    let kout = arena.alloc::<u32>(rows * len)?;
+    let vout = arena.alloc::<u64>(rows * len)?;
+    let s = arena.stream.cu_stream() as *mut c_void;
     let (r, l) = (rows as i64, len as i64);
+    let (kin, vin) = (keys.ptr as *const u32, vals.ptr as *const u64);
+    let (ko, vo) = (kout.ptr as *mut u32, vout.ptr as *mut u64);
     let mut bytes = 0usize;
     // SAFETY: as in sort_keys_u64.
     check(
-        unsafe {
-            profk_sort_pairs_desc_u32_u64(std::ptr::null_mut(), &mut bytes, kin as _, ko as _, vin as _, vo as _, r, l, 0, s)
-        },
+        unsafe { profk_sort_pairs_desc_u32_u64(std::ptr::null_mut(), &mut bytes, kin, ko, vin, vo, r, l, 0, s) },
         "pair sort size query",
     )?;
-    let mut temp = arena.alloc::<u8>(bytes.max(1))?;
-    let tp = ptr_mut(&mut temp, &stream);
+    let temp = arena.alloc::<u8>(bytes)?;
     // SAFETY: as in sort_keys_u64.
-    check(
-        unsafe { profk_sort_pairs_desc_u32_u64(tp as _, &mut bytes, kin as _, ko as _, vin as _, vo as _, r, l, 0, s) },
-        "pair sort",
-    )?;
+    check(unsafe { profk_sort_pairs_desc_u32_u64(temp.ptr as *mut c_void, &mut bytes, kin, ko, vin, vo, r, l, 0, s) }, "pair sort")?;
     Ok(vout)
 }

@@ -1,0 +1,53 @@
+// Radix selection inside one block of BS_THREADS threads over at most BS_THREADS * BS_PER composites
+// of at most 64 bits held in registers: one launch finds a row's threshold, where the multi-launch
+// selection of select.cu needs one launch per digit. Used for the sample threshold (S <= 16384) and
+// for buffers that fit (M <= 16384).
+#pragma once
+#include <cub/block/block_scan.cuh>
+#include "common.cuh"
+
+#define BS_THREADS 1024
+#define BS_PER 16
+#define BS_CAP (BS_THREADS * BS_PER)
+
+// The kth-largest of the valid composites (slot p of thread t is element t + p * BS_THREADS, valid when
+// below `count`), exactly: every digit is resolved, so the result is an element's composite.
+__device__ u64 block_kth(const u64 (&c)[BS_PER], u32 count, u32 kth, int tb) {
+  typedef cub::BlockScan<u32, BS_THREADS> Scan;
+  __shared__ typename Scan::TempStorage tmp;
+  __shared__ u32 hist[256];
+  __shared__ u64 s_prefix;
+  __shared__ u32 s_kleft;
+  const int t = threadIdx.x;
+  if (t == 0) {
+    s_prefix = 0;
+    s_kleft = kth;
+  }
+  for (int hi = tb; hi > 0;) {
+    const int lo = hi > 8 ? hi - 8 : 0, width = hi - lo;
+    if (t < 256) hist[t] = 0;
+    __syncthreads();
+    const u64 pre = s_prefix;
+    const u64 top = hi >= 64 ? 0 : pre >> hi;
+    const u32 mask = (1u << width) - 1;
+#pragma unroll
+    for (int p = 0; p < BS_PER; ++p) {
+      const bool valid = (u32)(t + p * BS_THREADS) < count;
+      if (valid && (hi >= 64 ? 0 : c[p] >> hi) == top) atomicAdd(&hist[(u32)(c[p] >> lo) & mask], 1u);
+    }
+    __syncthreads();
+    const int bins = 1 << width;
+    const u32 mine = t < bins ? hist[bins - 1 - t] : 0;
+    u32 incl;
+    Scan(tmp).InclusiveSum(mine, incl);
+    const u32 kl = s_kleft;
+    __syncthreads();
+    if (t < bins && incl >= kl && incl - mine < kl) {
+      s_prefix = pre | ((u64)(bins - 1 - t) << lo);
+      s_kleft = kl - (incl - mine);
+    }
+    __syncthreads();
+    hi = lo;
+  }
+  return s_prefix;
+}
