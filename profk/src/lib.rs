@@ -14,4 +14,6 @@ pub mod select;
 
 pub use error::{Error, Result};
 pub use options::{Mode, NanPolicy, Order, Selector, TopKOptions};
-pub use select::{topk, topk_gather, SelectStats, TopK};
+pub use select::{
+    plan_for, topk, topk_gather, topk_with_plan, Plan, SelectStats, TopK, MAX_ATTEMPTS,
+};

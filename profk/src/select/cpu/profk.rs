@@ -1,0 +1,60 @@
+//! One row through Prof-K: sample, threshold, filter, exact top-k of the buffer, check, redraw.
+
+use super::rank::top_of;
+use super::{exact, filter, sample, NanFound, RowJob, RowOut};
+use crate::select::key::Element;
+use crate::select::Plan;
+use std::time::Instant;
+
+/// Attempts before the exact full selection takes over (each fails with probability ≤ ε).
+pub const MAX_ATTEMPTS: u32 = 6;
+
+/// The exact top `job.k` of `row`, whatever the samples drawn.
+pub fn select<T: Element, const MAG: bool>(
+    row: &[T],
+    row_id: u64,
+    job: &RowJob,
+    plan: Plan,
+) -> Result<RowOut, NanFound> {
+    let n = row.len() as u64;
+    let k = job.k as u64;
+    let mut out = RowOut::default();
+    for attempt in 0..MAX_ATTEMPTS {
+        out.stats.attempts = attempt + 1;
+        let started = Instant::now();
+        let mut rng = sample::stream(job.seed, row_id, attempt);
+        let sampled = sample::draw(&mut rng, n, plan.sample);
+        let thr = sample::threshold::<T, MAG>(row, &sampled, plan.t, job.nan_error)
+            .map_err(|_| NanFound)?;
+        let sampled_at = Instant::now();
+        out.stats.time_sample += sampled_at - started;
+
+        let pass = filter::filter::<T, MAG>(row, thr, plan.capacity);
+        let filtered_at = Instant::now();
+        out.stats.time_filter += filtered_at - sampled_at;
+        if job.nan_error && pass.nans > 0 {
+            return Err(NanFound);
+        }
+        out.stats.retained = pass.retained;
+        if pass.retained < k {
+            out.stats.recall_failures += 1;
+            continue;
+        }
+        if pass.retained > plan.capacity {
+            out.stats.overflows += 1;
+            // Approximate mode keeps a full buffer: its top k is exact with probability ≥ 1 − ε.
+            if !job.approximate || (pass.candidates.len() as u64) < k {
+                continue;
+            }
+        }
+        let mut candidates = pass.candidates;
+        out.indices = top_of(&mut candidates, job.k, job.order);
+        out.stats.time_select += filtered_at.elapsed();
+        return Ok(out);
+    }
+    out.stats.fell_back = true;
+    let started = Instant::now();
+    out.indices = exact::<T, MAG>(row, job.k, job.order);
+    out.stats.time_select += started.elapsed();
+    Ok(out)
+}

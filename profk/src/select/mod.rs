@@ -1,0 +1,285 @@
+//! Top-k selection on candle tensors: shape and mode handling, validation, and the dispatch to the
+//! device paths.
+//!
+//! Every selector ranks by the same strict order — larger value first, ties by lower index, NaN above
+//! +inf when allowed — so the answer is unique and never depends on the sample, the thread count or the
+//! selector.
+
+mod baselines;
+pub(crate) mod cpu;
+mod key;
+
+use crate::params::{self, Method};
+use crate::{Error, Mode, Result, TopKOptions};
+use candle_core::{DType, Device, Tensor};
+use std::time::Duration;
+
+pub use cpu::MAX_ATTEMPTS;
+
+/// Rows shorter than this go straight to exact selection: a sample would cost more than it saves.
+pub const PROFK_MIN_N: usize = 1 << 13;
+
+/// Per-call record of what the selector did. Row-wise calls sum the counts and stage times over rows.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SelectStats {
+    /// Most attempts any row needed (0 when every row went to exact selection).
+    pub attempts: u32,
+    /// Some row fell back to exact full selection after `MAX_ATTEMPTS` failed attempts.
+    pub fell_back: bool,
+    /// R, the number of elements at or above the threshold on the final attempt, summed over rows.
+    pub retained: u64,
+    /// M, the buffer capacity of one row (0 without sampling).
+    pub capacity: u64,
+    /// S, the sample size of one row (0 without sampling).
+    pub sample: u64,
+    /// t, the rank of the threshold among the sampled values (0 without sampling).
+    pub threshold_rank: u64,
+    /// Selections performed (rows, or 1 in flat mode).
+    pub rows: u64,
+    /// Rows selected exactly without sampling (short rows, large k, or a baseline selector).
+    pub exact_rows: u64,
+    /// Attempts over all rows; each is an independent trial with the failure probabilities of the plan.
+    pub total_attempts: u64,
+    /// Attempts with R < k.
+    pub recall_failures: u64,
+    /// Attempts with R > M.
+    pub overflows: u64,
+    /// Rows that fell back.
+    pub fallbacks: u64,
+    pub time_sample: Duration,
+    pub time_filter: Duration,
+    pub time_select: Duration,
+    /// Wall-clock time of the whole call.
+    pub time_total: Duration,
+}
+
+/// What one row contributes to [`SelectStats`].
+#[derive(Clone, Debug, Default)]
+pub(crate) struct RowStats {
+    pub attempts: u32,
+    pub fell_back: bool,
+    pub exact: bool,
+    pub retained: u64,
+    pub recall_failures: u64,
+    pub overflows: u64,
+    pub time_sample: Duration,
+    pub time_filter: Duration,
+    pub time_select: Duration,
+}
+
+impl SelectStats {
+    pub(crate) fn absorb(&mut self, row: &RowStats) {
+        self.attempts = self.attempts.max(row.attempts);
+        self.fell_back |= row.fell_back;
+        self.retained += row.retained;
+        self.exact_rows += u64::from(row.exact);
+        self.total_attempts += u64::from(row.attempts);
+        self.recall_failures += row.recall_failures;
+        self.overflows += row.overflows;
+        self.fallbacks += u64::from(row.fell_back);
+        self.time_sample += row.time_sample;
+        self.time_filter += row.time_filter;
+        self.time_select += row.time_select;
+    }
+}
+
+/// Values (input dtype) and i64 indices of the k selected elements of every selection.
+#[derive(Clone, Debug)]
+pub struct TopK {
+    pub values: Tensor,
+    pub indices: Tensor,
+    pub stats: SelectStats,
+}
+
+/// Sample size S, threshold rank t and buffer capacity M of one row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub sample: u64,
+    pub t: u64,
+    pub capacity: u64,
+}
+
+impl From<params::Params> for Plan {
+    fn from(p: params::Params) -> Self {
+        Self {
+            sample: p.sample,
+            t: p.t,
+            capacity: p.capacity,
+        }
+    }
+}
+
+/// The plan Prof-K uses for rows of `n` with budget `eps` per row, or `None` when exact selection is
+/// cheaper (short rows, k close to n). Exact parameters, memoized per configuration.
+pub fn plan_for(n: usize, k: usize, eps: f64) -> Result<Option<Plan>> {
+    if k == 0 || n < PROFK_MIN_N {
+        return Ok(None);
+    }
+    let p = params::cached(n as u64, k as u64, eps, Method::Exact)?;
+    // A sample plus a buffer over half the row would do the work of a full selection twice.
+    if p.is_full_selection() || p.sample.saturating_add(p.capacity) >= n as u64 / 2 {
+        return Ok(None);
+    }
+    Ok(Some(p.into()))
+}
+
+/// How the elements are grouped: `rows` selections of `n` elements each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Selection {
+    pub rows: usize,
+    pub n: usize,
+    pub k: usize,
+    pub out_shape: Vec<usize>,
+}
+
+impl Selection {
+    pub(crate) fn new(dims: &[usize], k: usize, mode: Mode) -> Result<Self> {
+        let (rows, n, out_shape) = match mode {
+            Mode::Flat => (1, dims.iter().product(), vec![k]),
+            Mode::Rowwise => {
+                let Some((&n, batch)) = dims.split_last() else {
+                    return Err(Error::Shape {
+                        shape: dims.to_vec(),
+                        reason: "row-wise top-k needs at least one dimension; use flat mode for a scalar".into(),
+                    });
+                };
+                let mut out = batch.to_vec();
+                out.push(k);
+                (batch.iter().product(), n, out)
+            }
+        };
+        if k > n {
+            return Err(Error::KTooLarge { k, n });
+        }
+        Ok(Self {
+            rows,
+            n,
+            k,
+            out_shape,
+        })
+    }
+}
+
+/// The exact top `k` of `x`: row-wise over the last dimension (a 1-D input is one row) or over all
+/// elements (flat mode, flat indices). Values keep the input dtype (f32, bf16, f16, f64); indices are
+/// i64, in `[0, n)` and distinct.
+pub fn topk(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<TopK> {
+    let sel = validate(x, k, opts)?;
+    let plan = plan_for(sel.n, k, row_budget(opts, sel.rows))?;
+    dispatch(x, &sel, opts, plan)
+}
+
+/// [`topk`] with explicit Prof-K parameters, for benchmarks and tests. Any plan gives the exact
+/// answer; a poor one costs redraws or the fallback. `plan.sample` must lie in `[1, n]`.
+pub fn topk_with_plan(x: &Tensor, k: usize, opts: &TopKOptions, plan: Plan) -> Result<TopK> {
+    let sel = validate(x, k, opts)?;
+    if plan.sample == 0 || plan.sample > sel.n as u64 || plan.t == 0 || plan.t > plan.sample {
+        return Err(Error::Param(format!(
+            "plan {plan:?} needs 1 <= t <= sample <= n = {}",
+            sel.n
+        )));
+    }
+    dispatch(x, &sel, opts, (k > 0).then_some(plan))
+}
+
+/// The failure budget of one row: row-wise mode splits ε over the rows.
+fn row_budget(opts: &TopKOptions, rows: usize) -> f64 {
+    match opts.mode {
+        Mode::Flat => opts.eps,
+        Mode::Rowwise => opts.eps / rows.max(1) as f64,
+    }
+}
+
+fn validate(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Selection> {
+    if !matches!(
+        x.dtype(),
+        DType::F32 | DType::F64 | DType::BF16 | DType::F16
+    ) {
+        return Err(Error::DType(x.dtype()));
+    }
+    if !(opts.eps > 0.0 && opts.eps < 1.0) {
+        return Err(Error::Param(format!(
+            "eps = {} must lie strictly between 0 and 1",
+            opts.eps
+        )));
+    }
+    Selection::new(x.dims(), k, opts.mode)
+}
+
+fn dispatch(x: &Tensor, sel: &Selection, opts: &TopKOptions, plan: Option<Plan>) -> Result<TopK> {
+    match x.device() {
+        Device::Cpu => cpu::topk(x, sel, opts, plan),
+        // f64 has no CUDA kernels: it takes the CPU route below.
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) if x.dtype() != DType::F64 => crate::cuda::topk(x, sel, opts, plan),
+        // Devices without a path of their own select on the CPU and get the results back.
+        device => {
+            let out = cpu::topk(&x.to_device(&Device::Cpu)?, sel, opts, plan)?;
+            Ok(TopK {
+                values: out.values.to_device(device)?,
+                indices: out.indices.to_device(device)?,
+                stats: out.stats,
+            })
+        }
+    }
+}
+
+/// Row-wise top-k of `scores [.., n]`, then the matching rows of `values [.., n, m]`:
+/// returns `([.., k, m], indices [.., k])`. The gather can never read out of range: the indices are
+/// checked against n before it runs.
+pub fn topk_gather(
+    scores: &Tensor,
+    values: &Tensor,
+    k: usize,
+    opts: &TopKOptions,
+) -> Result<(Tensor, Tensor)> {
+    let (sd, vd) = (scores.dims(), values.dims());
+    if sd.is_empty() || vd.len() != sd.len() + 1 || vd[..sd.len()] != *sd {
+        return Err(Error::Shape {
+            shape: vd.to_vec(),
+            reason: format!(
+                "values must have the scores' shape {sd:?} plus one trailing dimension [.., n, m]"
+            ),
+        });
+    }
+    if !scores.device().same_device(values.device()) {
+        return Err(Error::Param(
+            "scores and values live on different devices".into(),
+        ));
+    }
+    let sel = topk(
+        scores,
+        k,
+        &TopKOptions {
+            mode: Mode::Rowwise,
+            ..opts.clone()
+        },
+    )?;
+    let n = sd[sd.len() - 1];
+    let m = vd[vd.len() - 1];
+    let mut out_shape = sel.indices.dims().to_vec();
+    out_shape.push(m);
+    if sel.indices.elem_count() == 0 {
+        return Ok((
+            Tensor::zeros(out_shape, values.dtype(), values.device())?,
+            sel.indices,
+        ));
+    }
+    let (lo, hi) = (
+        sel.indices.min_all()?.to_scalar::<i64>()?,
+        sel.indices.max_all()?.to_scalar::<i64>()?,
+    );
+    if lo < 0 || hi >= n as i64 {
+        return Err(Error::Param(format!(
+            "selector returned an index outside [0, {n}): [{lo}, {hi}]"
+        )));
+    }
+    let rank = sel.indices.rank();
+    let idx = sel
+        .indices
+        .unsqueeze(rank)?
+        .broadcast_as(out_shape)?
+        .contiguous()?;
+    let gathered = values.gather(&idx, rank - 1)?;
+    Ok((gathered, sel.indices))
+}

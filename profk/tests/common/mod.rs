@@ -1,0 +1,645 @@
+//! One body of selection tests for every device: each `pub fn name(dev: &Device)` below runs through
+//! `test_device!`, which makes a `name::cpu` test and, with the `cuda` feature, a `name::cuda` test.
+//! The reference is a full sort in f64 of the tensor's own values, written independently of the
+//! selector.
+#![allow(dead_code)]
+
+use anyhow::{ensure, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use profk::{Mode, NanPolicy, Order, Selector, TopKOptions};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// `test_device!(name, body)`: the test `name::cpu`, and `name::cuda` under the `cuda` feature.
+/// Declare the module with `#[macro_use] mod common;`.
+macro_rules! test_device {
+    ($name:ident, $body:path) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[test]
+            fn cpu() -> anyhow::Result<()> {
+                $body(&candle_core::Device::Cpu)
+            }
+
+            #[cfg(feature = "cuda")]
+            #[test]
+            fn cuda() -> anyhow::Result<()> {
+                $body(&candle_core::Device::new_cuda(0)?)
+            }
+        }
+    };
+}
+
+/// The dtypes a device supports (f64 on CPU only).
+pub fn dtypes(dev: &Device) -> Vec<DType> {
+    let mut d = vec![DType::F32, DType::BF16, DType::F16];
+    if dev.is_cpu() {
+        d.push(DType::F64);
+    }
+    d
+}
+
+/// Every selector and order, in the default NaN policy, without magnitude ranking.
+pub fn option_grid() -> Vec<TopKOptions> {
+    let mut grid = Vec::new();
+    for selector in [
+        Selector::Profk,
+        Selector::Sort,
+        Selector::Select,
+        Selector::Radix,
+    ] {
+        for order in [Order::Desc, Order::Index] {
+            grid.push(TopKOptions {
+                selector,
+                order,
+                ..TopKOptions::default()
+            });
+        }
+    }
+    grid
+}
+
+/// A tensor of `dtype` on `dev` holding `values` (rounded to the dtype) in `shape`.
+pub fn tensor(values: &[f64], shape: &[usize], dtype: DType, dev: &Device) -> Result<Tensor> {
+    Ok(Tensor::from_vec(values.to_vec(), shape, &Device::Cpu)?
+        .to_dtype(dtype)?
+        .to_device(dev)?)
+}
+
+/// The reference ranking: a stable sort of the row's f64 values, larger first, NaN above +inf when
+/// `nan_largest`, magnitude when `by_magnitude`; ties keep index order.
+pub fn reference_row(row: &[f64], k: usize, opts: &TopKOptions) -> Vec<i64> {
+    let rank_value = |v: f64| {
+        let v = if opts.by_magnitude { v.abs() } else { v };
+        // (is NaN, value): NaN above everything; NaN rows never reach here under the error policy.
+        (v.is_nan(), if v.is_nan() { 0.0 } else { v })
+    };
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    idx.sort_by(|&a, &b| {
+        let (na, va) = rank_value(row[a]);
+        let (nb, vb) = rank_value(row[b]);
+        nb.cmp(&na)
+            .then(vb.partial_cmp(&va).expect("no NaN after the mapping"))
+    });
+    idx.truncate(k);
+    if opts.order == Order::Index {
+        idx.sort_unstable();
+    }
+    idx.into_iter().map(|i| i as i64).collect()
+}
+
+/// The reference for a whole tensor: (rows of indices, output shape).
+pub fn reference(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<(Vec<i64>, Vec<usize>)> {
+    let flat: Vec<f64> = x.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    let (n, mut shape) = match opts.mode {
+        Mode::Flat => (flat.len(), vec![]),
+        Mode::Rowwise => {
+            let d = x.dims();
+            (d[d.len() - 1], d[..d.len() - 1].to_vec())
+        }
+    };
+    shape.push(k);
+    let mut out = Vec::new();
+    if n > 0 {
+        for row in flat.chunks(n) {
+            out.extend(reference_row(row, k, opts));
+        }
+    }
+    Ok((out, shape))
+}
+
+/// Runs the selector and checks everything against the reference: shapes, dtypes, indices in range
+/// and equal to the reference, values equal to the input at those indices.
+pub fn check(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<profk::TopK> {
+    let got = profk::topk(x, k, opts)
+        .with_context(|| format!("topk k={k} {opts:?} on {:?}", x.dims()))?;
+    check_against_reference(x, k, opts, &got)?;
+    Ok(got)
+}
+
+pub fn check_against_reference(
+    x: &Tensor,
+    k: usize,
+    opts: &TopKOptions,
+    got: &profk::TopK,
+) -> Result<()> {
+    let (want, shape) = reference(x, k, opts)?;
+    let what = || format!("k={k} dims={:?} dtype={:?} {opts:?}", x.dims(), x.dtype());
+    ensure!(
+        got.indices.dims() == shape.as_slice(),
+        "index shape {:?} != {shape:?}: {}",
+        got.indices.dims(),
+        what()
+    );
+    ensure!(
+        got.values.dims() == shape.as_slice(),
+        "value shape {:?} != {shape:?}: {}",
+        got.values.dims(),
+        what()
+    );
+    ensure!(
+        got.indices.dtype() == DType::I64,
+        "indices are {:?}: {}",
+        got.indices.dtype(),
+        what()
+    );
+    ensure!(
+        got.values.dtype() == x.dtype(),
+        "values are {:?}: {}",
+        got.values.dtype(),
+        what()
+    );
+    ensure!(
+        got.indices.device().same_device(x.device()),
+        "indices on another device: {}",
+        what()
+    );
+    let idx: Vec<i64> = got.indices.flatten_all()?.to_vec1()?;
+    if idx != want {
+        let first = idx.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
+        anyhow::bail!(
+            "indices differ at {first}: got {:?}, want {:?}: {}",
+            &idx[first..(first + 8).min(idx.len())],
+            &want[first..(first + 8).min(want.len())],
+            what()
+        );
+    }
+    // Values are the input's own elements at the indices (bit-exact through f64).
+    let flat: Vec<f64> = x.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    let vals: Vec<f64> = got.values.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    let n = match opts.mode {
+        Mode::Flat => flat.len(),
+        Mode::Rowwise => x.dims()[x.rank() - 1],
+    };
+    for (j, (&i, &v)) in idx.iter().zip(&vals).enumerate() {
+        let row = if k == 0 { 0 } else { j / k };
+        let expect = flat[row * n + i as usize];
+        ensure!(
+            expect.to_bits() == v.to_bits() || (expect.is_nan() && v.is_nan()),
+            "value {j}: {v} != input {expect}: {}",
+            what()
+        );
+    }
+    Ok(())
+}
+
+/// Standard normal values with a fixed seed.
+pub fn normal(len: usize, seed: u64) -> Vec<f64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..len)
+        .map(|_| rng.sample::<f64, _>(rand_distr::StandardNormal))
+        .collect()
+}
+
+/// Small integers: heavy ties.
+pub fn small_ints(len: usize, levels: u32, seed: u64) -> Vec<f64> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..len)
+        .map(|_| f64::from(rng.random_range(0..levels)))
+        .collect()
+}
+
+/// The adversarial rows of the post-mortem and the issue, each with the k values worth trying.
+pub fn adversarial_rows() -> Vec<(&'static str, Vec<f64>)> {
+    let inf = f64::INFINITY;
+    let mut rows = vec![
+        ("all equal", vec![1.5; 12]),
+        (
+            "ties at the k-th value",
+            vec![3.0, 1.0, 2.0, 2.0, 5.0, 2.0, 2.0, 0.0, 2.0, 4.0],
+        ),
+        (
+            "post-mortem masked row",
+            (0..12)
+                .map(|i| if i % 2 == 0 { i as f64 } else { -inf })
+                .collect(),
+        ),
+        (
+            "-inf prefix, 3 visible",
+            [vec![-inf; 9], vec![1.0, 3.0, 2.0]].concat(),
+        ),
+        (
+            "-inf tail, 2 visible",
+            [vec![7.0, -1.0], vec![-inf; 10]].concat(),
+        ),
+        ("all -inf", vec![-inf; 11]),
+        ("all +inf", vec![inf; 9]),
+        (
+            "+-inf and finite",
+            vec![inf, -inf, 0.0, inf, -inf, -1.0, 1.0, inf, -inf],
+        ),
+        (
+            "zeros of both signs",
+            vec![0.0, -0.0, 0.0, -0.0, -1.0, 1.0, -0.0],
+        ),
+        (
+            "large masked sentinel",
+            vec![-1e30, 2.0, -1e30, -1e30, 1.0, -1e30, -1e30, -1e30],
+        ),
+        (
+            "denormals f32/bf16",
+            vec![1e-40, -1e-40, 2e-40, 0.0, -0.0, 1e-39, -3e-39, 5e-41],
+        ),
+        (
+            "denormals f16",
+            vec![6e-8, -6e-8, 1.2e-7, 0.0, 3e-5, -3e-5, 6e-5, 1e-6],
+        ),
+        ("one element", vec![-2.0]),
+    ];
+    rows.push((
+        "denormals f64",
+        vec![1e-310, -1e-310, 2e-310, 0.0, 5e-324, -5e-324, 1e-308],
+    ));
+    rows
+}
+
+/// The k values every adversarial row is tried with.
+pub fn ks(n: usize) -> Vec<usize> {
+    let mut k = vec![0, 1, n / 2, n.saturating_sub(1), n];
+    k.sort_unstable();
+    k.dedup();
+    k
+}
+
+/// Adversarial rows, every dtype, k ∈ {0, 1, n/2, n−1, n}, every selector and order, by value and by
+/// magnitude.
+pub fn adversarial(dev: &Device) -> Result<()> {
+    for (name, row) in adversarial_rows() {
+        for dtype in dtypes(dev) {
+            let x = tensor(&row, &[row.len()], dtype, dev)?;
+            for k in ks(row.len()) {
+                for base in option_grid() {
+                    for by_magnitude in [false, true] {
+                        let opts = TopKOptions {
+                            by_magnitude,
+                            ..base.clone()
+                        };
+                        check(&x, k, &opts).with_context(|| format!("row '{name}'"))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The post-mortem's failing case, spelled out: the two trailing picks are masked columns' own
+/// indices, lowest first, not a repeated column.
+pub fn masked_row_returns_its_own_columns(dev: &Device) -> Result<()> {
+    let inf = f64::INFINITY;
+    let row: Vec<f64> = (0..12)
+        .map(|i| if i % 2 == 0 { i as f64 } else { -inf })
+        .collect();
+    for dtype in dtypes(dev) {
+        let got = profk::topk(
+            &tensor(&row, &[12], dtype, dev)?,
+            8,
+            &TopKOptions::default(),
+        )?;
+        let idx: Vec<i64> = got.indices.to_vec1()?;
+        ensure!(idx == vec![10, 8, 6, 4, 2, 0, 1, 3], "{dtype:?}: {idx:?}");
+    }
+    Ok(())
+}
+
+/// Long rows that take the sampling path, with the same adversarial structure: ties at the boundary,
+/// masked rows with fewer than k visible values, all-equal rows, all-masked rows.
+pub fn adversarial_long_rows(dev: &Device) -> Result<()> {
+    let n = 3 * profk::select::PROFK_MIN_N + 5;
+    let inf = f64::INFINITY;
+    let mut visible = vec![-inf; n];
+    for i in (0..n).step_by(n / 5) {
+        visible[i] = i as f64;
+    }
+    let rows = vec![
+        ("ten levels", small_ints(n, 10, 1)),
+        ("all equal", vec![0.25; n]),
+        ("five visible", visible),
+        ("all -inf", vec![-inf; n]),
+        ("normal", normal(n, 2)),
+    ];
+    for (name, row) in rows {
+        for dtype in dtypes(dev) {
+            let x = tensor(&row, &[row.len()], dtype, dev)?;
+            for k in [1, 7, 100, 2000] {
+                for order in [Order::Desc, Order::Index] {
+                    for by_magnitude in [false, true] {
+                        let opts = TopKOptions {
+                            order,
+                            by_magnitude,
+                            ..TopKOptions::default()
+                        };
+                        check(&x, k, &opts).with_context(|| format!("row '{name}'"))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// NaN: an error naming the count and the first flat index by default; above +inf, ties by index,
+/// with `nan = largest`. Short and long rows, row-wise and flat.
+pub fn nan_policies(dev: &Device) -> Result<()> {
+    let nan = f64::NAN;
+    for n in [10, 2 * profk::select::PROFK_MIN_N] {
+        let mut data = normal(3 * n, 5);
+        let planted = [n + 3, n + 7, 2 * n + 1];
+        for &i in &planted {
+            data[i] = nan;
+        }
+        data[4] = f64::INFINITY;
+        for dtype in dtypes(dev) {
+            let x = tensor(&data, &[3, n], dtype, dev)?;
+            for mode in [Mode::Rowwise, Mode::Flat] {
+                for selector in [
+                    Selector::Profk,
+                    Selector::Select,
+                    Selector::Radix,
+                    Selector::Sort,
+                ] {
+                    let opts = TopKOptions {
+                        mode,
+                        selector,
+                        ..TopKOptions::default()
+                    };
+                    match profk::topk(&x, 2, &opts) {
+                        Err(profk::Error::NaN { count, first }) => {
+                            ensure!(
+                                (count, first) == (3, n + 3),
+                                "n={n} {dtype:?} {opts:?}: {count} NaN, first {first}"
+                            )
+                        }
+                        other => anyhow::bail!(
+                            "n={n} {dtype:?} {opts:?}: expected a NaN error, got {other:?}"
+                        ),
+                    }
+                    let largest = TopKOptions {
+                        nan: NanPolicy::Largest,
+                        ..opts
+                    };
+                    for k in [1, 3, 5] {
+                        let got = check(&x, k, &largest)?;
+                        if mode == Mode::Flat && k >= 3 {
+                            let idx: Vec<i64> = got.indices.to_vec1()?;
+                            let top: Vec<i64> = planted.iter().map(|&i| i as i64).collect();
+                            ensure!(
+                                largest.order != Order::Desc || idx[..3] == top[..],
+                                "NaNs first by index: {idx:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// k = 0 gives empty outputs of the right shapes; k = n works; k > n is a clear error.
+pub fn k_bounds(dev: &Device) -> Result<()> {
+    let x = tensor(&normal(24, 9), &[2, 3, 4], DType::F32, dev)?;
+    let empty = profk::topk(&x, 0, &TopKOptions::default())?;
+    ensure!(
+        empty.values.dims() == [2, 3, 0] && empty.indices.dims() == [2, 3, 0],
+        "{:?}",
+        empty.values.dims()
+    );
+    let flat = TopKOptions {
+        mode: Mode::Flat,
+        ..TopKOptions::default()
+    };
+    ensure!(profk::topk(&x, 0, &flat)?.indices.dims() == [0]);
+    check(&x, 4, &TopKOptions::default())?;
+    check(&x, 24, &flat)?;
+    match profk::topk(&x, 5, &TopKOptions::default()) {
+        Err(profk::Error::KTooLarge { k: 5, n: 4 }) => {}
+        other => anyhow::bail!("k > n: {other:?}"),
+    }
+    match profk::topk(&x, 25, &flat) {
+        Err(profk::Error::KTooLarge { k: 25, n: 24 }) => {}
+        other => anyhow::bail!("k > n flat: {other:?}"),
+    }
+    // Empty batch, empty rows, and a scalar (flat only).
+    let none = tensor(&[], &[0, 5], DType::F32, dev)?;
+    ensure!(
+        profk::topk(&none, 2, &TopKOptions::default())?
+            .indices
+            .dims()
+            == [0, 2]
+    );
+    let zero_len = tensor(&[], &[3, 0], DType::F32, dev)?;
+    ensure!(
+        profk::topk(&zero_len, 0, &TopKOptions::default())?
+            .indices
+            .dims()
+            == [3, 0]
+    );
+    let scalar = Tensor::new(2.5f32, dev)?;
+    ensure!(matches!(
+        profk::topk(&scalar, 1, &TopKOptions::default()),
+        Err(profk::Error::Shape { .. })
+    ));
+    check(&scalar, 1, &flat)?;
+    // Bad options are errors, not panics.
+    let bad_eps = TopKOptions {
+        eps: 0.0,
+        ..TopKOptions::default()
+    };
+    ensure!(matches!(
+        profk::topk(&x, 1, &bad_eps),
+        Err(profk::Error::Param(_))
+    ));
+    let ints = Tensor::new(&[1u32, 2, 3], dev)?;
+    ensure!(matches!(
+        profk::topk(&ints, 1, &TopKOptions::default()),
+        Err(profk::Error::DType(DType::U32))
+    ));
+    Ok(())
+}
+
+/// Batch shapes, flat indices, and strided views (a non-contiguous input and a view with an offset).
+pub fn shapes_and_views(dev: &Device) -> Result<()> {
+    let data = normal(4 * 6 * 50, 11);
+    for dtype in dtypes(dev) {
+        let x = tensor(&data, &[4, 6, 50], dtype, dev)?;
+        for mode in [Mode::Rowwise, Mode::Flat] {
+            for k in [1, 5, 50] {
+                check(
+                    &x,
+                    k,
+                    &TopKOptions {
+                        mode,
+                        ..TopKOptions::default()
+                    },
+                )?;
+            }
+        }
+        let transposed = x.transpose(1, 2)?;
+        check(&transposed, 3, &TopKOptions::default())?;
+        let offset = x.narrow(0, 1, 2)?.narrow(1, 2, 3)?;
+        check(&offset, 7, &TopKOptions::default())?;
+        check(
+            &x.narrow(0, 3, 1)?,
+            9,
+            &TopKOptions {
+                mode: Mode::Flat,
+                ..TopKOptions::default()
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Seeded random inputs over sizes, dtypes, k, orders, batch shapes, magnitude ranking and selectors.
+pub fn random_sweep(dev: &Device) -> Result<()> {
+    let mut rng = ChaCha8Rng::seed_from_u64(0xfeed);
+    let sizes = [
+        1usize,
+        2,
+        17,
+        300,
+        5000,
+        profk::select::PROFK_MIN_N + 1,
+        70_000,
+    ];
+    for case in 0..60 {
+        let n = sizes[case % sizes.len()];
+        let rows = [1usize, 3, 16][case % 3];
+        let dtype = dtypes(dev)[case % dtypes(dev).len()];
+        let data = match case % 4 {
+            0 => small_ints(rows * n, 5, case as u64),
+            _ => normal(rows * n, case as u64),
+        };
+        let x = tensor(&data, &[rows, n], dtype, dev)?;
+        let k = [0, 1, rng.random_range(0..=n), n.min(64), n][case % 5];
+        let opts = TopKOptions {
+            selector: [
+                Selector::Profk,
+                Selector::Profk,
+                Selector::Select,
+                Selector::Radix,
+                Selector::Sort,
+            ][case % 5],
+            order: if rng.random_bool(0.5) {
+                Order::Desc
+            } else {
+                Order::Index
+            },
+            mode: if case % 7 == 0 {
+                Mode::Flat
+            } else {
+                Mode::Rowwise
+            },
+            by_magnitude: rng.random_bool(0.3),
+            seed: rng.random(),
+            ..TopKOptions::default()
+        };
+        check(&x, k, &opts).with_context(|| format!("case {case}"))?;
+    }
+    Ok(())
+}
+
+/// Plans that fail on purpose: the answer stays exact, and the statistics show the redraws and the
+/// fallback.
+pub fn forced_redraws_and_fallback(dev: &Device) -> Result<()> {
+    let n = 20_000;
+    let x = tensor(&normal(2 * n, 21), &[2, n], DType::F32, dev)?;
+    let opts = TopKOptions::default();
+    // A capacity below k fails the check on every attempt, so both rows fall back.
+    let never = profk::Plan {
+        sample: 64,
+        t: 8,
+        capacity: 10,
+    };
+    let got = profk::topk_with_plan(&x, 50, &opts, never)?;
+    check_against_reference(&x, 50, &opts, &got)?;
+    let s = &got.stats;
+    ensure!(s.fell_back && s.fallbacks == 2 && s.attempts >= 2, "{s:?}");
+    ensure!(s.recall_failures + s.overflows == s.total_attempts, "{s:?}");
+    // The largest of 16 samples as threshold with k = 1000 of 20000 and capacity 2000: an attempt
+    // succeeds with probability about 1/4, so redraws are common.
+    let mut redrawn = 0;
+    for seed in 0..20 {
+        let coin = TopKOptions {
+            seed,
+            ..TopKOptions::default()
+        };
+        let plan = profk::Plan {
+            sample: 16,
+            t: 1,
+            capacity: 2000,
+        };
+        let got = profk::topk_with_plan(&x, 1000, &coin, plan)?;
+        check_against_reference(&x, 1000, &coin, &got)?;
+        redrawn += u64::from(got.stats.attempts > 1);
+    }
+    ensure!(redrawn > 0, "no redraw in 20 coin-flip calls");
+    Ok(())
+}
+
+/// `topk_gather`: the gathered rows match the indices; shapes are validated with clear errors.
+pub fn gather(dev: &Device) -> Result<()> {
+    let inf = f64::INFINITY;
+    let (b, q, n, m) = (2, 3, 12, 4);
+    let mut scores = normal(b * q * n, 31);
+    for s in scores.iter_mut().take(n).skip(3) {
+        *s = -inf; // the first row has 3 visible candidates, fewer than k
+    }
+    let scores = tensor(&scores, &[b, q, n], DType::F32, dev)?;
+    let values = Tensor::arange(0f32, (b * q * n * m) as f32, dev)?.reshape((b, q, n, m))?;
+    for k in [0, 1, 8, n] {
+        let (gathered, idx) = profk::topk_gather(&scores, &values, k, &TopKOptions::default())?;
+        ensure!(gathered.dims() == [b, q, k, m] && idx.dims() == [b, q, k]);
+        let g: Vec<f32> = gathered.flatten_all()?.to_vec1()?;
+        let ix: Vec<i64> = idx.flatten_all()?.to_vec1()?;
+        for (j, &i) in ix.iter().enumerate() {
+            let row = j / k;
+            for c in 0..m {
+                ensure!(
+                    g[j * m + c] == ((row * n + i as usize) * m + c) as f32,
+                    "row {row} pick {i}"
+                );
+            }
+        }
+        check_against_reference(
+            &scores,
+            k,
+            &TopKOptions::default(),
+            &profk::topk(&scores, k, &TopKOptions::default())?,
+        )?;
+    }
+    let bad = Tensor::zeros((b, q, n + 1, m), DType::F32, dev)?;
+    ensure!(matches!(
+        profk::topk_gather(&scores, &bad, 2, &TopKOptions::default()),
+        Err(profk::Error::Shape { .. })
+    ));
+    let flat_values = Tensor::zeros((b, q, n), DType::F32, dev)?;
+    ensure!(matches!(
+        profk::topk_gather(&scores, &flat_values, 2, &TopKOptions::default()),
+        Err(profk::Error::Shape { .. })
+    ));
+    ensure!(matches!(
+        profk::topk_gather(&scores, &values, n + 1, &TopKOptions::default()),
+        Err(profk::Error::KTooLarge { .. })
+    ));
+    Ok(())
+}
+
+/// A batch of many short rows and a batch of long rows agree with the reference (the two ways of
+/// parallelizing).
+pub fn many_rows(dev: &Device) -> Result<()> {
+    let x = tensor(&normal(512 * 257, 41), &[512, 257], DType::BF16, dev)?;
+    check(&x, 16, &TopKOptions::default())?;
+    let n = 4 * profk::select::PROFK_MIN_N;
+    let long = tensor(&normal(6 * n, 42), &[6, n], DType::F32, dev)?;
+    let got = check(&long, 32, &TopKOptions::default())?;
+    ensure!(
+        got.stats.rows == 6 && got.stats.exact_rows == 0 && got.stats.attempts >= 1,
+        "{:?}",
+        got.stats
+    );
+    Ok(())
+}
