@@ -5,11 +5,13 @@ pub mod error;
 pub mod fsutil;
 pub mod gpt2;
 pub mod models;
+pub mod shards;
 pub mod source;
 pub mod tiny;
 pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use gpt2::{Gpt2, Gpt2Config, HookPoint};
+pub use shards::{ReaderOptions, ShardReader};
 pub use source::{ActivationSource, OnTheFly, OnTheFlyOptions};
 pub use tokenizer::Gpt2Tokenizer;

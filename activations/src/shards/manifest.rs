@@ -1,0 +1,99 @@
+//! `manifest.json`: what a directory of activation shards holds.
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::gpt2::{Gpt2Config, HookPoint};
+use candle_core::DType;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const MANIFEST_FILE: &str = "manifest.json";
+pub const FORMAT: &str = "sparsetrain-activations/1";
+
+/// The tensors in every shard.
+pub const ACTIVATIONS_TENSOR: &str = "activations"; // [n_tokens, n_hooks, d_model]
+pub const TOKENS_TENSOR: &str = "tokens"; // [n_tokens] u32
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorpusInfo {
+    pub spec: String,
+    pub split: crate::corpus::Split,
+    pub heldout_fraction: f64,
+    /// sha256 of the documents used (see [`crate::corpus::Corpus::fingerprint`]).
+    pub fingerprint: String,
+    pub documents: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardInfo {
+    pub file: String,
+    pub n_tokens: usize,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub format: String,
+    pub model: String,
+    pub model_config: Gpt2Config,
+    pub model_dtype: String,
+    pub hook_points: Vec<HookPoint>,
+    pub d_model: usize,
+    /// Shard dtype: `f32`, `bf16` or `f16`.
+    pub dtype: String,
+    pub context_len: usize,
+    pub prepend_bos: bool,
+    pub drop_bos: bool,
+    pub tokens_per_shard: usize,
+    pub total_tokens: usize,
+    pub corpus: CorpusInfo,
+    /// sha256 of every setting that decides the shards' bytes; shards carry it too.
+    pub fingerprint: String,
+    pub shards: Vec<ShardInfo>,
+}
+
+pub fn dtype_name(dtype: DType) -> &'static str {
+    match dtype {
+        DType::BF16 => "bf16",
+        DType::F16 => "f16",
+        _ => "f32",
+    }
+}
+
+impl Manifest {
+    pub fn shard_dtype(&self) -> Result<DType> {
+        crate::models::parse_dtype("manifest.dtype", &self.dtype)
+    }
+
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Error::shard(
+                &path,
+                format!("cannot read the manifest ({e}); is this an `extract` output directory whose run finished?"),
+            )
+        })?;
+        let m: Self = serde_json::from_str(&text).map_err(|source| Error::Json {
+            path: path.clone(),
+            source,
+        })?;
+        if m.format != FORMAT {
+            return Err(Error::shard(
+                &path,
+                format!("format `{}`, expected `{FORMAT}`", m.format),
+            ));
+        }
+        Ok(m)
+    }
+
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(MANIFEST_FILE);
+        let bytes = serde_json::to_vec_pretty(self).map_err(|source| Error::Json {
+            path: path.clone(),
+            source,
+        })?;
+        fsutil::atomic_write(&path, &bytes)
+    }
+}

@@ -1,0 +1,344 @@
+//! Extraction into shards (resume, byte-identity, config errors) and the shuffled reader.
+use activations::corpus::{default_corpus, Contexts, Corpus, Split};
+use activations::shards::{
+    extract, ExtractConfig, ExtractOptions, Manifest, ReaderOptions, ShardReader,
+};
+use activations::{
+    ActivationSource, Gpt2, Gpt2Config, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions,
+};
+use candle_core::{DType, Device, Tensor};
+use std::path::Path;
+use std::sync::Arc;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    model_dir: String,
+    corpus: String,
+    root: std::path::PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Gpt2Config {
+        n_positions: 32,
+        n_embd: 32,
+        n_layer: 3,
+        n_head: 2,
+        ..Gpt2Config::tiny()
+    };
+    let model_dir = dir.path().join("model");
+    Gpt2::random(cfg, 11, DType::F32, &Device::Cpu)
+        .unwrap()
+        .save_hf(&model_dir)
+        .unwrap();
+    let corpus = dir.path().join("corpus.txt");
+    let text: String = default_corpus().documents[0]
+        .text
+        .chars()
+        .take(12_000)
+        .collect();
+    std::fs::write(&corpus, text).unwrap();
+    Fixture {
+        model_dir: model_dir.display().to_string(),
+        corpus: corpus.display().to_string(),
+        root: dir.path().to_path_buf(),
+        _dir: dir,
+    }
+}
+
+fn config(f: &Fixture, out: &str) -> ExtractConfig {
+    let toml = format!(
+        r#"
+model = "{}"
+out_dir = "{}"
+hook_points = ["blocks.1.hook_resid_pre", "resid_post.2"]
+tokens_per_shard = 700
+batch_contexts = 4
+writer_threads = 2
+[corpus]
+path = "{}"
+split = "all"
+context_len = 16
+max_tokens = 3000
+"#,
+        f.model_dir,
+        f.root.join(out).display(),
+        f.corpus
+    );
+    ExtractConfig::from_toml(&toml, Path::new("test.toml")).unwrap()
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().to_string(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn killed_run_resumes_to_identical_shards() {
+    let f = fixture();
+    let full = extract(&config(&f, "full"), &ExtractOptions::default()).unwrap();
+    assert!(full.complete);
+    let m = &full.manifest;
+    assert_eq!((m.total_tokens, m.shards.len(), m.d_model), (3000, 5, 32));
+    assert_eq!(m.shards[4].n_tokens, 200);
+
+    let cfg = config(&f, "resumed");
+    let killed = extract(
+        &cfg,
+        &ExtractOptions {
+            stop_after_new_shards: Some(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(!killed.complete);
+    assert!(!cfg.out_dir.join("manifest.json").exists());
+    // A leftover temporary file and a lost middle shard.
+    std::fs::write(
+        cfg.out_dir.join("shard-00002.safetensors.999.tmp"),
+        b"partial",
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(cfg.out_dir.join("shard-00001.safetensors"));
+    let resumed = extract(&cfg, &ExtractOptions::default()).unwrap();
+    assert!(resumed.complete && resumed.shards_reused >= 1);
+    assert_eq!(files(&f.root.join("full")), files(&cfg.out_dir));
+
+    // Another configuration in the same directory is refused.
+    let mut other = config(&f, "resumed");
+    other.corpus.context_len = 8;
+    let err = extract(&other, &ExtractOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("different extraction"), "{err}");
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let f = fixture();
+    let base = format!(
+        "model = \"{}\"\nout_dir = \"x\"\nhook_points = [\"resid_post.0\"]\n",
+        f.model_dir
+    );
+    let cases = [
+        (
+            format!("{base}tokens_per_shard = 10\nbatch_size = 3\n[corpus]\ncontext_len = 8\n"),
+            "batch_size",
+        ),
+        (
+            format!("{base}tokens_per_shard = 0\n[corpus]\ncontext_len = 8\n"),
+            "tokens_per_shard",
+        ),
+        (
+            format!("{base}tokens_per_shard = 10\ndtype = \"f64\"\n[corpus]\ncontext_len = 8\n"),
+            "dtype",
+        ),
+        (
+            format!("{base}tokens_per_shard = 10\n[corpus]\ncontext_len = 8\nsplit = \"test\"\n"),
+            "split",
+        ),
+        (format!("{base}tokens_per_shard = 10\n"), "corpus"),
+    ];
+    for (toml, key) in cases {
+        let err = ExtractConfig::from_toml(&toml, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{key}: {err}");
+    }
+    let mut cfg = config(&f, "bad");
+    cfg.hook_points = vec![HookPoint::ResidPost(3)];
+    let err = extract(&cfg, &ExtractOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("hook_points") && err.contains("3 layers"),
+        "{err}"
+    );
+    let mut cfg = config(&f, "bad");
+    cfg.corpus.context_len = 64;
+    let err = extract(&cfg, &ExtractOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("n_positions"), "{err}");
+}
+
+fn drain(reader: &mut dyn ActivationSource, n: usize) -> Vec<Tensor> {
+    let mut out = Vec::new();
+    while let Some(b) = reader.next_batch(n).unwrap() {
+        out.push(b);
+    }
+    out
+}
+
+fn sum(ts: &[Tensor]) -> f64 {
+    ts.iter()
+        .map(|t| {
+            t.to_dtype(DType::F64)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .to_scalar::<f64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+#[test]
+fn reader_shuffles_deterministically_and_checks_shards() {
+    let f = fixture();
+    let cfg = config(&f, "data");
+    extract(&cfg, &ExtractOptions::default()).unwrap();
+    let dir = cfg.out_dir.as_path();
+    let opts = ReaderOptions {
+        buffer_bytes: 1000 * 2 * 32 * 4,
+        seed: 5,
+        ..Default::default()
+    };
+    let mut reader = ShardReader::open(dir, opts.clone()).unwrap();
+    let batches = drain(&mut reader, 256);
+    assert_eq!(batches[0].dims(), &[256, 2, 32]);
+    assert_eq!(
+        batches.iter().map(|b| b.dim(0).unwrap()).sum::<usize>(),
+        3000
+    );
+    // Same rows as the shards in another order; same order for the same seed.
+    let stored: Vec<Tensor> = (0..5).map(|i| reader.load_shard(i).unwrap().0).collect();
+    assert!((sum(&batches) - sum(&stored)).abs() < 1e-6 * sum(&stored).abs().max(1.0));
+    let first_rows = stored[0].narrow(0, 0, 256).unwrap();
+    let diff = (batches[0].clone() - first_rows)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(diff > 0.0, "the first batch was not shuffled");
+    let again = drain(&mut ShardReader::open(dir, opts.clone()).unwrap(), 256);
+    let other = drain(
+        &mut ShardReader::open(
+            dir,
+            ReaderOptions {
+                seed: 6,
+                ..opts.clone()
+            },
+        )
+        .unwrap(),
+        256,
+    );
+    let same = |a: &Tensor, b: &Tensor| {
+        a.eq(b)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .mean_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
+            == 1.0
+    };
+    assert!(same(&batches[3], &again[3]));
+    assert!(!same(&batches[3], &other[3]));
+
+    // One hook point of the two: [n, d]; repeat gives more than one epoch.
+    let one = ReaderOptions {
+        hook_points: Some(vec![HookPoint::ResidPost(2)]),
+        repeat: true,
+        ..opts.clone()
+    };
+    let mut r = ShardReader::open(dir, one).unwrap();
+    for _ in 0..20 {
+        assert_eq!(r.next_batch(300).unwrap().unwrap().dims(), &[300, 32]);
+    }
+    assert!(r.epoch() >= 1);
+    let absent = ReaderOptions {
+        hook_points: Some(vec![HookPoint::ResidPost(0)]),
+        ..opts.clone()
+    };
+    assert!(ShardReader::open(dir, absent)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("not stored"));
+
+    // A corrupt shard, a manifest that disagrees, a missing shard.
+    let shard = dir.join("shard-00003.safetensors");
+    let good = std::fs::read(&shard).unwrap();
+    let mut bad = good.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    std::fs::write(&shard, &bad).unwrap();
+    let err = drain_err(dir, &opts);
+    assert!(
+        err.contains("shard-00003") && err.contains("sha256"),
+        "{err}"
+    );
+    std::fs::write(&shard, &good).unwrap();
+    let manifest_text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
+    let mut m: Manifest = serde_json::from_str(&manifest_text).unwrap();
+    m.dtype = "bf16".into();
+    m.write(dir).unwrap();
+    let err = drain_err(dir, &opts);
+    assert!(err.contains("manifest says"), "{err}");
+    std::fs::write(dir.join("manifest.json"), manifest_text).unwrap();
+    std::fs::remove_file(&shard).unwrap();
+    let err = ShardReader::open(dir, opts).err().unwrap().to_string();
+    assert!(
+        err.contains("missing") && err.contains("shard-00003"),
+        "{err}"
+    );
+}
+
+fn drain_err(dir: &Path, opts: &ReaderOptions) -> String {
+    let mut r = ShardReader::open(dir, opts.clone()).unwrap();
+    loop {
+        match r.next_batch(512) {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("expected an error"),
+            Err(e) => return e.to_string(),
+        }
+    }
+}
+
+#[test]
+fn on_the_fly_serves_the_same_activations() {
+    let f = fixture();
+    let mut cfg = config(&f, "otf");
+    cfg.corpus.max_tokens = None;
+    let report = extract(&cfg, &ExtractOptions::default()).unwrap();
+    let reader = ShardReader::open(&cfg.out_dir, ReaderOptions::default()).unwrap();
+    let stored: Vec<Tensor> = (0..report.manifest.shards.len())
+        .map(|i| reader.load_shard(i).unwrap().0)
+        .collect();
+
+    let model = Arc::new(Gpt2::load(&f.model_dir, DType::F32, &Device::Cpu).unwrap());
+    let stream = Corpus::load(&f.corpus)
+        .unwrap()
+        .split(Split::All, 0.0)
+        .tokenize(&Gpt2Tokenizer::new().unwrap())
+        .unwrap();
+    let contexts = Contexts::pack(&stream, 16, true).unwrap();
+    let hooks = cfg.hook_points.clone();
+    let opts = OnTheFlyOptions {
+        batch_contexts: 4,
+        buffer_tokens: 500,
+        ..Default::default()
+    };
+    let mut otf = OnTheFly::new(model, contexts, hooks, opts).unwrap();
+    let served = drain(&mut otf, 128);
+    assert_eq!(
+        served.iter().map(|b| b.dim(0).unwrap()).sum::<usize>(),
+        report.manifest.total_tokens
+    );
+    assert!((sum(&served) - sum(&stored)).abs() < 1e-4 * sum(&stored).abs().max(1.0));
+}
