@@ -1,1 +1,24 @@
-//! sae
+//! Sparse autoencoders trained with batch-global exact top-k selection (Prof-K): BatchTopK, Matryoshka
+//! BatchTopK and the acausal BatchTopK crosscoder, with the recipe users expect (aux-k loss, unit-norm
+//! decoder, geometric-median b_dec, input scaling, Adam with warm-up and decay) and SAELens-compatible
+//! checkpoints.
+
+pub mod arch;
+pub mod aux;
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod error;
+pub mod init;
+pub mod metrics;
+pub mod model;
+pub mod optim;
+pub mod run;
+pub mod select;
+pub mod sparse_decode;
+pub mod trainer;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use model::Sae;
+pub use trainer::Trainer;

@@ -1,0 +1,34 @@
+//! Acausal BatchTopK crosscoder (Lindsey et al. 2024) over L layers: each layer has its own encoder and
+//! decoder, `pre = ReLU(Σ_l (x_l − b_dec,l)·W_enc,l + b_enc)`, one batch-global selection of B·k latents,
+//! `recon_l = acts·W_dec,l + b_dec,l`, loss = mean over tokens of Σ_l ‖x_l − recon_l‖².
+//!
+//! Stacking the layers along the feature axis (x [B, L·d], W_enc [L·d, n], W_dec [n, L·d]) makes the summed
+//! per-layer encoders one matmul and the per-layer decoders one matmul; the selection and the decoder-norm
+//! constraint (each latent's decoder, over all layers, has unit norm) see the latent as a whole.
+use crate::model::{l2_loss, Forward, Sae};
+use crate::Result;
+use candle_core::Tensor;
+
+pub fn forward(sae: &Sae, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Forward> {
+    let enc = sae.encode(x, selector, seed)?;
+    let recon = sae.decode_latents(&enc, None)?.broadcast_add(sae.b_dec.as_tensor())?;
+    let loss = l2_loss(x, &recon)?;
+    Ok(Forward { loss, recon, enc })
+}
+
+/// Inputs [B, L, d] as the stacked [B, L·d].
+pub fn stack_layers(x: &Tensor) -> Result<Tensor> {
+    let (b, l, d) = x.dims3()?;
+    Ok(x.reshape((b, l * d))?)
+}
+
+/// Fraction of variance unexplained per layer.
+pub fn layer_fvu(x: &Tensor, recon: &Tensor, layers: usize) -> Result<Vec<f64>> {
+    let (b, d_in) = x.dims2()?;
+    let d = d_in / layers;
+    let x = x.reshape((b, layers, d))?;
+    let r = recon.reshape((b, layers, d))?;
+    let err: Vec<f32> = (&x - &r)?.sqr()?.sum(2)?.sum(0)?.to_vec1()?;
+    let var: Vec<f32> = x.broadcast_sub(&x.mean_keepdim(0)?)?.sqr()?.sum(2)?.sum(0)?.to_vec1()?;
+    Ok(err.iter().zip(&var).map(|(e, v)| *e as f64 / (*v as f64).max(1e-30)).collect())
+}

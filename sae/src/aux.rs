@@ -1,0 +1,76 @@
+//! Aux-k loss (Gao et al. 2024): the `k_aux` largest pre-activations of each token among the dead latents
+//! reconstruct the residual error `e = x − recon` (detached); the loss is normalized by the variance of `e`.
+//! It gives dead latents a gradient toward the directions the live ones miss.
+use crate::model::{Encoded, Sae};
+use crate::select::select_rows;
+use crate::sparse_decode::{dense_decode, sparse_decode};
+use crate::Result;
+use candle_core::{DType, Tensor};
+
+/// Tokens since each latent last fired, and the dead set derived from it.
+pub struct DeadTracker {
+    /// [n] f64 on the model's device.
+    pub since_fired: Tensor,
+    pub dead_tokens: u64,
+}
+
+impl DeadTracker {
+    pub fn new(n: usize, dead_tokens: u64, device: &candle_core::Device) -> Result<Self> {
+        Ok(Self { since_fired: Tensor::zeros(n, DType::F64, device)?, dead_tokens })
+    }
+
+    /// Counts the batch's tokens for every latent and resets those among the kept activations (value > 0).
+    pub fn update(&mut self, enc: &Encoded, n: usize) -> Result<()> {
+        let (_, cols) = crate::sparse_decode::split_flat(&enc.idx, n)?;
+        let positive = enc.vals.detach().gt(0f64)?.to_dtype(DType::F64)?;
+        let fired = Tensor::zeros(n, DType::F64, enc.vals.device())?.index_add(&cols, &positive, 0)?;
+        let grown = (&self.since_fired + enc.batch as f64)?;
+        let zero = Tensor::zeros(n, DType::F64, enc.vals.device())?;
+        self.since_fired = fired.gt(0f64)?.where_cond(&zero, &grown)?;
+        Ok(())
+    }
+
+    /// u8 mask [n] of the dead latents and their count.
+    pub fn dead(&self) -> Result<(Tensor, usize)> {
+        let mask = self.since_fired.ge(self.dead_tokens as f64)?;
+        let count = mask.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? as usize;
+        Ok((mask, count))
+    }
+}
+
+/// The normalized aux-k loss, or None when no latent is dead.
+pub fn aux_loss(
+    sae: &Sae,
+    enc: &Encoded,
+    x: &Tensor,
+    recon: &Tensor,
+    dead: (&Tensor, usize),
+    k_aux: usize,
+    selector: profk::Selector,
+    seed: u64,
+) -> Result<Option<Tensor>> {
+    let (mask, n_dead) = dead;
+    if n_dead == 0 || k_aux == 0 {
+        return Ok(None);
+    }
+    let keep = k_aux.min(n_dead);
+    let pre = enc.pre.detach();
+    let neg = Tensor::full(f32::NEG_INFINITY, pre.shape(), pre.device())?;
+    let scores = mask.unsqueeze(0)?.broadcast_as(pre.shape())?.where_cond(&pre, &neg)?;
+    let flat = select_rows(&scores, keep, selector, seed)?;
+    let vals = enc.pre.flatten_all()?.index_select(&flat, 0)?;
+    let w = sae.w_dec.as_tensor();
+    let aux_recon = if sae.sparse {
+        sparse_decode(&vals, &flat, w, enc.batch)?
+    } else {
+        dense_decode(&vals, &flat, w, enc.batch)?
+    };
+    let residual = (x - recon)?.detach();
+    let l2 = (&residual - aux_recon)?.sqr()?.sum(1)?.mean(0)?;
+    let spread = residual.broadcast_sub(&residual.mean_keepdim(0)?)?.sqr()?.sum(1)?.mean(0)?;
+    let denom = spread.to_scalar::<f32>()? as f64;
+    if !(denom > 0.0) {
+        return Ok(None);
+    }
+    Ok(Some((l2 / denom)?))
+}

@@ -1,0 +1,243 @@
+//! Checkpoints. A checkpoint directory holds
+//! - `cfg.json` + `sae_weights.safetensors`: the SAE as SAELens loads it (input scaling folded in, the
+//!   batch selection exported as a JumpReLU threshold; see docs/saelens.md),
+//! - `training_state.safetensors`: raw parameters, Adam moments and the dead-latent counters,
+//! - `trainer_state.json`: step, tokens consumed (the data position), threshold, input scales, config.
+//!
+//! The training loop (eval::train_loop) writes the folder under a temporary name and renames it into place.
+use crate::config::{Arch, Config, DataConfig};
+use crate::model::{Sae, Shape};
+use crate::trainer::Trainer;
+use crate::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainerState {
+    pub step: u64,
+    pub tokens: u64,
+    pub threshold: f64,
+    pub scales: Vec<f64>,
+    pub adam_t: u64,
+    pub d_model: usize,
+    pub layers: usize,
+    pub config: Config,
+}
+
+/// The SAE in the original input space: (W_enc, b_enc, W_dec, b_dec, threshold per latent).
+pub struct Exported {
+    pub w_enc: Tensor,
+    pub b_enc: Tensor,
+    pub w_dec: Tensor,
+    pub b_dec: Tensor,
+    pub threshold: Tensor,
+}
+
+/// Folds the input scales into the weights. One layer: the biases and the threshold are divided by the
+/// scale (W stays unit-norm). Several layers: layer l of W_enc is multiplied by s_l, and layer l of W_dec
+/// and b_dec divided by it (pre-activations, and so the threshold, are unchanged).
+pub fn fold_scales(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<Exported> {
+    let Shape { n, d_model, layers, .. } = sae.shape;
+    let dev = sae.device();
+    let w_enc = sae.w_enc.as_tensor().clone();
+    let b_enc = sae.b_enc.as_tensor().clone();
+    let w_dec = sae.w_dec.as_tensor().clone();
+    let b_dec = sae.b_dec.as_tensor().clone();
+    let theta = threshold.max(0.0);
+    if layers == 1 {
+        let s = scales[0];
+        return Ok(Exported {
+            w_enc,
+            b_enc: (b_enc / s)?,
+            w_dec,
+            b_dec: (b_dec / s)?,
+            threshold: Tensor::full((theta / s) as f32, n, dev)?,
+        });
+    }
+    let per_feature: Vec<f32> =
+        scales.iter().flat_map(|s| std::iter::repeat_n(*s as f32, d_model)).collect();
+    let s = Tensor::from_vec(per_feature, layers * d_model, dev)?;
+    Ok(Exported {
+        w_enc: w_enc.broadcast_mul(&s.unsqueeze(1)?)?,
+        b_enc,
+        w_dec: w_dec.broadcast_div(&s.unsqueeze(0)?)?,
+        b_dec: (b_dec / &s)?,
+        threshold: Tensor::full(theta as f32, n, dev)?,
+    })
+}
+
+/// SAELens' hook name for the configured hook point.
+fn hook_name(cfg: &Config) -> String {
+    match &cfg.data {
+        DataConfig::Model { hook, layers, .. } => {
+            let l = layers.first().copied().unwrap_or(0);
+            format!("blocks.{l}.hook_{hook}")
+        }
+        _ => "unknown".into(),
+    }
+}
+
+/// cfg.json in SAELens' layout (v6 keys, plus the pre-v6 top-level keys older loaders read).
+pub fn saelens_cfg(cfg: &Config, shape: &Shape) -> serde_json::Value {
+    let (model_name, context, dataset) = match &cfg.data {
+        DataConfig::Model { model, context, corpus, .. } => (model.clone(), *context, corpus.clone()),
+        DataConfig::Shards { dir, .. } => ("unknown".into(), 0, dir.display().to_string()),
+        DataConfig::Synthetic { .. } => ("synthetic".into(), 0, "synthetic".into()),
+    };
+    let hook = hook_name(cfg);
+    let layer = match &cfg.data {
+        DataConfig::Model { layers, .. } => layers.first().copied().unwrap_or(0),
+        _ => 0,
+    };
+    let architecture = if shape.arch == Arch::Crosscoder { "crosscoder_jumprelu" } else { "jumprelu" };
+    json!({
+        "architecture": architecture,
+        "d_in": shape.d_model,
+        "d_sae": shape.n,
+        "dtype": "float32",
+        "device": "cpu",
+        "apply_b_dec_to_input": true,
+        "normalize_activations": "none",
+        "reshape_activations": "none",
+        "metadata": {
+            "model_name": model_name,
+            "hook_name": hook,
+            "hook_head_index": null,
+            "prepend_bos": true,
+            "context_size": context,
+            "dataset_path": dataset,
+        },
+        "model_name": model_name,
+        "hook_name": hook,
+        "hook_layer": layer,
+        "hook_head_index": null,
+        "context_size": context,
+        "dataset_path": dataset,
+        "prepend_bos": true,
+        "activation_fn_str": "relu",
+        "finetuning_scaling_factor": false,
+        "sparsetrain": {
+            "trained_as": match shape.arch {
+                Arch::Batchtopk => "batchtopk",
+                Arch::Matryoshka => "matryoshka_batchtopk",
+                Arch::Crosscoder => "batchtopk_crosscoder",
+            },
+            "k": shape.k,
+            "layers": shape.layers,
+            "group_sizes": shape.groups,
+        },
+    })
+}
+
+/// Writes cfg.json and sae_weights.safetensors (the SAELens pair) into `dir`.
+pub fn write_saelens(dir: &Path, cfg: &Config, sae: &Sae, threshold: f64, scales: &[f64]) -> Result<()> {
+    let e = fold_scales(sae, threshold, scales)?;
+    let Shape { n, d_model, layers, .. } = sae.shape;
+    let (w_enc, w_dec, b_dec) = if layers > 1 {
+        (e.w_enc.reshape((layers, d_model, n))?, e.w_dec.reshape((n, layers, d_model))?, e.b_dec.reshape((layers, d_model))?)
+    } else {
+        (e.w_enc, e.w_dec, e.b_dec)
+    };
+    let tensors: HashMap<String, Tensor> = [
+        ("W_enc", w_enc),
+        ("b_enc", e.b_enc),
+        ("W_dec", w_dec),
+        ("b_dec", b_dec),
+        ("threshold", e.threshold),
+    ]
+    .into_iter()
+    .map(|(k, v)| Ok((k.to_string(), v.to_device(&Device::Cpu)?.contiguous()?)))
+    .collect::<Result<_>>()?;
+    save_tensors(&dir.join("sae_weights.safetensors"), &tensors)?;
+    let text = serde_json::to_string_pretty(&saelens_cfg(cfg, &sae.shape)).expect("JSON value");
+    write_atomic(&dir.join("cfg.json"), text.as_bytes())
+}
+
+fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
+    let tmp = path.with_extension("tmp");
+    candle_core::safetensors::save(tensors, &tmp)?;
+    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+}
+
+/// Writes the SAELens pair, `training_state.safetensors` and `trainer_state.json` into `dir` (an empty
+/// folder that the training loop renames into place).
+pub fn save_state(dir: &Path, trainer: &Trainer) -> Result<()> {
+    write_saelens(dir, &trainer.cfg, &trainer.sae, trainer.threshold, &trainer.scales)?;
+    let mut state: HashMap<String, Tensor> = HashMap::new();
+    for (i, (name, var)) in PARAM_NAMES.iter().zip(trainer.sae.vars()).enumerate() {
+        state.insert(name.to_string(), var.as_tensor().to_device(&Device::Cpu)?);
+        state.insert(format!("adam_m.{name}"), trainer.adam.m[i].to_device(&Device::Cpu)?);
+        state.insert(format!("adam_v.{name}"), trainer.adam.v[i].to_device(&Device::Cpu)?);
+    }
+    state.insert("since_fired".into(), trainer.dead.since_fired.to_device(&Device::Cpu)?);
+    save_tensors(&dir.join(STATE_TENSORS), &state)?;
+    let progress = TrainerState {
+        step: trainer.step,
+        tokens: trainer.tokens,
+        threshold: trainer.threshold,
+        scales: trainer.scales.clone(),
+        adam_t: trainer.adam.t,
+        d_model: trainer.sae.shape.d_model,
+        layers: trainer.sae.shape.layers,
+        config: trainer.cfg.clone(),
+    };
+    let text = serde_json::to_string_pretty(&progress).expect("serializable state");
+    write_atomic(&dir.join(STATE_JSON), text.as_bytes())
+}
+
+const PARAM_NAMES: [&str; 4] = ["W_enc", "b_enc", "W_dec", "b_dec"];
+const STATE_TENSORS: &str = "training_state.safetensors";
+const STATE_JSON: &str = "trainer_state.json";
+
+/// Restores a trainer from a checkpoint directory; `cfg` must describe the same model and data.
+pub fn load_state(dir: &Path, cfg: Config, device: &Device) -> Result<Trainer> {
+    let bad = |msg: String| Error::Checkpoint { path: dir.to_path_buf(), msg };
+    let ppath = dir.join(STATE_JSON);
+    let text = std::fs::read_to_string(&ppath).map_err(|e| Error::io(&ppath, e))?;
+    let p: TrainerState = serde_json::from_str(&text).map_err(|e| bad(format!("{STATE_JSON}: {e}")))?;
+    if p.config.sae != cfg.sae || p.config.data != cfg.data || p.config.seed != cfg.seed {
+        return Err(bad("was trained with a different [sae], [data] or seed; use another --out".into()));
+    }
+    let state = candle_core::safetensors::load(dir.join(STATE_TENSORS), device)?;
+    let get = |name: &str| state.get(name).cloned().ok_or_else(|| bad(format!("{STATE_TENSORS} lacks `{name}`")));
+    let shape = Shape {
+        arch: cfg.sae.arch,
+        d_model: p.d_model,
+        layers: p.layers,
+        n: cfg.sae.latents,
+        k: cfg.sae.k,
+        groups: cfg.sae.group_sizes.clone(),
+    };
+    let [w_enc, b_enc, w_dec, b_dec] = PARAM_NAMES.map(get);
+    let sae = Sae::from_tensors(shape, &w_enc?, &b_enc?, &w_dec?, &b_dec?, cfg.sae.decode)?;
+    let mut trainer = Trainer::with_sae(cfg, sae, p.scales)?;
+    for (i, name) in PARAM_NAMES.iter().enumerate() {
+        trainer.adam.m[i] = get(&format!("adam_m.{name}"))?.to_dtype(DType::F32)?;
+        trainer.adam.v[i] = get(&format!("adam_v.{name}"))?.to_dtype(DType::F32)?;
+    }
+    trainer.adam.t = p.adam_t;
+    trainer.dead.since_fired = get("since_fired")?;
+    trainer.threshold = p.threshold;
+    trainer.step = p.step;
+    trainer.tokens = p.tokens;
+    Ok(trainer)
+}
+
+/// Loads the SAELens pair written by [`write_saelens`]: (cfg.json, tensors by name).
+pub fn read_saelens(dir: &Path) -> Result<(serde_json::Value, HashMap<String, Tensor>)> {
+    let cpath = dir.join("cfg.json");
+    let text = std::fs::read_to_string(&cpath).map_err(|e| Error::io(&cpath, e))?;
+    let cfg = serde_json::from_str(&text)
+        .map_err(|e| Error::Checkpoint { path: cpath.clone(), msg: e.to_string() })?;
+    Ok((cfg, candle_core::safetensors::load(dir.join("sae_weights.safetensors"), &Device::Cpu)?))
+}

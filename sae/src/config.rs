@@ -1,0 +1,491 @@
+//! The TOML configuration of `train-sae`. Every key is known (unknown keys are errors) and every value is
+//! checked; an error names the dotted key.
+use crate::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Run name; the default output directory is `runs/<name>`.
+    pub name: String,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub device: DeviceKind,
+    pub data: DataConfig,
+    pub sae: SaeConfig,
+    pub train: TrainConfig,
+    #[serde(default)]
+    pub selector: SelectorConfig,
+    #[serde(default)]
+    pub log: eval::LogConfig,
+    #[serde(default)]
+    pub eval: EvalConfig,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    #[default]
+    Cpu,
+    Cuda,
+}
+
+/// Where the activations come from.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "source", rename_all = "lowercase", deny_unknown_fields)]
+pub enum DataConfig {
+    /// Run a GPT-2 on a corpus and train on its activations as they are produced.
+    Model {
+        /// "tiny" (the embedded default model) or a GPT-2 directory / Hugging Face id.
+        model: String,
+        /// "resid_pre" | "resid_post".
+        #[serde(default = "default_hook")]
+        hook: String,
+        /// One layer for an SAE, several for a crosscoder.
+        layers: Vec<usize>,
+        /// A .txt / .jsonl file or directory; "default" is the shipped corpus.
+        #[serde(default = "default_corpus")]
+        corpus: String,
+        #[serde(default = "default_context")]
+        context: usize,
+        /// Activation dtype of the model forward: "f32" | "bf16" | "f16".
+        #[serde(default = "default_dtype")]
+        dtype: String,
+        /// Tokens held out for the final evaluation (taken from the corpus' held-out split).
+        #[serde(default = "default_held_out")]
+        held_out_tokens: usize,
+        /// Activations buffered and shuffled before training draws batches.
+        #[serde(default = "default_buffer")]
+        buffer_tokens: usize,
+    },
+    /// Activation shards written by `extract`.
+    Shards {
+        dir: PathBuf,
+        #[serde(default = "default_buffer")]
+        buffer_tokens: usize,
+        /// Shards of held-out tokens for the final FVU / L0 (optional).
+        #[serde(default)]
+        held_out_dir: Option<PathBuf>,
+    },
+    /// Sparse combinations of random unit features: a known ground truth, for tests and benchmarks.
+    Synthetic {
+        d_model: usize,
+        #[serde(default = "default_layers_one")]
+        layers: usize,
+        features: usize,
+        active_per_token: usize,
+        #[serde(default = "default_held_out")]
+        held_out_tokens: usize,
+    },
+}
+
+fn default_hook() -> String {
+    "resid_post".into()
+}
+fn default_corpus() -> String {
+    "default".into()
+}
+fn default_context() -> usize {
+    128
+}
+fn default_dtype() -> String {
+    "f32".into()
+}
+fn default_held_out() -> usize {
+    8192
+}
+fn default_buffer() -> usize {
+    1 << 16
+}
+fn default_layers_one() -> usize {
+    1
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    #[default]
+    Batchtopk,
+    Matryoshka,
+    Crosscoder,
+}
+
+/// How the decoder consumes the selection.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DecodeMode {
+    /// Sparse where it is faster (CPU: the sparse op; CUDA: dense matmuls on the masked activations).
+    #[default]
+    Auto,
+    /// From the (index, value) pairs.
+    Sparse,
+    /// Dense B×n activation matrix times W_dec.
+    Dense,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SaeConfig {
+    #[serde(default)]
+    pub arch: Arch,
+    /// Dictionary size n.
+    pub latents: usize,
+    /// Mean active latents per token; the batch keeps B·k.
+    pub k: usize,
+    /// Matryoshka: sizes of the nested groups, summing to `latents`.
+    #[serde(default)]
+    pub group_sizes: Vec<usize>,
+    /// Scale inputs to unit mean squared norm while training; folded back into the saved weights.
+    #[serde(default = "yes")]
+    pub normalize_input: bool,
+    #[serde(default)]
+    pub decode: DecodeMode,
+    #[serde(default)]
+    pub aux: AuxConfig,
+    #[serde(default)]
+    pub threshold: ThresholdConfig,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Aux-k loss: dead latents reconstruct the residual error.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AuxConfig {
+    /// Latents kept per token among the dead ones; 0 means d_model / 2.
+    #[serde(default)]
+    pub k_aux: usize,
+    #[serde(default = "default_aux_coef")]
+    pub coefficient: f64,
+    /// A latent that has not fired for this many tokens is dead.
+    #[serde(default = "default_dead_tokens")]
+    pub dead_tokens: u64,
+}
+
+fn default_aux_coef() -> f64 {
+    1.0 / 32.0
+}
+fn default_dead_tokens() -> u64 {
+    10_000_000
+}
+
+impl Default for AuxConfig {
+    fn default() -> Self {
+        Self { k_aux: 0, coefficient: default_aux_coef(), dead_tokens: default_dead_tokens() }
+    }
+}
+
+/// Inference threshold: EMA of the smallest kept activation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdConfig {
+    #[serde(default = "default_beta")]
+    pub beta: f64,
+    #[serde(default)]
+    pub start_step: u64,
+}
+
+fn default_beta() -> f64 {
+    0.999
+}
+
+impl Default for ThresholdConfig {
+    fn default() -> Self {
+        Self { beta: default_beta(), start_step: 0 }
+    }
+}
+
+/// Matmul precision on CUDA (CPU always computes in f32).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    F32,
+    Tf32,
+    Bf16,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Tokens per step B.
+    pub batch_size: usize,
+    pub steps: u64,
+    /// Adam learning rate; 0 picks 2e-4 / sqrt(n / 2^14), dictionary_learning's rule.
+    #[serde(default)]
+    pub lr: f64,
+    #[serde(default = "default_beta1")]
+    pub beta1: f64,
+    #[serde(default = "default_beta2")]
+    pub beta2: f64,
+    #[serde(default = "default_adam_eps")]
+    pub adam_eps: f64,
+    #[serde(default)]
+    pub warmup_steps: u64,
+    /// Linear decay to 0 starts at this fraction of the steps (1.0 = no decay).
+    #[serde(default = "default_decay_start")]
+    pub decay_start: f64,
+    /// Global gradient-norm clip; 0 disables it.
+    #[serde(default = "default_clip")]
+    pub grad_clip: f64,
+    #[serde(default)]
+    pub precision: Precision,
+    /// Checkpoint every this many steps (0: only at the end and on Ctrl-C).
+    #[serde(default)]
+    pub checkpoint_every: u64,
+}
+
+fn default_beta1() -> f64 {
+    0.9
+}
+fn default_beta2() -> f64 {
+    0.999
+}
+fn default_adam_eps() -> f64 {
+    1e-8
+}
+fn default_decay_start() -> f64 {
+    0.8
+}
+fn default_clip() -> f64 {
+    1.0
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SelectorConfig {
+    #[serde(default)]
+    pub kind: SelectorKind,
+    /// Also run `compare_with` on the same input every `compare_every` steps and require identical selections.
+    #[serde(default)]
+    pub compare: bool,
+    #[serde(default = "default_compare_with")]
+    pub compare_with: SelectorKind,
+    #[serde(default = "default_compare_every")]
+    pub compare_every: u64,
+}
+
+fn default_compare_with() -> SelectorKind {
+    SelectorKind::Sort
+}
+fn default_compare_every() -> u64 {
+    100
+}
+
+impl Default for SelectorConfig {
+    fn default() -> Self {
+        Self {
+            kind: SelectorKind::Profk,
+            compare: false,
+            compare_with: default_compare_with(),
+            compare_every: default_compare_every(),
+        }
+    }
+}
+
+/// The selectors a run may use.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SelectorKind {
+    #[default]
+    Profk,
+    Sort,
+    Radix,
+}
+
+impl SelectorKind {
+    pub fn selector(self) -> profk::Selector {
+        match self {
+            SelectorKind::Profk => profk::Selector::Profk,
+            SelectorKind::Sort => profk::Selector::Sort,
+            SelectorKind::Radix => profk::Selector::Radix,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectorKind::Profk => "profk",
+            SelectorKind::Sort => "sort",
+            SelectorKind::Radix => "radix",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Run the final evaluation (held-out FVU, L0, CE-loss recovered where a model is available).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Contexts of the held-out split used for CE-loss recovered.
+    #[serde(default = "default_ce_contexts")]
+    pub ce_contexts: usize,
+}
+
+fn default_ce_contexts() -> usize {
+    8
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        Self { enabled: true, ce_contexts: default_ce_contexts() }
+    }
+}
+
+impl Config {
+    pub fn from_path(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        Self::from_toml(&text).map_err(|e| match e {
+            Error::ConfigParse { msg, .. } => Error::ConfigParse { path: path.into(), msg },
+            other => other,
+        })
+    }
+
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let cfg: Config =
+            toml::from_str(text).map_err(|e| Error::ConfigParse { path: "<config>".into(), msg: e.to_string() })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Residual-stream width d and layer count L of the data.
+    pub fn data_layers(&self) -> usize {
+        match &self.data {
+            DataConfig::Model { layers, .. } => layers.len(),
+            DataConfig::Synthetic { layers, .. } => *layers,
+            DataConfig::Shards { .. } => 1,
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |key: &str, msg: String| Err(Error::config(key, msg));
+        if self.name.trim().is_empty() || self.name.contains(['/', '\\']) {
+            return bad("name", format!("{:?} must be a non-empty name without path separators", self.name));
+        }
+        let s = &self.sae;
+        if s.latents == 0 {
+            return bad("sae.latents", "must be ≥ 1".into());
+        }
+        if s.k == 0 || s.k > s.latents {
+            return bad("sae.k", format!("{} must be in 1..=sae.latents ({})", s.k, s.latents));
+        }
+        match s.arch {
+            Arch::Matryoshka => {
+                if s.group_sizes.is_empty() || s.group_sizes.contains(&0) {
+                    return bad("sae.group_sizes", "matryoshka needs non-empty, positive group sizes".into());
+                }
+                let sum: usize = s.group_sizes.iter().sum();
+                if sum != s.latents {
+                    return bad("sae.group_sizes", format!("sum to {sum}, but sae.latents = {}", s.latents));
+                }
+            }
+            _ if !s.group_sizes.is_empty() => {
+                return bad("sae.group_sizes", "only the matryoshka architecture has groups".into());
+            }
+            _ => {}
+        }
+        let layers = self.data_layers();
+        if s.arch == Arch::Crosscoder && layers < 2 {
+            return bad("data.layers", format!("a crosscoder needs ≥ 2 layers, got {layers}"));
+        }
+        if s.arch != Arch::Crosscoder && layers != 1 {
+            return bad("data.layers", format!("{:?} takes exactly one layer, got {layers}", s.arch));
+        }
+        if !(s.aux.coefficient >= 0.0 && s.aux.coefficient.is_finite()) {
+            return bad("sae.aux.coefficient", format!("{} must be finite and ≥ 0", s.aux.coefficient));
+        }
+        if s.aux.k_aux > s.latents {
+            return bad("sae.aux.k_aux", format!("{} exceeds sae.latents ({})", s.aux.k_aux, s.latents));
+        }
+        if !(0.0..1.0).contains(&s.threshold.beta) {
+            return bad("sae.threshold.beta", format!("{} must be in [0, 1)", s.threshold.beta));
+        }
+        let t = &self.train;
+        if t.batch_size == 0 {
+            return bad("train.batch_size", "must be ≥ 1".into());
+        }
+        if t.steps == 0 {
+            return bad("train.steps", "must be ≥ 1".into());
+        }
+        if !(t.lr >= 0.0 && t.lr.is_finite()) {
+            return bad("train.lr", format!("{} must be finite and ≥ 0 (0 = automatic)", t.lr));
+        }
+        for (key, v) in [("train.beta1", t.beta1), ("train.beta2", t.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                return bad(key, format!("{v} must be in [0, 1)"));
+            }
+        }
+        if !(t.adam_eps > 0.0) {
+            return bad("train.adam_eps", format!("{} must be > 0", t.adam_eps));
+        }
+        if !(0.0..=1.0).contains(&t.decay_start) {
+            return bad("train.decay_start", format!("{} must be in [0, 1]", t.decay_start));
+        }
+        if !(t.grad_clip >= 0.0 && t.grad_clip.is_finite()) {
+            return bad("train.grad_clip", format!("{} must be finite and ≥ 0", t.grad_clip));
+        }
+        if t.precision != Precision::F32 && self.device == DeviceKind::Cpu {
+            return bad("train.precision", "tf32 / bf16 apply to device = \"cuda\" only".into());
+        }
+        if self.selector.compare && self.selector.compare_every == 0 {
+            return bad("selector.compare_every", "must be ≥ 1".into());
+        }
+        if self.selector.compare && self.selector.compare_with == self.selector.kind {
+            return bad("selector.compare_with", "must differ from selector.kind".into());
+        }
+        if let Err(msg) = self.log.validate() {
+            return Err(Error::config("log", msg));
+        }
+        match &self.data {
+            DataConfig::Model { hook, layers, context, dtype, buffer_tokens, .. } => {
+                if !["resid_pre", "resid_post"].contains(&hook.as_str()) {
+                    return bad("data.hook", format!("{hook:?} must be \"resid_pre\" or \"resid_post\""));
+                }
+                let mut sorted = layers.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if sorted.len() != layers.len() {
+                    return bad("data.layers", format!("{layers:?} repeats a layer"));
+                }
+                if *context < 2 {
+                    return bad("data.context", format!("{context} must be ≥ 2"));
+                }
+                if !["f32", "bf16", "f16"].contains(&dtype.as_str()) {
+                    return bad("data.dtype", format!("{dtype:?} must be \"f32\", \"bf16\" or \"f16\""));
+                }
+                if *buffer_tokens < t.batch_size {
+                    return bad("data.buffer_tokens", format!("{buffer_tokens} is below train.batch_size"));
+                }
+            }
+            DataConfig::Shards { buffer_tokens, .. } => {
+                if *buffer_tokens < t.batch_size {
+                    return bad("data.buffer_tokens", format!("{buffer_tokens} is below train.batch_size"));
+                }
+            }
+            DataConfig::Synthetic { d_model, features, active_per_token, layers, .. } => {
+                if *d_model == 0 {
+                    return bad("data.d_model", "must be ≥ 1".into());
+                }
+                if *layers == 0 {
+                    return bad("data.layers", "must be ≥ 1".into());
+                }
+                if *active_per_token == 0 || active_per_token > features {
+                    return bad("data.active_per_token", format!("{active_per_token} must be in 1..=data.features"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Learning rate after the automatic rule.
+    pub fn lr(&self) -> f64 {
+        if self.train.lr > 0.0 {
+            self.train.lr
+        } else {
+            2e-4 / (self.sae.latents as f64 / 16384.0).sqrt()
+        }
+    }
+}

@@ -1,0 +1,43 @@
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Every failure of SAE training, with the context a user needs to find the cause.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// A configuration value is invalid; `key` is its dotted TOML path.
+    #[error("config key `{key}`: {msg}")]
+    Config { key: String, msg: String },
+    #[error("cannot parse config {path}: {msg}")]
+    ConfigParse { path: PathBuf, msg: String },
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("checkpoint {path}: {msg}")]
+    Checkpoint { path: PathBuf, msg: String },
+    #[error("data: {0}")]
+    Data(String),
+    #[error("step {step}: selector {a} and selector {b} chose different elements ({differ} of {k} differ)")]
+    SelectionMismatch { step: u64, a: String, b: String, differ: usize, k: usize },
+    #[error("step {step}: non-finite {what}")]
+    NonFinite { step: u64, what: String },
+    #[error("shape: {0}")]
+    Shape(String),
+    #[error(transparent)]
+    Select(#[from] profk::Error),
+    #[error(transparent)]
+    Activations(#[from] activations::Error),
+    #[error(transparent)]
+    Run(#[from] eval::Error),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+impl Error {
+    pub fn config(key: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::Config { key: key.into(), msg: msg.into() }
+    }
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+}

@@ -1,0 +1,38 @@
+//! Initialization statistics from the first batch: the input scale and the geometric median for b_dec.
+use crate::Result;
+use candle_core::{DType, Tensor};
+
+/// Per-layer factors `s_l` with mean ‖s_l · x_l‖² = 1 over the batch [B, L, d].
+pub fn unit_square_norm_scales(x: &Tensor) -> Result<Vec<f64>> {
+    let (_, layers, _) = x.dims3()?;
+    let mean_sq: Vec<f64> = x.to_dtype(DType::F64)?.sqr()?.sum(2)?.mean(0)?.to_vec1()?;
+    debug_assert_eq!(mean_sq.len(), layers);
+    Ok(mean_sq.iter().map(|m| if *m > 0.0 { 1.0 / m.sqrt() } else { 1.0 }).collect())
+}
+
+/// Geometric median of the rows of `x` [B, d] by Weiszfeld's iteration, in f64 on the host.
+pub fn geometric_median(x: &Tensor, iterations: usize) -> Result<Vec<f32>> {
+    let (b, d) = x.dims2()?;
+    let data: Vec<f64> = x.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?;
+    let rows: Vec<&[f64]> = data.chunks(d.max(1)).collect();
+    let mut median = vec![0f64; d];
+    for row in &rows {
+        median.iter_mut().zip(row.iter()).for_each(|(m, v)| *m += v / b as f64);
+    }
+    for _ in 0..iterations {
+        let mut num = vec![0f64; d];
+        let mut den = 0f64;
+        for row in &rows {
+            let dist = row.iter().zip(&median).map(|(a, m)| (a - m) * (a - m)).sum::<f64>().sqrt().max(1e-8);
+            den += 1.0 / dist;
+            num.iter_mut().zip(row.iter()).for_each(|(n, v)| *n += v / dist);
+        }
+        let next: Vec<f64> = num.iter().map(|n| n / den).collect();
+        let moved = next.iter().zip(&median).map(|(a, m)| (a - m) * (a - m)).sum::<f64>().sqrt();
+        median = next;
+        if moved < 1e-7 {
+            break;
+        }
+    }
+    Ok(median.into_iter().map(|v| v as f32).collect())
+}

@@ -1,0 +1,102 @@
+//! Adam with linear warm-up and linear decay, global gradient-norm clipping, and the unit-norm decoder
+//! constraint: the decoder gradient loses its component parallel to each row before the step, and the rows
+//! are renormalized after it.
+use crate::config::TrainConfig;
+use crate::Result;
+use candle_core::{backprop::GradStore, Tensor, Var};
+
+/// First and second moments of every parameter, in the order of [`crate::model::Sae::vars`].
+pub struct Adam {
+    pub m: Vec<Tensor>,
+    pub v: Vec<Tensor>,
+    /// Steps taken.
+    pub t: u64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+}
+
+impl Adam {
+    pub fn new(vars: &[&Var], cfg: &TrainConfig) -> Result<Self> {
+        let zeros = |v: &&Var| v.as_tensor().zeros_like();
+        Ok(Self {
+            m: vars.iter().map(zeros).collect::<candle_core::Result<_>>()?,
+            v: vars.iter().map(zeros).collect::<candle_core::Result<_>>()?,
+            t: 0,
+            beta1: cfg.beta1,
+            beta2: cfg.beta2,
+            eps: cfg.adam_eps,
+        })
+    }
+
+    /// One update of every var with its gradient in `grads` (already clipped / projected).
+    pub fn step(&mut self, vars: &[&Var], grads: &[Tensor], lr: f64) -> Result<()> {
+        self.t += 1;
+        let bc1 = 1.0 - self.beta1.powi(self.t as i32);
+        let bc2 = 1.0 - self.beta2.powi(self.t as i32);
+        for (i, (var, g)) in vars.iter().zip(grads).enumerate() {
+            self.m[i] = ((&self.m[i] * self.beta1)? + (g * (1.0 - self.beta1))?)?;
+            self.v[i] = ((&self.v[i] * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?;
+            let denom = ((&self.v[i] / bc2)?.sqrt()? + self.eps)?;
+            let update = ((&self.m[i] / bc1)? / denom)?;
+            var.set(&(var.as_tensor() - (update * lr)?)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Learning rate at `step` (0-based): linear warm-up over `warmup_steps`, constant, then linear decay to 0
+/// from `decay_start · steps` to the end.
+pub fn lr_at(step: u64, base: f64, cfg: &TrainConfig) -> f64 {
+    let s = step as f64;
+    let warm = if cfg.warmup_steps > 0 { ((s + 1.0) / cfg.warmup_steps as f64).min(1.0) } else { 1.0 };
+    let total = cfg.steps as f64;
+    let decay_from = cfg.decay_start * total;
+    let decay = if cfg.decay_start < 1.0 && s >= decay_from {
+        ((total - s) / (total - decay_from)).clamp(0.0, 1.0)
+    } else {
+        1.0
+    };
+    base * warm * decay
+}
+
+/// Gradients of `vars` in order (zeros where a var got none).
+pub fn collect_grads(vars: &[&Var], grads: &GradStore) -> Result<Vec<Tensor>> {
+    vars.iter()
+        .map(|v| match grads.get(v.as_tensor()) {
+            Some(g) => Ok(g.clone()),
+            None => Ok(v.as_tensor().zeros_like()?),
+        })
+        .collect()
+}
+
+/// Removes from the decoder gradient [n, d] its component along each (unit) decoder row.
+pub fn project_decoder_grad(w_dec: &Tensor, grad: &Tensor) -> Result<Tensor> {
+    let parallel = (grad * w_dec)?.sum_keepdim(1)?;
+    Ok((grad - w_dec.broadcast_mul(&parallel)?)?)
+}
+
+/// Rescales every decoder row to unit norm.
+pub fn normalize_rows(w_dec: &Var) -> Result<()> {
+    let w = w_dec.as_tensor();
+    let norm = w.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+    w_dec.set(&w.broadcast_div(&norm)?)?;
+    Ok(())
+}
+
+/// Scales all gradients so that their global L2 norm is at most `max_norm` (0: no clipping). Returns the norm
+/// before clipping.
+pub fn clip_global_norm(grads: &mut [Tensor], max_norm: f64) -> Result<f64> {
+    let mut sq = 0f64;
+    for g in grads.iter() {
+        sq += g.sqr()?.sum_all()?.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+    }
+    let norm = sq.sqrt();
+    if max_norm > 0.0 && norm > max_norm {
+        let scale = max_norm / norm;
+        for g in grads.iter_mut() {
+            *g = (&*g * scale)?;
+        }
+    }
+    Ok(norm)
+}

@@ -1,0 +1,305 @@
+//! `train-sae CONFIG [--out DIR] [--resume]`: builds the activation source from the config, trains through
+//! the shared training loop (progress bar, metrics.jsonl, checkpoints, Ctrl-C), evaluates on held-out tokens
+//! (FVU, L0, CE-loss recovered with the SAE spliced in at its hook) and writes the SAE in SAELens' layout.
+use crate::checkpoint::{load_state, save_state, write_saelens};
+use crate::config::{Arch, Config, DataConfig, DeviceKind, Precision};
+use crate::data::{skip, with_layer_axis, Synthetic};
+use crate::trainer::Trainer;
+use crate::{Error, Result};
+use activations::corpus::{Contexts, Corpus, Split};
+use activations::{ActivationSource, Gpt2, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions};
+use candle_core::{DType, Device, Tensor};
+use eval::{LoopConfig, Metrics, MetricsSink, Progress, RunDir, RunMeta, SinkOptions, StepContext, StepOutput};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Command-line options of `train-sae`.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub config: PathBuf,
+    /// Run directory; default `runs/<name>-<selector>-<timestamp>`.
+    pub out: Option<PathBuf>,
+    /// Continue the run in `out` from its latest checkpoint.
+    pub resume: bool,
+}
+
+/// What a finished (or stopped) run reports.
+pub struct RunSummary {
+    pub run_dir: PathBuf,
+    pub stopped: bool,
+    pub step: u64,
+    pub final_eval: Option<Metrics>,
+}
+
+/// Fraction of the corpus' documents held out for evaluation.
+const HELDOUT_FRACTION: f64 = 0.1;
+/// Contexts per model forward when activations are produced on the fly.
+const BATCH_CONTEXTS: usize = 8;
+
+pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
+    let text = std::fs::read_to_string(&opts.config).map_err(|e| Error::io(&opts.config, e))?;
+    let cfg = Config::from_path(&opts.config)?;
+    let device = match cfg.device {
+        DeviceKind::Cpu => Device::Cpu,
+        DeviceKind::Cuda => Device::new_cuda(0)?,
+    };
+    set_precision(cfg.train.precision);
+    let run = match (&opts.out, opts.resume) {
+        (Some(out), true) => RunDir::open_existing(out)?,
+        (None, true) => return Err(Error::config("--resume", "needs --out DIR naming the run to continue")),
+        (Some(out), false) => RunDir::create_at(out)?,
+        (None, false) => RunDir::create(Path::new("runs"), &format!("{}-{}", cfg.name, cfg.selector.kind.name()))?,
+    };
+    let mut data = Data::open(&cfg, &device)?;
+    let (trainer, start, pending) = if opts.resume {
+        let ckpt = eval::train_loop::resume_point(&run)?;
+        let trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
+        skip(data.train.as_mut(), trainer.tokens, cfg.train.batch_size)?;
+        (trainer, ckpt.progress, None)
+    } else {
+        let meta = RunMeta {
+            config_name: cfg.name.clone(),
+            selector: cfg.selector.kind.name().into(),
+            task: "sae".into(),
+            ..RunMeta::default()
+        };
+        run.write_meta(&meta)?;
+        run.write_config(&text, &cfg)?;
+        let first = data.next_train(cfg.train.batch_size)?;
+        (Trainer::new(cfg.clone(), &first, &device)?, Progress::default(), Some(first))
+    };
+    let meta = run.read_meta()?;
+    let sink_opts = SinkOptions::for_run(&run, &meta, &cfg.log);
+    let sink = if opts.resume {
+        MetricsSink::resume(&run, start.step, sink_opts)?
+    } else {
+        MetricsSink::create(&run, sink_opts)?
+    };
+    let mut loop_cfg = LoopConfig::new(cfg.train.steps, &cfg.log);
+    loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
+    loop_cfg.final_eval = cfg.eval.enabled;
+    loop_cfg.progress_metrics = vec!["loss".into(), "fvu".into(), "l0".into()];
+    let stop = eval::StopSignal::ctrl_c().unwrap_or_default();
+    let mut job = SaeJob { trainer, data, pending };
+    let summary = eval::train_loop::run(&mut job, &run, &sink, &loop_cfg, start, &stop)?;
+    sink.finish()?;
+    let stopped = summary.outcome == eval::Outcome::Stopped;
+    if !stopped {
+        let sae_dir = run.path().join("sae");
+        std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
+        let t = &job.trainer;
+        write_saelens(&sae_dir, &t.cfg, &t.sae, t.threshold, &t.scales)?;
+    }
+    Ok(RunSummary {
+        run_dir: run.path().to_path_buf(),
+        stopped,
+        step: summary.progress.step,
+        final_eval: summary.final_eval,
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn set_precision(p: Precision) {
+    candle_core::cuda::set_gemm_reduced_precision_f32(p == Precision::Tf32);
+    candle_core::cuda::set_gemm_reduced_precision_bf16(p == Precision::Bf16);
+}
+
+#[cfg(not(feature = "cuda"))]
+fn set_precision(_: Precision) {}
+
+/// The training stream, the held-out activations, and (for a model source) what CE-loss recovered needs.
+pub struct Data {
+    pub train: Box<dyn ActivationSource>,
+    pub heldout: Option<Tensor>,
+    pub splice: Option<Splice>,
+}
+
+/// A model, its hook point and held-out contexts: the SAE is spliced in there to measure CE-loss recovered.
+pub struct Splice {
+    pub model: Arc<Gpt2>,
+    pub hook: HookPoint,
+    pub tokens: Tensor,
+}
+
+impl Data {
+    pub fn open(cfg: &Config, device: &Device) -> Result<Self> {
+        match &cfg.data {
+            DataConfig::Synthetic { d_model, layers, features, active_per_token, held_out_tokens } => {
+                let make = |stream| Synthetic::new(*d_model, *layers, *features, *active_per_token, cfg.seed, stream, device);
+                let heldout = make(cfg.seed ^ 0x4e1d_0u64).next_batch(*held_out_tokens)?;
+                Ok(Self { train: Box::new(make(cfg.seed)), heldout, splice: None })
+            }
+            DataConfig::Shards { dir, buffer_tokens, held_out_dir } => {
+                let open = |dir: &Path, repeat: bool| -> Result<activations::ShardReader> {
+                    let probe = activations::ShardReader::open(dir, Default::default())?;
+                    let row_bytes = probe.manifest().d_model * 4 * probe.hook_points().len().max(1);
+                    let opts = activations::ReaderOptions {
+                        buffer_bytes: buffer_tokens * row_bytes,
+                        seed: cfg.seed,
+                        repeat,
+                        device: device.clone(),
+                        ..Default::default()
+                    };
+                    Ok(activations::ShardReader::open(dir, opts)?)
+                };
+                let heldout = match held_out_dir {
+                    Some(h) => open(h, false)?.next_batch(*buffer_tokens)?,
+                    None => None,
+                };
+                Ok(Self { train: Box::new(open(dir, true)?), heldout, splice: None })
+            }
+            DataConfig::Model { model, hook, layers, corpus, context, dtype, held_out_tokens, buffer_tokens } => {
+                let dtype = activations::models::parse_dtype("data.dtype", dtype)?;
+                let model = Arc::new(activations::models::load_model(model, dtype, device)?);
+                let hooks: Vec<HookPoint> = layers
+                    .iter()
+                    .map(|&l| if hook == "resid_pre" { HookPoint::ResidPre(l) } else { HookPoint::ResidPost(l) })
+                    .collect();
+                let corpus = Corpus::load(corpus)?;
+                let tokenizer = Gpt2Tokenizer::new()?;
+                let pack = |split| -> Result<Contexts> {
+                    Ok(Contexts::pack(&corpus.split(split, HELDOUT_FRACTION).tokenize(&tokenizer)?, *context, true)?)
+                };
+                let (train_ctx, held_ctx) = (pack(Split::Train)?, pack(Split::Heldout)?);
+                let ce_n = cfg.eval.ce_contexts.min(held_ctx.len());
+                let ce_tokens = Tensor::from_vec(held_ctx.tokens[..ce_n * context].to_vec(), (ce_n, *context), device)?;
+                let opts = |repeat, buffer| OnTheFlyOptions {
+                    batch_contexts: BATCH_CONTEXTS,
+                    drop_bos: true,
+                    buffer_tokens: buffer,
+                    seed: cfg.seed,
+                    repeat,
+                    dtype: DType::F32,
+                };
+                let mut held = OnTheFly::new(model.clone(), held_ctx, hooks.clone(), opts(false, *held_out_tokens))?;
+                let heldout = held.next_batch(*held_out_tokens)?;
+                let train = OnTheFly::new(model.clone(), train_ctx, hooks.clone(), opts(true, *buffer_tokens))?;
+                let splice = (hooks.len() == 1 && ce_n > 0).then(|| Splice { model, hook: hooks[0], tokens: ce_tokens });
+                Ok(Self { train: Box::new(train), heldout, splice })
+            }
+        }
+    }
+
+    /// The next training batch as [B, L, d]; running dry is an error (model and shard sources repeat).
+    pub fn next_train(&mut self, batch: usize) -> Result<Tensor> {
+        match self.train.next_batch(batch)? {
+            Some(b) if b.dim(0)? == batch => with_layer_axis(b),
+            _ => Err(Error::Data(format!("the activation source ran out before a batch of {batch} tokens"))),
+        }
+    }
+}
+
+/// The SAE trainer as the shared training loop sees it.
+struct SaeJob {
+    trainer: Trainer,
+    data: Data,
+    /// The batch drawn for initialization, trained on first.
+    pending: Option<Tensor>,
+}
+
+impl eval::Trainer for SaeJob {
+    type Error = Error;
+
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput> {
+        let batch = self.trainer.cfg.train.batch_size;
+        let raw = match self.pending.take() {
+            Some(b) => b,
+            None => self.data.next_train(batch)?,
+        };
+        let s = self.trainer.train_step(&raw, ctx.log)?;
+        let mut m = Metrics::new();
+        m.insert("select_ms".into(), s.select_ms);
+        m.insert("lr".into(), s.lr);
+        m.insert("threshold".into(), s.threshold);
+        if ctx.log {
+            for (name, v) in [
+                ("loss", s.loss),
+                ("mse", s.mse),
+                ("fvu", s.fvu),
+                ("l0", s.l0),
+                ("dead_fraction", s.dead_fraction),
+                ("aux_loss", s.aux_loss),
+                ("grad_norm", s.grad_norm),
+            ] {
+                m.insert(name.into(), v);
+            }
+            for (l, v) in s.layer_fvu.iter().enumerate() {
+                m.insert(format!("fvu_layer{l}"), *v);
+            }
+        }
+        Ok(StepOutput { tokens: batch as u64, metrics: m })
+    }
+
+    fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<()> {
+        save_state(dir, &self.trainer)
+    }
+
+    fn eval(&mut self, _progress: &Progress) -> Result<Metrics> {
+        let mut m = Metrics::new();
+        if let Some(held) = &self.data.heldout {
+            let e = self.trainer.evaluate(&with_layer_axis(held.clone())?)?;
+            m.insert("heldout_fvu".into(), e.fvu);
+            m.insert("heldout_mse".into(), e.mse);
+            m.insert("heldout_l0".into(), e.l0);
+            m.insert("heldout_fvu_threshold".into(), e.fvu_threshold);
+            m.insert("heldout_l0_threshold".into(), e.l0_threshold);
+            for (l, v) in e.layer_fvu.iter().enumerate() {
+                m.insert(format!("heldout_fvu_layer{l}"), *v);
+            }
+        }
+        if let Some(splice) = &self.data.splice {
+            if self.trainer.sae.shape.arch != Arch::Crosscoder {
+                let ce = ce_loss_recovered(&self.trainer, splice)?;
+                m.insert("ce_clean".into(), ce.clean);
+                m.insert("ce_sae".into(), ce.spliced);
+                m.insert("ce_zero_ablation".into(), ce.zero);
+                m.insert("ce_loss_recovered".into(), ce.recovered());
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// Next-token cross-entropy with the clean stream, with the SAE's reconstruction spliced in, and with the
+/// stream zeroed at the hook.
+pub struct CeLosses {
+    pub clean: f64,
+    pub spliced: f64,
+    pub zero: f64,
+}
+
+impl CeLosses {
+    /// (zero − spliced) / (zero − clean): 1 when the SAE loses nothing, 0 when it is as bad as zeroing.
+    pub fn recovered(&self) -> f64 {
+        (self.zero - self.spliced) / (self.zero - self.clean)
+    }
+}
+
+/// Splices the SAE (JumpReLU inference with the learned threshold) into positions 1.. of the hook; the first
+/// (BOS) position, excluded from training, keeps its activation.
+pub fn ce_loss_recovered(trainer: &Trainer, splice: &Splice) -> Result<CeLosses> {
+    let model = &splice.model;
+    let ce = |logits: Tensor| -> Result<f64> {
+        Ok(Gpt2::next_token_loss(&logits, &splice.tokens)?.to_dtype(DType::F64)?.to_scalar::<f64>()?)
+    };
+    let clean = ce(model.forward_logits(&splice.tokens)?)?;
+    let reconstruct = |h: &Tensor| -> candle_core::Result<Tensor> {
+        let (b, t, d) = h.dims3()?;
+        let body = h.narrow(1, 1, t - 1)?.reshape((b * (t - 1), 1, d))?;
+        let recon = splice_reconstruction(trainer, &body).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let recon = recon.reshape((b, t - 1, d))?.to_dtype(h.dtype())?;
+        Tensor::cat(&[&h.narrow(1, 0, 1)?, &recon], 1)
+    };
+    let spliced = ce(model.forward_logits_patched(&splice.tokens, splice.hook, &reconstruct)?)?;
+    let zero_out = |h: &Tensor| h.zeros_like();
+    let zero = ce(model.forward_logits_patched(&splice.tokens, splice.hook, &zero_out)?)?;
+    Ok(CeLosses { clean, spliced, zero })
+}
+
+/// The SAE's reconstruction of raw activations [N, 1, d], in the raw scale.
+fn splice_reconstruction(trainer: &Trainer, raw: &Tensor) -> Result<Tensor> {
+    let x = trainer.prepare(raw)?;
+    let theta = trainer.threshold.max(0.0);
+    let (recon, _) = trainer.sae.reconstruct_threshold(&x, theta)?;
+    Ok((recon / trainer.scales[0])?)
+}

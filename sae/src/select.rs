@@ -1,0 +1,68 @@
+//! The batch-global selection of B·k activations through profk, with timing and the optional cross-check
+//! against a second selector.
+use crate::config::SelectorConfig;
+use crate::{Error, Result};
+use candle_core::Tensor;
+use std::time::{Duration, Instant};
+
+/// Flat indices (i64, ascending) of the `keep` largest elements of `pre`, and the time it took.
+pub struct Selected {
+    pub indices: Tensor,
+    pub time: Duration,
+}
+
+pub fn select_flat(pre: &Tensor, keep: usize, selector: profk::Selector, seed: u64) -> Result<Selected> {
+    let opts = profk::TopKOptions {
+        selector,
+        mode: profk::Mode::Flat,
+        order: profk::Order::Index,
+        seed,
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    let sel = profk::topk(pre, keep, &opts)?;
+    let indices = sel.indices.contiguous()?;
+    sync(&indices)?;
+    Ok(Selected { indices, time: t0.elapsed() })
+}
+
+/// Per-row selection of `keep` elements of `scores [B, n]`, returned as flat (row · n + col) indices.
+pub fn select_rows(scores: &Tensor, keep: usize, selector: profk::Selector, seed: u64) -> Result<Tensor> {
+    let (b, n) = scores.dims2()?;
+    let opts = profk::TopKOptions {
+        selector,
+        mode: profk::Mode::Rowwise,
+        order: profk::Order::Index,
+        seed,
+        ..Default::default()
+    };
+    let sel = profk::topk(scores, keep, &opts)?;
+    let offsets = Tensor::arange(0i64, b as i64, scores.device())?
+        .broadcast_mul(&Tensor::new(n as i64, scores.device())?)?
+        .unsqueeze(1)?;
+    Ok(sel.indices.broadcast_add(&offsets)?.flatten_all()?)
+}
+
+/// Runs `cfg.compare_with` on the same input and requires the identical set of elements.
+pub fn cross_check(pre: &Tensor, keep: usize, chosen: &Tensor, cfg: &SelectorConfig, step: u64) -> Result<()> {
+    let other = select_flat(pre, keep, cfg.compare_with.selector(), step)?;
+    let a: Vec<i64> = chosen.to_vec1()?;
+    let b: Vec<i64> = other.indices.to_vec1()?;
+    let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
+    if differ > 0 {
+        return Err(Error::SelectionMismatch {
+            step,
+            a: cfg.kind.name().into(),
+            b: cfg.compare_with.name().into(),
+            differ,
+            k: keep,
+        });
+    }
+    Ok(())
+}
+
+/// Waits for the device so that timings measure the work, not its launch.
+pub fn sync(t: &Tensor) -> Result<()> {
+    t.device().synchronize()?;
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! One training step of any architecture: forward, aux-k loss, backward, decoder-gradient projection,
+//! clipping, Adam, decoder renormalization, dead-latent and threshold bookkeeping, and the step's metrics.
+use crate::arch::{self, crosscoder::layer_fvu};
+use crate::aux::{aux_loss, DeadTracker};
+use crate::config::{Arch, Config};
+use crate::init::{geometric_median, unit_square_norm_scales};
+use crate::model::{Sae, Shape};
+use crate::optim::{clip_global_norm, collect_grads, lr_at, normalize_rows, project_decoder_grad, Adam};
+use crate::select::{cross_check, sync};
+use crate::{Error, Result};
+use candle_core::{DType, Device, Tensor};
+use serde::Serialize;
+use std::time::Instant;
+
+/// Everything that changes while training; saved whole in a checkpoint.
+pub struct Trainer {
+    pub cfg: Config,
+    pub sae: Sae,
+    pub adam: Adam,
+    pub dead: DeadTracker,
+    /// Inference threshold in the scaled input space; negative until the first update.
+    pub threshold: f64,
+    /// Per-layer input scale factors (all 1 without `normalize_input`).
+    pub scales: Vec<f64>,
+    pub step: u64,
+    pub tokens: u64,
+}
+
+/// Metrics of one step.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StepStats {
+    pub step: u64,
+    pub tokens: u64,
+    pub loss: f64,
+    pub mse: f64,
+    pub fvu: f64,
+    pub l0: f64,
+    pub dead_fraction: f64,
+    pub aux_loss: f64,
+    pub threshold: f64,
+    pub lr: f64,
+    pub grad_norm: f64,
+    pub step_ms: f64,
+    pub select_ms: f64,
+    pub select_share: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layer_fvu: Vec<f64>,
+}
+
+impl Trainer {
+    /// A fresh model initialized from `first` [B, L, d]: input scales, b_dec = geometric median, W_enc = W_decᵀ.
+    pub fn new(cfg: Config, first: &Tensor, device: &Device) -> Result<Self> {
+        let (_, layers, d_model) = first.dims3()?;
+        let shape = Shape {
+            arch: cfg.sae.arch,
+            d_model,
+            layers,
+            n: cfg.sae.latents,
+            k: cfg.sae.k,
+            groups: cfg.sae.group_sizes.clone(),
+        };
+        let scales = if cfg.sae.normalize_input { unit_square_norm_scales(first)? } else { vec![1.0; layers] };
+        let x = scale_and_stack(first, &scales)?;
+        let median = geometric_median(&x, 100)?;
+        let b_dec = Tensor::from_vec(median, shape.d_in(), device)?;
+        let sae = Sae::init(shape, &b_dec, cfg.sae.decode, cfg.seed, device)?;
+        Self::with_sae(cfg, sae, scales)
+    }
+
+    pub fn with_sae(cfg: Config, sae: Sae, scales: Vec<f64>) -> Result<Self> {
+        let adam = Adam::new(&sae.vars(), &cfg.train)?;
+        let dead = DeadTracker::new(sae.shape.n, cfg.sae.aux.dead_tokens, sae.device())?;
+        Ok(Self { cfg, sae, adam, dead, threshold: -1.0, scales, step: 0, tokens: 0 })
+    }
+
+    /// Raw activations [B, L, d] → scaled, stacked model inputs [B, L·d] on the model's device.
+    pub fn prepare(&self, raw: &Tensor) -> Result<Tensor> {
+        scale_and_stack(&raw.to_device(self.sae.device())?.to_dtype(DType::F32)?, &self.scales)
+    }
+
+    fn k_aux(&self) -> usize {
+        match self.cfg.sae.aux.k_aux {
+            0 => (self.sae.shape.d_in() / 2).max(1),
+            k => k,
+        }
+    }
+
+    /// One optimization step on raw activations [B, L, d]; full metrics when `metrics` is set.
+    pub fn train_step(&mut self, raw: &Tensor, metrics: bool) -> Result<StepStats> {
+        let t0 = Instant::now();
+        let x = self.prepare(raw)?;
+        let selector = self.cfg.selector.kind.selector();
+        let seed = self.cfg.seed ^ self.step.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let fwd = arch::forward(&self.sae, &x, selector, seed)?;
+        let keep = fwd.enc.idx.elem_count();
+        let sel = &self.cfg.selector;
+        if sel.compare && self.step % sel.compare_every == 0 {
+            cross_check(&fwd.enc.pre.detach(), keep, &fwd.enc.idx, sel, self.step)?;
+        }
+        let (dead_mask, n_dead) = self.dead.dead()?;
+        let aux = aux_loss(&self.sae, &fwd.enc, &x, &fwd.recon, (&dead_mask, n_dead), self.k_aux(), selector, seed)?;
+        let loss = match &aux {
+            Some(a) => (&fwd.loss + (a * self.cfg.sae.aux.coefficient)?)?,
+            None => fwd.loss.clone(),
+        };
+        let vars = self.sae.vars();
+        let mut grads = collect_grads(&vars, &loss.backward()?)?;
+        grads[2] = project_decoder_grad(self.sae.w_dec.as_tensor(), &grads[2])?;
+        let grad_norm = clip_global_norm(&mut grads, self.cfg.train.grad_clip)?;
+        if !grad_norm.is_finite() {
+            return Err(Error::NonFinite { step: self.step, what: "gradient norm".into() });
+        }
+        let lr = lr_at(self.step, self.cfg.lr(), &self.cfg.train);
+        self.adam.step(&vars, &grads, lr)?;
+        normalize_rows(&self.sae.w_dec)?;
+        self.dead.update(&fwd.enc, self.sae.shape.n)?;
+        if self.step >= self.cfg.sae.threshold.start_step {
+            self.update_threshold(&fwd.enc.vals)?;
+        }
+        sync(self.sae.w_dec.as_tensor())?;
+        let step_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let select_ms = fwd.enc.select_time.as_secs_f64() * 1e3;
+        let batch = x.dim(0)?;
+        self.step += 1;
+        self.tokens += batch as u64;
+        let mut stats = StepStats {
+            step: self.step,
+            tokens: self.tokens,
+            threshold: self.threshold,
+            lr,
+            grad_norm,
+            step_ms,
+            select_ms,
+            select_share: select_ms / step_ms.max(1e-9),
+            ..Default::default()
+        };
+        if metrics {
+            stats.loss = loss.to_dtype(DType::F64)?.to_scalar()?;
+            stats.aux_loss = match aux {
+                Some(a) => a.to_dtype(DType::F64)?.to_scalar()?,
+                None => 0.0,
+            };
+            let (mse, fvu) = mse_fvu(&x, &fwd.recon)?;
+            stats.mse = mse;
+            stats.fvu = fvu;
+            stats.l0 = positive_count(&fwd.enc.vals)? / batch as f64;
+            stats.dead_fraction = self.dead.dead()?.1 as f64 / self.sae.shape.n as f64;
+            if self.sae.shape.arch == Arch::Crosscoder {
+                stats.layer_fvu = layer_fvu(&x, &fwd.recon.detach(), self.sae.shape.layers)?;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// EMA of the smallest positive kept activation.
+    fn update_threshold(&mut self, vals: &Tensor) -> Result<()> {
+        let vals = vals.detach();
+        let inf = Tensor::full(f32::INFINITY, vals.shape(), vals.device())?;
+        let min = vals.gt(0f64)?.where_cond(&vals, &inf)?.min(0)?.to_scalar::<f32>()? as f64;
+        if !min.is_finite() {
+            return Ok(());
+        }
+        let beta = self.cfg.sae.threshold.beta;
+        self.threshold = if self.threshold < 0.0 { min } else { beta * self.threshold + (1.0 - beta) * min };
+        Ok(())
+    }
+
+    /// Held-out metrics on raw activations [B, L, d]: FVU and L0 with the batch selection and with the
+    /// exported threshold.
+    pub fn evaluate(&self, raw: &Tensor) -> Result<EvalStats> {
+        let x = self.prepare(raw)?;
+        let batch = x.dim(0)?;
+        let fwd = arch::forward(&self.sae, &x, self.cfg.selector.kind.selector(), self.cfg.seed)?;
+        let recon = fwd.recon.detach();
+        let (mse, fvu) = mse_fvu(&x, &recon)?;
+        let l0 = positive_count(&fwd.enc.vals)? / batch as f64;
+        let (fvu_threshold, l0_threshold) = if self.threshold >= 0.0 {
+            let (r, l0t) = self.sae.reconstruct_threshold(&x, self.threshold)?;
+            (mse_fvu(&x, &r)?.1, l0t)
+        } else {
+            (f64::NAN, f64::NAN)
+        };
+        let layer_fvu = if self.sae.shape.arch == Arch::Crosscoder {
+            layer_fvu(&x, &recon, self.sae.shape.layers)?
+        } else {
+            Vec::new()
+        };
+        Ok(EvalStats { tokens: batch, mse, fvu, l0, fvu_threshold, l0_threshold, layer_fvu })
+    }
+}
+
+/// Held-out evaluation.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct EvalStats {
+    pub tokens: usize,
+    pub mse: f64,
+    pub fvu: f64,
+    pub l0: f64,
+    /// With the exported JumpReLU threshold instead of the batch selection.
+    pub fvu_threshold: f64,
+    pub l0_threshold: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub layer_fvu: Vec<f64>,
+}
+
+/// Scales layer l of `raw` [B, L, d] by `scales[l]` and stacks the layers: [B, L·d].
+pub fn scale_and_stack(raw: &Tensor, scales: &[f64]) -> Result<Tensor> {
+    let (b, l, d) = raw.dims3()?;
+    let s: Vec<f32> = scales.iter().map(|v| *v as f32).collect();
+    let s = Tensor::from_vec(s, (1, l, 1), raw.device())?;
+    Ok(raw.broadcast_mul(&s)?.reshape((b, l * d))?)
+}
+
+/// Mean squared error per element and fraction of variance unexplained.
+pub fn mse_fvu(x: &Tensor, recon: &Tensor) -> Result<(f64, f64)> {
+    let err = (x - recon)?.sqr()?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
+    let centered = x.broadcast_sub(&x.mean_keepdim(0)?)?;
+    let var = centered.sqr()?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
+    Ok((err / x.elem_count() as f64, err / var.max(1e-30)))
+}
+
+fn positive_count(vals: &Tensor) -> Result<f64> {
+    Ok(vals.detach().gt(0f64)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
+}
