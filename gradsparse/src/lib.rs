@@ -1,1 +1,25 @@
-//! gradsparse
+//! Error-feedback top-k gradient sparsification for fine-tuning GPT-2.
+//!
+//! After backward, each gradient is added into a flat residual (`acc = r + g`, optionally with DGC
+//! momentum correction), the top ρ of `|acc|` is selected globally or per tensor by a Prof-K, sort or
+//! radix selector, only those coordinates go through AdamW, and the rest stays in the residual.
+
+pub mod adamw;
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod error;
+pub mod feedback;
+pub mod flatops;
+pub mod layout;
+pub mod run;
+pub mod select;
+pub mod trainer;
+
+pub use adamw::{AdamWParams, SparseAdamW};
+pub use config::FinetuneConfig;
+pub use error::{Error, Result};
+pub use feedback::ErrorFeedback;
+pub use layout::{FlatLayout, ParamSpan};
+pub use select::{Scope, Selection, SelectorChoice};
+pub use trainer::{StepReport, Trainer};

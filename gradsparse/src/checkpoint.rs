@@ -1,0 +1,118 @@
+//! Checkpoints: the model in Hugging Face layout (config.json + model.safetensors, loadable by
+//! `activations::gpt2::Gpt2::load`), plus `optimizer.safetensors` (residual, velocity, AdamW moments)
+//! and `trainer_state.json` (steps, layout), each written atomically.
+use crate::error::{Error, Result};
+use crate::trainer::Trainer;
+use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
+pub const STATE_FILE: &str = "trainer_state.json";
+
+/// The scalar state of a trainer and the parameter layout it was saved with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainerState {
+    /// Completed training steps.
+    pub step: u64,
+    /// AdamW's step count (its bias correction).
+    pub optimizer_step: u64,
+    /// (name, element count) of every parameter, in layout order.
+    pub layout: Vec<(String, usize)>,
+    pub momentum_correction: bool,
+}
+
+/// Writes `trainer`'s full state into `dir` (created if needed).
+pub fn save(trainer: &Trainer, dir: &Path) -> Result<()> {
+    let fail = |message: String| Error::Checkpoint {
+        path: dir.to_path_buf(),
+        message,
+    };
+    trainer
+        .model()
+        .save_hf(dir)
+        .map_err(|e| fail(e.to_string()))?;
+    let (m, v) = trainer.optimizer().moments();
+    let mut tensors: HashMap<String, Tensor> = HashMap::from([
+        (
+            "residual".to_string(),
+            trainer.feedback().residual().clone(),
+        ),
+        ("adam_m".to_string(), m.clone()),
+        ("adam_v".to_string(), v.clone()),
+    ]);
+    if let Some(u) = trainer.feedback().velocity() {
+        tensors.insert("velocity".into(), u.clone());
+    }
+    let path = dir.join(OPTIMIZER_FILE);
+    let tmp = eval::atomic::temp_path(&path);
+    candle_core::safetensors::save(&tensors, &tmp)
+        .map_err(|e| fail(format!("writing {}: {e}", tmp.display())))?;
+    std::fs::rename(&tmp, &path).map_err(|e| fail(format!("renaming {}: {e}", tmp.display())))?;
+    let state = TrainerState {
+        step: trainer.step_count(),
+        optimizer_step: trainer.optimizer().step_count(),
+        layout: trainer
+            .layout()
+            .spans()
+            .iter()
+            .map(|s| (s.name.clone(), s.len))
+            .collect(),
+        momentum_correction: trainer.feedback().velocity().is_some(),
+    };
+    eval::atomic::write_json_atomic(&dir.join(STATE_FILE), &state).map_err(|e| fail(e.to_string()))
+}
+
+/// Restores `trainer` from a checkpoint written by [`save`] for the same model and config.
+pub fn load(trainer: &mut Trainer, dir: &Path) -> Result<()> {
+    let fail = |message: String| Error::Checkpoint {
+        path: dir.to_path_buf(),
+        message,
+    };
+    let state_path = dir.join(STATE_FILE);
+    let text =
+        std::fs::read_to_string(&state_path).map_err(|e| fail(format!("{STATE_FILE}: {e}")))?;
+    let state: TrainerState =
+        serde_json::from_str(&text).map_err(|e| fail(format!("{STATE_FILE}: {e}")))?;
+    let layout: Vec<(String, usize)> = trainer
+        .layout()
+        .spans()
+        .iter()
+        .map(|s| (s.name.clone(), s.len))
+        .collect();
+    if state.layout != layout {
+        return Err(fail(
+            "its parameters differ from the configured model's (another model size?)".into(),
+        ));
+    }
+    let device = trainer.device().clone();
+    let weights = read_safetensors(&dir.join("model.safetensors"), &device).map_err(fail)?;
+    for (span, var) in trainer.layout().spans().iter().zip(trainer.vars()) {
+        let t = weights
+            .get(&span.name)
+            .ok_or_else(|| fail(format!("model.safetensors lacks {}", span.name)))?;
+        var.set(&t.to_dtype(var.dtype())?.reshape(span.shape.clone())?)?;
+    }
+    let mut opt = read_safetensors(&dir.join(OPTIMIZER_FILE), &device).map_err(fail)?;
+    let mut take = |name: &str| {
+        opt.remove(name)
+            .ok_or_else(|| fail(format!("{OPTIMIZER_FILE} lacks {name}")))
+    };
+    let (residual, m, v) = (take("residual")?, take("adam_m")?, take("adam_v")?);
+    let velocity = opt.remove("velocity");
+    trainer.feedback_mut().restore(residual, velocity)?;
+    trainer
+        .optimizer_mut()
+        .restore(m, v, state.optimizer_step)?;
+    trainer.set_step_count(state.step);
+    Ok(())
+}
+
+fn read_safetensors(
+    path: &Path,
+    device: &Device,
+) -> std::result::Result<HashMap<String, Tensor>, String> {
+    candle_core::safetensors::load(path, device)
+        .map_err(|e| format!("reading {}: {e}", path.display()))
+}

@@ -1,0 +1,382 @@
+//! The `finetune` config file: TOML, every key optional except where noted, unknown keys rejected.
+use crate::adamw::AdamWParams;
+use crate::error::{Error, Result};
+use crate::select::Scope;
+use eval::LogConfig;
+use profk::Selector;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FinetuneConfig {
+    /// Run name: the run directory's prefix and the W&B group.
+    pub name: String,
+    pub model: ModelConfig,
+    pub data: DataConfig,
+    pub train: TrainConfig,
+    pub sparsify: SparsifyConfig,
+    pub selector: SelectorConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// A size name (`tiny`, `gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`) for random weights, or
+    /// with `init = "load"` a directory / hub id that `activations::gpt2::locate` resolves.
+    pub name: String,
+    /// `random` (GPT-2's initialisation, seeded) or `load` (pretrained weights from `name`).
+    pub init: Init,
+    /// `cpu`, `cuda` or `cuda:N`.
+    pub device: String,
+    /// Allow TF32 tensor cores for f32 matmuls on CUDA (PyTorch's `allow_tf32`).
+    pub tf32: bool,
+    pub seed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Init {
+    Random,
+    Load,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// `default` (the shipped corpus), a .txt file, a .jsonl file or a directory of them.
+    pub corpus: String,
+    /// Tokens per context.
+    pub context: usize,
+    /// Contexts per step.
+    pub batch: usize,
+    /// Fraction of the documents held out for the eval loss.
+    pub eval_fraction: f64,
+    /// Random token ids instead of a corpus (benchmarks: no tokenizer work, any model size).
+    pub synthetic: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    pub steps: u64,
+    pub lr: f64,
+    /// Linear learning-rate warm-up from 0 over this many steps.
+    pub lr_warmup_steps: u64,
+    /// Cosine decay to `lr · min_lr_fraction` at the last step.
+    pub min_lr_fraction: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// Steps between checkpoints (0: only at the end).
+    pub checkpoint_every: u64,
+    /// Steps between eval-loss measurements (0: never).
+    pub eval_every: u64,
+    /// Contexts in one eval measurement.
+    pub eval_batches: usize,
+    /// Also write the final model where `activations::tiny::default_model` looks for a trained model.
+    pub install_tiny_default: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SparsifyConfig {
+    /// Fraction ρ of the coordinates applied per step.
+    pub density: f64,
+    pub scope: Scope,
+    /// DGC momentum correction: accumulate the velocity `u = μ·u + g` instead of `g`.
+    pub momentum_correction: bool,
+    pub momentum: f64,
+    /// Density warm-up: from `warmup_start_density` to `density`, geometrically, over this many steps.
+    pub warmup_steps: u64,
+    pub warmup_start_density: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SelectorConfig {
+    pub kind: Selector,
+    /// Run a second selector every step and fail if the index sets differ.
+    pub compare: bool,
+    /// The second selector (default: `sort`, or `profk` when `kind = "sort"`).
+    pub compare_with: Option<Selector>,
+}
+
+impl Default for FinetuneConfig {
+    fn default() -> Self {
+        Self {
+            name: "finetune".into(),
+            model: ModelConfig::default(),
+            data: DataConfig::default(),
+            train: TrainConfig::default(),
+            sparsify: SparsifyConfig::default(),
+            selector: SelectorConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            name: "tiny".into(),
+            init: Init::Random,
+            device: "cpu".into(),
+            tf32: true,
+            seed: 0,
+        }
+    }
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            corpus: "default".into(),
+            context: 128,
+            batch: 8,
+            eval_fraction: 0.1,
+            synthetic: false,
+        }
+    }
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        let adam = AdamWParams::default();
+        Self {
+            steps: 300,
+            lr: 1e-3,
+            lr_warmup_steps: 0,
+            min_lr_fraction: 1.0,
+            beta1: adam.beta1,
+            beta2: adam.beta2,
+            eps: adam.eps,
+            weight_decay: adam.weight_decay,
+            checkpoint_every: 0,
+            eval_every: 0,
+            eval_batches: 8,
+            install_tiny_default: false,
+        }
+    }
+}
+
+impl Default for SparsifyConfig {
+    fn default() -> Self {
+        Self {
+            density: 1e-3,
+            scope: Scope::Global,
+            momentum_correction: false,
+            momentum: 0.9,
+            warmup_steps: 0,
+            warmup_start_density: 0.25,
+        }
+    }
+}
+
+impl Default for SelectorConfig {
+    fn default() -> Self {
+        Self {
+            kind: Selector::Profk,
+            compare: false,
+            compare_with: None,
+        }
+    }
+}
+
+impl FinetuneConfig {
+    /// Reads and validates a config file.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
+        Self::from_toml(&text).map_err(|e| match e {
+            Error::Config { key, message } => Error::Config {
+                key,
+                message: format!("{message} (in {})", path.display()),
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates TOML text.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let cfg: Self = toml::from_str(text).map_err(|e| {
+            let key = e
+                .message()
+                .split('`')
+                .nth(1)
+                .unwrap_or("<toml>")
+                .to_string();
+            Error::config(key, e.to_string().trim_end().to_string())
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn adamw(&self) -> AdamWParams {
+        let t = &self.train;
+        AdamWParams {
+            beta1: t.beta1,
+            beta2: t.beta2,
+            eps: t.eps,
+            weight_decay: t.weight_decay,
+        }
+    }
+
+    /// The second selector of compare mode, if compare mode is on.
+    pub fn compare_with(&self) -> Option<Selector> {
+        let s = &self.selector;
+        s.compare.then(|| {
+            s.compare_with.unwrap_or(if s.kind == Selector::Sort {
+                Selector::Profk
+            } else {
+                Selector::Sort
+            })
+        })
+    }
+
+    /// Checks every value's range; the error names the key.
+    pub fn validate(&self) -> Result<()> {
+        let check = |ok: bool, key: &str, message: String| {
+            if ok {
+                Ok(())
+            } else {
+                Err(Error::config(key, message))
+            }
+        };
+        let unit = |x: f64| x > 0.0 && x <= 1.0;
+        let m = &self.model;
+        check(
+            !self.name.is_empty() && !self.name.contains(['/', '\\']),
+            "name",
+            format!("{:?} must be a non-empty file name", self.name),
+        )?;
+        if m.init == Init::Random {
+            check(
+                activations::gpt2::Gpt2Config::by_name(&m.name).is_some(),
+                "model.name",
+                format!("{:?} is not a size name (tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl); set model.init = \"load\" to load a directory", m.name),
+            )?;
+        }
+        check(
+            m.device == "cpu"
+                || m.device == "cuda"
+                || m.device
+                    .strip_prefix("cuda:")
+                    .is_some_and(|n| n.parse::<usize>().is_ok()),
+            "model.device",
+            format!("{:?} must be cpu, cuda or cuda:N", m.device),
+        )?;
+        let d = &self.data;
+        check(
+            d.context >= 2,
+            "data.context",
+            format!("{} must be at least 2 (one prediction)", d.context),
+        )?;
+        check(d.batch >= 1, "data.batch", "must be at least 1".into())?;
+        check(
+            (0.0..1.0).contains(&d.eval_fraction),
+            "data.eval_fraction",
+            format!("{} must be in [0, 1)", d.eval_fraction),
+        )?;
+        check(
+            d.corpus == "default" || Path::new(&d.corpus).exists(),
+            "data.corpus",
+            format!(
+                "{} does not exist (use \"default\" for the shipped corpus)",
+                d.corpus
+            ),
+        )?;
+        let t = &self.train;
+        check(t.steps >= 1, "train.steps", "must be at least 1".into())?;
+        check(
+            t.lr > 0.0 && t.lr.is_finite(),
+            "train.lr",
+            format!("{} must be positive", t.lr),
+        )?;
+        check(
+            unit(t.min_lr_fraction) || t.min_lr_fraction == 0.0,
+            "train.min_lr_fraction",
+            format!("{} must be in [0, 1]", t.min_lr_fraction),
+        )?;
+        check(
+            (0.0..1.0).contains(&t.beta1),
+            "train.beta1",
+            format!("{} must be in [0, 1)", t.beta1),
+        )?;
+        check(
+            (0.0..1.0).contains(&t.beta2),
+            "train.beta2",
+            format!("{} must be in [0, 1)", t.beta2),
+        )?;
+        check(
+            t.eps > 0.0,
+            "train.eps",
+            format!("{} must be positive", t.eps),
+        )?;
+        check(
+            t.weight_decay >= 0.0,
+            "train.weight_decay",
+            format!("{} must be non-negative", t.weight_decay),
+        )?;
+        check(
+            t.eval_batches >= 1,
+            "train.eval_batches",
+            "must be at least 1".into(),
+        )?;
+        let s = &self.sparsify;
+        check(
+            unit(s.density),
+            "sparsify.density",
+            format!("{} must be in (0, 1]", s.density),
+        )?;
+        check(
+            (0.0..1.0).contains(&s.momentum),
+            "sparsify.momentum",
+            format!("{} must be in [0, 1)", s.momentum),
+        )?;
+        check(
+            unit(s.warmup_start_density),
+            "sparsify.warmup_start_density",
+            format!("{} must be in (0, 1]", s.warmup_start_density),
+        )?;
+        self.log.validate().map_err(|message| {
+            let key = message
+                .split_whitespace()
+                .next()
+                .unwrap_or("log")
+                .to_string();
+            Error::config(key, message)
+        })?;
+        if let Some(other) = self.compare_with() {
+            check(
+                other != self.selector.kind,
+                "selector.compare_with",
+                format!("{other:?} is the primary selector; compare needs a different one"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Density at `step` (0-based): geometric warm-up from `warmup_start_density` to `density`.
+    pub fn density_at(&self, step: u64) -> f64 {
+        let s = &self.sparsify;
+        if step >= s.warmup_steps || s.warmup_start_density <= s.density {
+            return s.density;
+        }
+        let f = step as f64 / s.warmup_steps as f64;
+        s.warmup_start_density.powf(1.0 - f) * s.density.powf(f)
+    }
+
+    /// Learning rate at `step` (0-based): linear warm-up, then cosine decay to `lr · min_lr_fraction`.
+    pub fn lr_at(&self, step: u64) -> f64 {
+        let t = &self.train;
+        if step < t.lr_warmup_steps {
+            return t.lr * (step + 1) as f64 / t.lr_warmup_steps as f64;
+        }
+        let span = t.steps.saturating_sub(t.lr_warmup_steps).max(1) as f64;
+        let progress = ((step - t.lr_warmup_steps) as f64 / span).min(1.0);
+        let floor = t.lr * t.min_lr_fraction;
+        floor + (t.lr - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+    }
+}

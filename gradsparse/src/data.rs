@@ -1,0 +1,170 @@
+//! Training batches: packed fixed-length contexts in a seeded order that depends only on the step, so
+//! a resumed run sees exactly the batches of an uninterrupted one.
+use crate::config::FinetuneConfig;
+use crate::error::{Error, Result};
+use activations::corpus::{Contexts, Corpus, Split};
+use activations::Gpt2Tokenizer;
+use candle_core::{Device, Tensor};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Where batches come from.
+#[derive(Clone, Debug)]
+pub enum Batches {
+    /// Packed contexts of a corpus, split into train and eval.
+    Corpus {
+        train: Vec<Vec<u32>>,
+        eval: Vec<Vec<u32>>,
+        batch: usize,
+        seed: u64,
+    },
+    /// Uniform random token ids (benchmarks).
+    Synthetic {
+        vocab: u32,
+        context: usize,
+        batch: usize,
+        seed: u64,
+    },
+}
+
+impl Batches {
+    /// Batches from a config's `[data]` section; with a corpus, also the unigram entropy of its
+    /// training tokens (nats/token, the loss of the best context-free model).
+    pub fn from_config(cfg: &FinetuneConfig, vocab: usize) -> Result<(Self, Option<f64>)> {
+        let d = &cfg.data;
+        let seed = cfg.model.seed;
+        if d.synthetic {
+            let batches = Batches::Synthetic {
+                vocab: vocab as u32,
+                context: d.context,
+                batch: d.batch,
+                seed,
+            };
+            return Ok((batches, None));
+        }
+        let corpus_err = |e: activations::Error| Error::config("data.corpus", e.to_string());
+        let corpus = Corpus::load(&d.corpus).map_err(corpus_err)?;
+        let tokenizer = Gpt2Tokenizer::new().map_err(corpus_err)?;
+        let pack = |split: Split| -> Result<Vec<Vec<u32>>> {
+            let stream = corpus
+                .split(split, d.eval_fraction)
+                .tokenize(&tokenizer)
+                .map_err(corpus_err)?;
+            let packed = Contexts::pack(&stream, d.context, true)
+                .map_err(|e| Error::config("data.context", e.to_string()))?;
+            Ok((0..packed.len())
+                .map(|i| packed.context(i).to_vec())
+                .collect())
+        };
+        let train = pack(Split::Train)?;
+        let eval = if d.eval_fraction > 0.0 {
+            pack(Split::Heldout)?
+        } else {
+            Vec::new()
+        };
+        if train.is_empty() {
+            return Err(Error::config(
+                "data.context",
+                format!(
+                    "{} tokens per context leave no full context in the corpus",
+                    d.context
+                ),
+            ));
+        }
+        let entropy = unigram_entropy(train.iter().flatten().copied());
+        Ok((
+            Batches::Corpus {
+                train,
+                eval,
+                batch: d.batch,
+                seed,
+            },
+            Some(entropy),
+        ))
+    }
+
+    /// Token ids [batch, context] (u32) of training step `step`.
+    pub fn train_batch(&self, step: u64, device: &Device) -> Result<Tensor> {
+        match self {
+            Batches::Corpus {
+                train, batch, seed, ..
+            } => {
+                let rows: Vec<&Vec<u32>> = (0..*batch as u64)
+                    .map(|j| {
+                        let position = step * *batch as u64 + j;
+                        let n = train.len() as u64;
+                        let order = epoch_order(n as usize, *seed, position / n);
+                        &train[order[(position % n) as usize]]
+                    })
+                    .collect();
+                stack(&rows, device)
+            }
+            Batches::Synthetic {
+                vocab,
+                context,
+                batch,
+                seed,
+            } => {
+                let mut rng =
+                    ChaCha8Rng::seed_from_u64(seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let ids: Vec<u32> = (0..batch * context)
+                    .map(|_| rng.random_range(0..*vocab))
+                    .collect();
+                Ok(Tensor::from_vec(ids, (*batch, *context), device)?)
+            }
+        }
+    }
+
+    /// Held-out batches (at most `max_contexts` contexts, in batches of the training batch size).
+    pub fn eval_batches(&self, max_contexts: usize, device: &Device) -> Result<Vec<Tensor>> {
+        match self {
+            Batches::Corpus { eval, batch, .. } => {
+                let rows: Vec<&Vec<u32>> = eval.iter().take(max_contexts).collect();
+                rows.chunks(*batch).map(|c| stack(c, device)).collect()
+            }
+            Batches::Synthetic { .. } => Ok(Vec::new()),
+        }
+    }
+
+    /// Number of training contexts (0 for synthetic data).
+    pub fn train_len(&self) -> usize {
+        match self {
+            Batches::Corpus { train, .. } => train.len(),
+            Batches::Synthetic { .. } => 0,
+        }
+    }
+}
+
+/// The permutation of `n` contexts used in `epoch`.
+fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(
+        seed.wrapping_add(epoch.wrapping_mul(0x2545_f491_4f6c_dd1d)),
+    ));
+    order
+}
+
+fn stack(rows: &[&Vec<u32>], device: &Device) -> Result<Tensor> {
+    let t = rows.first().map_or(0, |r| r.len());
+    let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    Ok(Tensor::from_vec(flat, (rows.len(), t), device)?)
+}
+
+/// Entropy (nats per token) of the unigram distribution of `tokens`: the loss of the best model that
+/// ignores context, the baseline a trained model must beat.
+pub fn unigram_entropy(tokens: impl IntoIterator<Item = u32>) -> f64 {
+    let mut counts = std::collections::HashMap::<u32, u64>::new();
+    let mut total = 0u64;
+    for t in tokens {
+        *counts.entry(t).or_default() += 1;
+        total += 1;
+    }
+    counts
+        .values()
+        .map(|&c| {
+            let p = c as f64 / total as f64;
+            -p * p.ln()
+        })
+        .sum()
+}

@@ -1,0 +1,148 @@
+//! Choosing which coordinates of the accumulated gradient are applied this step.
+use crate::error::{Error, Result};
+use crate::layout::FlatLayout;
+use candle_core::{DType, Tensor};
+use profk::{Mode, Order, Selector, TopKOptions};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// Over which coordinates one selection ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// One selection over every parameter coordinate (k = ρ·N).
+    #[default]
+    Global,
+    /// One selection per parameter tensor (k_i = ρ·n_i, at least one each).
+    PerTensor,
+}
+
+/// Which selector runs, and optionally a second one whose index set must match.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelectorChoice {
+    pub kind: Selector,
+    pub compare_with: Option<Selector>,
+}
+
+/// The chosen coordinates (flat, ascending, i64) and their accumulated values.
+#[derive(Clone, Debug)]
+pub struct Selection {
+    pub indices: Tensor,
+    pub values: Tensor,
+    /// Time of the primary selector (device synchronized).
+    pub time: Duration,
+    /// Time of the comparison selector, when one ran.
+    pub compare_time: Option<Duration>,
+}
+
+impl Selection {
+    pub fn k(&self) -> usize {
+        self.indices.elem_count()
+    }
+}
+
+/// Number of coordinates kept out of `n` at `density`: round(ρ·n), at least one (when n > 0).
+pub fn k_for(density: f64, n: usize) -> usize {
+    ((density * n as f64).round() as usize).clamp(n.min(1), n)
+}
+
+/// Top `density` of `|acc|` over `acc` (flat, laid out by `layout`), in `scope`.
+pub fn select(
+    acc: &Tensor,
+    layout: &FlatLayout,
+    density: f64,
+    scope: Scope,
+    choice: &SelectorChoice,
+    step: u64,
+) -> Result<Selection> {
+    let (indices, values, time) = timed(acc, layout, density, scope, choice.kind)?;
+    let mut compare_time = None;
+    if let Some(other) = choice.compare_with {
+        let (other_idx, _, t) = timed(acc, layout, density, scope, other)?;
+        compare_time = Some(t);
+        check_same(&indices, &other_idx).map_err(|detail| Error::SelectorMismatch {
+            step,
+            primary: choice.kind,
+            secondary: other,
+            detail,
+        })?;
+    }
+    Ok(Selection {
+        indices,
+        values,
+        time,
+        compare_time,
+    })
+}
+
+fn timed(
+    acc: &Tensor,
+    layout: &FlatLayout,
+    density: f64,
+    scope: Scope,
+    selector: Selector,
+) -> Result<(Tensor, Tensor, Duration)> {
+    acc.device().synchronize()?;
+    let start = Instant::now();
+    let (i, v) = run(acc, layout, density, scope, selector)?;
+    acc.device().synchronize()?;
+    Ok((i, v, start.elapsed()))
+}
+
+fn options(selector: Selector) -> TopKOptions {
+    TopKOptions {
+        selector,
+        mode: Mode::Flat,
+        order: Order::Index,
+        by_magnitude: true,
+        ..Default::default()
+    }
+}
+
+fn run(
+    acc: &Tensor,
+    layout: &FlatLayout,
+    density: f64,
+    scope: Scope,
+    selector: Selector,
+) -> Result<(Tensor, Tensor)> {
+    let opts = options(selector);
+    match scope {
+        Scope::Global => {
+            let top = profk::topk(acc, k_for(density, layout.total()), &opts)?;
+            Ok((top.indices, top.values))
+        }
+        Scope::PerTensor => {
+            let mut indices = Vec::with_capacity(layout.spans().len());
+            let mut values = Vec::with_capacity(layout.spans().len());
+            for span in layout.spans() {
+                let part = acc.narrow(0, span.offset, span.len)?;
+                let top = profk::topk(&part, k_for(density, span.len), &opts)?;
+                let offset = Tensor::new(span.offset as i64, acc.device())?;
+                indices.push(top.indices.broadcast_add(&offset)?);
+                values.push(top.values);
+            }
+            Ok((Tensor::cat(&indices, 0)?, Tensor::cat(&values, 0)?))
+        }
+    }
+}
+
+/// Both index sets are ascending, so equal sets are equal vectors.
+fn check_same(a: &Tensor, b: &Tensor) -> std::result::Result<(), String> {
+    let to_vec = |t: &Tensor| {
+        t.to_dtype(DType::I64)
+            .and_then(|t| t.to_vec1::<i64>())
+            .map_err(|e| e.to_string())
+    };
+    let (a, b) = (to_vec(a)?, to_vec(b)?);
+    if a.len() != b.len() {
+        return Err(format!("{} vs {} indices", a.len(), b.len()));
+    }
+    match a.iter().zip(&b).position(|(x, y)| x != y) {
+        None => Ok(()),
+        Some(p) => Err(format!(
+            "first difference at position {p}: {} vs {}",
+            a[p], b[p]
+        )),
+    }
+}

@@ -1,0 +1,295 @@
+//! One fine-tuning step: forward, causal-LM loss, backward, error feedback, selection, sparse AdamW.
+use crate::adamw::SparseAdamW;
+use crate::config::{FinetuneConfig, Init};
+use crate::data::Batches;
+use crate::error::{Error, Result};
+use crate::feedback::ErrorFeedback;
+use crate::layout::FlatLayout;
+use crate::select::{k_for, Scope, SelectorChoice};
+use activations::gpt2::{Gpt2, Gpt2Config};
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::VarMap;
+use std::time::{Duration, Instant};
+
+/// What one step did and how long each stage took (device synchronized between stages).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepReport {
+    /// 0-based index of the step that ran.
+    pub step: u64,
+    pub loss: f32,
+    pub lr: f64,
+    pub density: f64,
+    /// Coordinates applied this step.
+    pub k: usize,
+    pub tokens: u64,
+    /// Forward, loss and backward.
+    pub forward_backward: Duration,
+    /// Residual update `r += g` (and the velocity with momentum correction).
+    pub accumulate: Duration,
+    /// Top-k selection by the primary selector.
+    pub select: Duration,
+    /// The compare-mode selector, when it ran (not part of `total`'s selection share).
+    pub compare: Option<Duration>,
+    /// Zeroing the applied residual coordinates and the sparse AdamW update.
+    pub apply: Duration,
+    pub total: Duration,
+}
+
+impl StepReport {
+    /// Error-feedback overhead: residual update, selection and sparse apply.
+    pub fn overhead(&self) -> Duration {
+        self.accumulate + self.select + self.apply
+    }
+}
+
+/// A GPT-2 under error-feedback sparsified AdamW.
+pub struct Trainer {
+    cfg: FinetuneConfig,
+    model: Gpt2,
+    vars: Vec<Var>,
+    feedback: ErrorFeedback,
+    optimizer: SparseAdamW,
+    batches: Batches,
+    choice: SelectorChoice,
+    device: Device,
+    step: u64,
+    // Keeps the variables registered under their names (the model and `vars` share them).
+    _varmap: VarMap,
+}
+
+/// The device a config string names.
+pub fn device_of(name: &str) -> Result<Device> {
+    let ordinal = match name {
+        "cpu" => return Ok(Device::Cpu),
+        "cuda" => 0,
+        other => other
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| {
+                Error::config(
+                    "model.device",
+                    format!("{other:?} must be cpu, cuda or cuda:N"),
+                )
+            })?,
+    };
+    Device::new_cuda(ordinal).map_err(|e| Error::config("model.device", format!("{name}: {e}")))
+}
+
+/// The model a config describes: random weights of a named size, or loaded weights.
+pub fn build_model(cfg: &FinetuneConfig, device: &Device) -> Result<Gpt2> {
+    let m = &cfg.model;
+    let model = match m.init {
+        Init::Random => {
+            let size = Gpt2Config::by_name(&m.name)
+                .ok_or_else(|| Error::config("model.name", format!("unknown size {:?}", m.name)))?;
+            Gpt2::random(size, m.seed, DType::F32, device)
+        }
+        Init::Load => Gpt2::load(&m.name, DType::F32, device),
+    };
+    model.map_err(|e| Error::config("model.name", e.to_string()))
+}
+
+impl Trainer {
+    /// A trainer starting from `model` (its weights are copied into trainable variables).
+    pub fn new(cfg: FinetuneConfig, model: &Gpt2, batches: Batches) -> Result<Self> {
+        let device = model.device().clone();
+        if let (Device::Cuda(_), true) = (&device, cfg.model.tf32) {
+            #[cfg(feature = "cuda")]
+            candle_core::cuda::set_gemm_reduced_precision_f32(true);
+        }
+        let varmap = VarMap::new();
+        let model = model.to_varmap(&varmap).map_err(|e| Error::Param {
+            name: "<model>".into(),
+            message: e.to_string(),
+        })?;
+        let named: Vec<(String, Var)> = {
+            let data = varmap.data().lock().map_err(|_| Error::Param {
+                name: "<varmap>".into(),
+                message: "lock poisoned".into(),
+            })?;
+            data.iter().map(|(n, v)| (n.clone(), v.clone())).collect()
+        };
+        let layout = FlatLayout::new(&named)?;
+        let vars: Vec<Var> = layout
+            .spans()
+            .iter()
+            .map(|s| {
+                named
+                    .iter()
+                    .find(|(n, _)| n == &s.name)
+                    .map(|(_, v)| v.clone())
+                    .expect("layout built from these names")
+            })
+            .collect();
+        let momentum = cfg
+            .sparsify
+            .momentum_correction
+            .then_some(cfg.sparsify.momentum);
+        let feedback = ErrorFeedback::new(layout.clone(), momentum, &device)?;
+        let optimizer = SparseAdamW::new(cfg.adamw(), layout.total(), &device)?;
+        let choice = SelectorChoice {
+            kind: cfg.selector.kind,
+            compare_with: cfg.compare_with(),
+        };
+        Ok(Self {
+            cfg,
+            model,
+            vars,
+            feedback,
+            optimizer,
+            batches,
+            choice,
+            device,
+            step: 0,
+            _varmap: varmap,
+        })
+    }
+
+    pub fn config(&self) -> &FinetuneConfig {
+        &self.cfg
+    }
+
+    pub fn model(&self) -> &Gpt2 {
+        &self.model
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Completed steps.
+    pub fn step_count(&self) -> u64 {
+        self.step
+    }
+
+    pub fn layout(&self) -> &FlatLayout {
+        self.feedback.layout()
+    }
+
+    pub fn feedback(&self) -> &ErrorFeedback {
+        &self.feedback
+    }
+
+    pub(crate) fn feedback_mut(&mut self) -> &mut ErrorFeedback {
+        &mut self.feedback
+    }
+
+    pub fn optimizer(&self) -> &SparseAdamW {
+        &self.optimizer
+    }
+
+    pub(crate) fn optimizer_mut(&mut self) -> &mut SparseAdamW {
+        &mut self.optimizer
+    }
+
+    pub(crate) fn set_step_count(&mut self, step: u64) {
+        self.step = step;
+    }
+
+    /// The trainable variables in layout order.
+    pub fn vars(&self) -> &[Var] {
+        &self.vars
+    }
+
+    /// Coordinates a step at `density` applies.
+    pub fn k_at(&self, density: f64) -> usize {
+        let layout = self.layout();
+        match self.cfg.sparsify.scope {
+            Scope::Global => k_for(density, layout.total()),
+            Scope::PerTensor => layout.spans().iter().map(|s| k_for(density, s.len)).sum(),
+        }
+    }
+
+    fn sync(&self) -> Result<Instant> {
+        self.device.synchronize()?;
+        Ok(Instant::now())
+    }
+
+    /// Runs one training step.
+    pub fn train_step(&mut self) -> Result<StepReport> {
+        let step = self.step;
+        let tokens = self.batches.train_batch(step, &self.device)?;
+        let start = self.sync()?;
+        let logits = self.model.forward_logits(&tokens).map_err(candle_of)?;
+        let loss = Gpt2::next_token_loss(&logits, &tokens).map_err(candle_of)?;
+        let grads = loss.backward()?;
+        let loss_value = loss.to_scalar::<f32>()?;
+        if !loss_value.is_finite() {
+            return Err(Error::NonFinite {
+                step,
+                loss: loss_value,
+            });
+        }
+        drop(logits);
+        let after_backward = self.sync()?;
+
+        let grads: Vec<Tensor> = self
+            .vars
+            .iter()
+            .zip(self.layout().spans())
+            .map(|(var, span)| match grads.get(var) {
+                Some(g) => Ok(g.clone()),
+                None => Tensor::zeros(span.shape.clone(), DType::F32, &self.device),
+            })
+            .collect::<candle_core::Result<_>>()?;
+        self.feedback.accumulate(&grads)?;
+        drop(grads);
+        let after_accumulate = self.sync()?;
+
+        let density = self.cfg.density_at(step);
+        let selection =
+            self.feedback
+                .select(density, self.cfg.sparsify.scope, &self.choice, step)?;
+        let before_apply = self.sync()?;
+        self.feedback.release(&selection)?;
+        let lr = self.cfg.lr_at(step);
+        self.optimizer.apply(
+            &self.vars,
+            self.feedback.layout(),
+            &selection.indices,
+            &selection.values,
+            lr,
+        )?;
+        let end = self.sync()?;
+        self.step += 1;
+        Ok(StepReport {
+            step,
+            loss: loss_value,
+            lr,
+            density,
+            k: selection.k(),
+            tokens: tokens.elem_count() as u64,
+            forward_backward: after_backward - start,
+            accumulate: after_accumulate - after_backward,
+            select: selection.time,
+            compare: selection.compare_time,
+            apply: end - before_apply,
+            total: end - start,
+        })
+    }
+
+    /// Mean next-token loss over up to `max_contexts` held-out contexts (None without eval data).
+    pub fn eval_loss(&self, max_contexts: usize) -> Result<Option<f32>> {
+        let batches = self.batches.eval_batches(max_contexts, &self.device)?;
+        if batches.is_empty() {
+            return Ok(None);
+        }
+        let mut sum = 0f64;
+        for tokens in &batches {
+            let logits = self
+                .model
+                .forward_logits(tokens)
+                .map_err(candle_of)?
+                .detach();
+            sum += Gpt2::next_token_loss(&logits, tokens)
+                .map_err(candle_of)?
+                .to_scalar::<f32>()? as f64;
+        }
+        Ok(Some((sum / batches.len() as f64) as f32))
+    }
+}
+
+/// Model errors surface as candle errors with their message.
+fn candle_of(e: activations::Error) -> candle_core::Error {
+    candle_core::Error::Msg(e.to_string())
+}

@@ -1,0 +1,78 @@
+//! Config errors name the key at fault.
+use gradsparse::FinetuneConfig;
+
+fn error_of(toml: &str) -> String {
+    FinetuneConfig::from_toml(toml).expect_err(toml).to_string()
+}
+
+#[test]
+fn shipped_configs_parse() {
+    for path in [
+        "../configs/tiny-finetune.toml",
+        "../configs/gpt2xl-finetune.toml",
+    ] {
+        let cfg = FinetuneConfig::from_file(std::path::Path::new(path)).unwrap();
+        assert!(cfg.sparsify.density > 0.0, "{path}");
+    }
+}
+
+#[test]
+fn defaults_are_valid() {
+    let cfg = FinetuneConfig::from_toml("").unwrap();
+    assert_eq!(cfg.sparsify.density, 1e-3);
+    assert_eq!(cfg.compare_with(), None);
+}
+
+#[test]
+fn errors_name_the_key() {
+    let cases = [
+        ("[sparsify]\ndensity = 0.0", "sparsify.density"),
+        ("[sparsify]\ndensity = 1.5", "sparsify.density"),
+        ("[sparsify]\ndensty = 0.1", "densty"),
+        ("[sparsify]\nscope = \"layer\"", "scope"),
+        ("[selector]\nkind = \"heap\"", "kind"),
+        (
+            "[selector]\ncompare = true\ncompare_with = \"profk\"",
+            "selector.compare_with",
+        ),
+        ("[model]\nname = \"gpt5\"", "model.name"),
+        ("[model]\ndevice = \"tpu\"", "model.device"),
+        ("[data]\ncontext = 1", "data.context"),
+        ("[data]\ncorpus = \"/no/such/corpus\"", "data.corpus"),
+        ("[train]\nlr = -1.0", "train.lr"),
+        ("[train]\nbeta2 = 1.0", "train.beta2"),
+        ("[train]\nsteps = \"many\"", "steps"),
+        ("[log]\nevery = 0", "log.every"),
+        ("[optimizer]\nlr = 1.0", "optimizer"),
+    ];
+    for (toml, key) in cases {
+        let err = error_of(toml);
+        assert!(
+            err.contains(key),
+            "{toml:?} gave {err:?}, which does not name {key}"
+        );
+    }
+}
+
+#[test]
+fn compare_defaults_to_the_other_selector() {
+    let cfg = FinetuneConfig::from_toml("[selector]\ncompare = true").unwrap();
+    assert_eq!(cfg.compare_with(), Some(profk::Selector::Sort));
+    let cfg = FinetuneConfig::from_toml("[selector]\nkind = \"sort\"\ncompare = true").unwrap();
+    assert_eq!(cfg.compare_with(), Some(profk::Selector::Profk));
+}
+
+#[test]
+fn schedules() {
+    let cfg = FinetuneConfig::from_toml(
+        "[sparsify]\ndensity = 0.001\nwarmup_steps = 4\nwarmup_start_density = 0.1\n[train]\nsteps = 10\nlr = 1.0\nlr_warmup_steps = 2\nmin_lr_fraction = 0.1",
+    )
+    .unwrap();
+    assert!((cfg.density_at(0) - 0.1).abs() < 1e-12);
+    assert!((cfg.density_at(2) - 0.01).abs() < 1e-12);
+    assert_eq!(cfg.density_at(4), 0.001);
+    assert_eq!(cfg.density_at(100), 0.001);
+    assert_eq!(cfg.lr_at(0), 0.5);
+    assert_eq!(cfg.lr_at(1), 1.0);
+    assert!((cfg.lr_at(10) - 0.1).abs() < 1e-12);
+}

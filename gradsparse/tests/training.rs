@@ -1,0 +1,183 @@
+//! The tiny model trains, checkpoints in Hugging Face layout, and resumes to the same state.
+use activations::gpt2::Gpt2;
+use candle_core::{DType, Device, Tensor};
+use gradsparse::data::Batches;
+use gradsparse::run::{finetune, RunOptions};
+use gradsparse::trainer::{build_model, device_of};
+use gradsparse::{checkpoint, FinetuneConfig, Trainer};
+
+const SMALL: &str = r#"
+name = "test"
+[model]
+name = "tiny"
+seed = 3
+[data]
+context = 32
+batch = 4
+[train]
+steps = 6
+lr = 3e-3
+weight_decay = 0.01
+eval_batches = 4
+[sparsify]
+density = 0.02
+momentum_correction = true
+warmup_steps = 2
+[selector]
+compare = true
+[log]
+progress = false
+"#;
+
+fn trainer(toml: &str) -> Trainer {
+    let cfg = FinetuneConfig::from_toml(toml).unwrap();
+    let device = device_of(&cfg.model.device).unwrap();
+    let model = build_model(&cfg, &device).unwrap();
+    let (batches, _) = Batches::from_config(&cfg, model.config().vocab_size).unwrap();
+    Trainer::new(cfg, &model, batches).unwrap()
+}
+
+fn flat(t: &Tensor) -> Vec<f32> {
+    t.flatten_all()
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_vec1()
+        .unwrap()
+}
+
+fn state(t: &Trainer) -> Vec<Vec<f32>> {
+    let mut out: Vec<Vec<f32>> = t.vars().iter().map(|v| flat(v.as_tensor())).collect();
+    out.push(flat(t.feedback().residual()));
+    out.extend(t.feedback().velocity().map(flat));
+    let (m, v) = t.optimizer().moments();
+    out.push(flat(m));
+    out.push(flat(v));
+    out
+}
+
+#[test]
+fn resume_reaches_the_uninterrupted_state() {
+    let mut straight = trainer(SMALL);
+    for _ in 0..6 {
+        straight.train_step().unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = trainer(SMALL);
+    for _ in 0..3 {
+        first.train_step().unwrap();
+    }
+    checkpoint::save(&first, dir.path()).unwrap();
+    drop(first);
+    let mut resumed = trainer(SMALL);
+    checkpoint::load(&mut resumed, dir.path()).unwrap();
+    assert_eq!(resumed.step_count(), 3);
+    for _ in 0..3 {
+        resumed.train_step().unwrap();
+    }
+    assert!(
+        state(&resumed) == state(&straight),
+        "resumed state differs from the uninterrupted one"
+    );
+}
+
+#[test]
+fn checkpoint_loads_back_through_the_activations_loader() {
+    let mut t = trainer(SMALL);
+    t.train_step().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    checkpoint::save(&t, dir.path()).unwrap();
+    let loaded = Gpt2::load(&dir.path().to_string_lossy(), DType::F32, &Device::Cpu).unwrap();
+    let tokens = Tensor::new(&[[50256u32, 464, 3290, 318, 257]], &Device::Cpu).unwrap();
+    let a = flat(&t.model().forward_logits(&tokens).unwrap());
+    let b = flat(&loaded.forward_logits(&tokens).unwrap());
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        a.len() == b.len() && worst < 1e-5,
+        "reloaded logits differ by up to {worst}"
+    );
+    // A checkpoint of another model size is refused with a clear message.
+    let mut other = trainer(
+        &SMALL
+            .replace("density = 0.02", "density = 0.05")
+            .replace("name = \"tiny\"", "name = \"tiny\"\ninit = \"random\""),
+    );
+    std::fs::write(
+        dir.path().join(checkpoint::STATE_FILE),
+        std::fs::read_to_string(dir.path().join(checkpoint::STATE_FILE))
+            .unwrap()
+            .replace("wte.weight", "wte.weights"),
+    )
+    .unwrap();
+    let err = checkpoint::load(&mut other, dir.path())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("parameters differ"), "{err}");
+}
+
+#[test]
+fn loss_decreases_on_the_corpus() {
+    let toml = SMALL
+        .replace("steps = 6", "steps = 25")
+        .replace("compare = true", "compare = false");
+    let mut t = trainer(&toml);
+    let mut losses = Vec::new();
+    for _ in 0..25 {
+        let r = t.train_step().unwrap();
+        assert!(r.k > 0 && r.select.as_nanos() > 0);
+        losses.push(r.loss);
+    }
+    let head: f32 = losses[..5].iter().sum::<f32>() / 5.0;
+    let tail: f32 = losses[20..].iter().sum::<f32>() / 5.0;
+    assert!(tail < head - 0.5, "loss {head} → {tail}: {losses:?}");
+}
+
+#[test]
+fn run_resumes_like_an_uninterrupted_run() {
+    let root = tempfile::tempdir().unwrap();
+    let write = |name: &str, steps: u64| {
+        let path = root.path().join(name);
+        std::fs::write(
+            &path,
+            SMALL.replace(
+                "steps = 6",
+                &format!("steps = {steps}\ncheckpoint_every = 2"),
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let opts = |out: &str, resume: bool| RunOptions {
+        out: Some(root.path().join(out)),
+        resume,
+        ..Default::default()
+    };
+    let full = finetune(&write("full.toml", 4), &opts("full", false)).unwrap();
+    finetune(&write("half.toml", 2), &opts("split", false)).unwrap();
+    let resumed = finetune(&write("rest.toml", 4), &opts("split", true)).unwrap();
+    assert_eq!(resumed.summary.progress.step, 4);
+    let weights = |r: &gradsparse::run::RunResult| {
+        let dir = r.summary.last_checkpoint.clone().unwrap();
+        std::fs::read(dir.join("model.safetensors")).unwrap()
+    };
+    assert_eq!(weights(&full), weights(&resumed));
+    let records = eval::metrics::read_records(&resumed.run_dir.join("metrics.jsonl")).unwrap();
+    let train: Vec<u64> = records
+        .iter()
+        .filter(|r| r.kind == eval::RecordKind::Train)
+        .map(|r| r.step)
+        .collect();
+    assert_eq!(train, vec![1, 2, 3, 4]);
+    assert!(records.iter().any(|r| r.metrics.contains_key("select_ms")));
+    // A resume with a different sparsification is refused, naming the section.
+    let changed = root.path().join("changed.toml");
+    std::fs::write(&changed, SMALL.replace("density = 0.02", "density = 0.5")).unwrap();
+    let err = finetune(&changed, &opts("split", true))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("sparsify"), "{err}");
+}
