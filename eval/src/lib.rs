@@ -1,5 +1,49 @@
 //! Run directories, the metrics sink, the Weights & Biases bridge, the training-loop skeleton shared by
 //! the trainers, and the run-comparison report.
+//!
+//! A trainer implements [`Trainer`]; its binary wires the rest:
+//!
+//! ```
+//! use eval::{LogConfig, LoopConfig, Metrics, MetricsSink, Progress, RunDir, RunMeta, SinkOptions,
+//!            StepContext, StepOutput, StopSignal, Trainer};
+//! use std::path::Path;
+//!
+//! struct Counter { x: f64 }
+//! impl Trainer for Counter {
+//!     type Error = eval::Error;
+//!     fn step(&mut self, ctx: StepContext) -> Result<StepOutput, eval::Error> {
+//!         self.x *= 0.9;
+//!         let mut metrics = Metrics::new();
+//!         metrics.insert("loss".into(), self.x);
+//!         metrics.insert("select_ms".into(), 0.01); // the loop adds step_ms and select_share
+//!         Ok(StepOutput { tokens: 128, metrics })
+//!     }
+//!     fn save_checkpoint(&mut self, dir: &Path, _: &Progress) -> Result<(), eval::Error> {
+//!         eval::write_atomic(&dir.join("state.json"), format!("{}", self.x).as_bytes())
+//!     }
+//! }
+//!
+//! # let tmp = tempfile::tempdir().unwrap();
+//! let log = LogConfig::default(); // the config's [log] section
+//! let run = RunDir::create(&tmp.path().join("runs"), "tiny-profk")?; // or RunDir::create_at(--out)
+//! let meta = RunMeta { config_name: "tiny".into(), selector: "profk".into(), task: "sae".into(),
+//!                      ..RunMeta::default() };
+//! run.write_meta(&meta)?;
+//! run.write_config("[train]\nsteps = 20\n", &serde_json::json!({"train": {"steps": 20}}))?;
+//! let sink = MetricsSink::create(&run, SinkOptions::for_run(&run, &meta, &log))?;
+//! // --resume: let ckpt = eval::train_loop::resume_point(&run)?; load ckpt.dir; start = ckpt.progress;
+//! //           MetricsSink::resume(&run, ckpt.progress.step, ...)
+//! let mut cfg = LoopConfig::new(20, &log);
+//! cfg.checkpoint_every = 10;
+//! cfg.progress_bar = false;
+//! let stop = StopSignal::ctrl_c().unwrap_or_default();
+//! let summary = eval::train_loop::run(&mut Counter { x: 1.0 }, &run, &sink, &cfg,
+//!                                     Progress::default(), &stop)?;
+//! assert_eq!(summary.progress.step, 20);
+//! sink.finish()?;
+//! eval::report::write_report(&[run.clone()], &run.report_path())?;
+//! # Ok::<(), eval::Error>(())
+//! ```
 
 pub mod atomic;
 pub mod config;

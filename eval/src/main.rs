@@ -1,1 +1,46 @@
-fn main() {}
+//! `eval`: reports over run directories.
+//!
+//! ```text
+//! eval report runs/tiny-profk-20261130-013000 runs/tiny-sort-20261130-013500 --out report.html
+//! ```
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use eval::RunDir;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "eval", version, about = "Compare training runs")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Write one self-contained HTML page comparing runs: step and selection time per selector,
+    /// the speed-up of profk, every logged metric over steps, and tables of final numbers.
+    Report {
+        /// Run directories (each holding metrics.jsonl, normally also run.json and config.json).
+        #[arg(required = true, value_name = "RUN_DIR")]
+        runs: Vec<PathBuf>,
+        /// Output HTML file.
+        #[arg(long, value_name = "FILE.html")]
+        out: PathBuf,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Report { runs, out } => {
+            let dirs = runs
+                .iter()
+                .map(|p| RunDir::open_existing(p))
+                .collect::<eval::Result<Vec<_>>>()?;
+            eval::report::write_report(&dirs, &out)
+                .with_context(|| format!("writing the report {}", out.display()))?;
+            println!("wrote {} ({} runs)", out.display(), dirs.len());
+            Ok(())
+        }
+    }
+}

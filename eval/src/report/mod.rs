@@ -1,1 +1,100 @@
-//! The run-comparison report: one self-contained HTML page with inline SVG plots and a summary table.
+//! The run-comparison report: one self-contained HTML page (inline SVG, inline CSS, no external assets)
+//! comparing runs: step and selection time per selector, Prof-K's speed-up, every training and eval
+//! metric over steps, and tables of the final numbers.
+
+mod html;
+pub mod plots;
+pub mod summary;
+
+use crate::atomic::write_atomic;
+use crate::error::{Error, Result};
+use crate::metrics::{read_records, Record, RecordKind};
+use crate::run_dir::{RunDir, RunMeta};
+use std::path::{Path, PathBuf};
+
+/// Everything the report reads from one run directory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunData {
+    pub dir: PathBuf,
+    pub meta: RunMeta,
+    pub config: Option<serde_json::Value>,
+    pub records: Vec<Record>,
+}
+
+impl RunData {
+    /// Reads run.json (optional), config.json (optional) and metrics.jsonl (required).
+    pub fn load(run: &RunDir) -> Result<RunData> {
+        let metrics = run.metrics_path();
+        if !metrics.exists() {
+            return Err(Error::RunDir {
+                path: run.path().to_path_buf(),
+                message: "has no metrics.jsonl (did the run log any step?)".into(),
+            });
+        }
+        Ok(RunData {
+            dir: run.path().to_path_buf(),
+            meta: run.read_meta()?,
+            config: run.read_config_json()?,
+            records: read_records(&metrics)?,
+        })
+    }
+
+    pub fn train(&self) -> impl Iterator<Item = &Record> {
+        self.records.iter().filter(|r| r.kind == RecordKind::Train)
+    }
+
+    pub fn eval(&self) -> impl Iterator<Item = &Record> {
+        self.records.iter().filter(|r| r.kind == RecordKind::Eval)
+    }
+}
+
+/// Opens each run directory and writes the report to `out` (atomically).
+pub fn write_report(runs: &[RunDir], out: &Path) -> Result<()> {
+    let data = runs.iter().map(RunData::load).collect::<Result<Vec<_>>>()?;
+    let html = render(&data)?;
+    write_atomic(out, html.as_bytes())
+}
+
+/// The report page for `runs`.
+pub fn render(runs: &[RunData]) -> Result<String> {
+    if runs.is_empty() {
+        return Err(Error::Report("no runs to report on".into()));
+    }
+    html::page(runs, &labels(runs))
+}
+
+/// Short unique labels: the selector when that tells runs apart, else config/selector, else the name.
+pub fn labels(runs: &[RunData]) -> Vec<String> {
+    let unique = |names: &[String]| {
+        names.iter().all(|n| !n.is_empty())
+            && names
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                == names.len()
+    };
+    let selectors: Vec<String> = runs.iter().map(|r| r.meta.selector.clone()).collect();
+    if unique(&selectors) {
+        return selectors;
+    }
+    let both: Vec<String> = runs
+        .iter()
+        .map(|r| format!("{}/{}", r.meta.config_name, r.meta.selector))
+        .collect();
+    if runs
+        .iter()
+        .all(|r| !r.meta.config_name.is_empty() && !r.meta.selector.is_empty())
+        && unique(&both)
+    {
+        return both;
+    }
+    let names: Vec<String> = runs.iter().map(|r| r.meta.name.clone()).collect();
+    if unique(&names) {
+        return names;
+    }
+    names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| format!("{n} #{}", i + 1))
+        .collect()
+}

@@ -1,0 +1,399 @@
+//! Page assembly: sections, tables and charts, with all text escaped.
+
+use super::plots::{line_chart, part_of_total_bars, selector_color, Series};
+use super::summary::{metric_names, ratio_over_steps, speed_ups, summarize, RunSummary, SpeedUp};
+use super::RunData;
+use crate::error::Result;
+use crate::metrics::{names, RecordKind};
+use crate::run_dir::iso_timestamp;
+use std::fmt::Write;
+
+const STYLE: &str = "
+body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 24px 32px;
+       color: #222; background: #fafafa; }
+h1 { font-size: 26px; margin: 0 0 4px 0; }
+h2 { font-size: 19px; margin: 30px 0 10px 0; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.sub { color: #666; margin: 0 0 12px 0; font-size: 13px; }
+table { border-collapse: collapse; background: white; font-size: 13px; margin: 6px 0 12px 0; }
+th, td { border: 1px solid #ddd; padding: 5px 9px; text-align: right; white-space: nowrap; }
+th { background: #f0f0f0; }
+td.l, th.l { text-align: left; }
+td.details { white-space: normal; max-width: 320px; text-align: left; color: #555; }
+.charts { display: flex; flex-wrap: wrap; gap: 14px; }
+figure { margin: 0; background: white; border: 1px solid #ddd; padding: 4px; }
+figure svg { display: block; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; border-radius: 2px; }
+.good { color: #1a7f37; font-weight: 600; }
+.note { color: #666; font-size: 13px; }
+";
+
+pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
+    let summaries: Vec<RunSummary> = runs
+        .iter()
+        .zip(labels)
+        .map(|(r, l)| summarize(r, l))
+        .collect();
+    let colors: Vec<_> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| selector_color(&r.meta.selector, i))
+        .collect();
+    let series_of = |kind: RecordKind, metric: &str| -> Vec<Series> {
+        runs.iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let points: Vec<(f64, f64)> = r
+                    .records
+                    .iter()
+                    .filter(|rec| rec.kind == kind)
+                    .filter_map(|rec| rec.metrics.get(metric).map(|v| (rec.step as f64, *v)))
+                    .filter(|p| p.1.is_finite())
+                    .collect();
+                (!points.is_empty()).then(|| Series {
+                    label: labels[i].clone(),
+                    color: colors[i],
+                    points,
+                })
+            })
+            .collect()
+    };
+
+    let mut out = String::new();
+    out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    out.push_str("<title>sparsetrain run report</title><style>");
+    out.push_str(STYLE);
+    out.push_str("</style></head><body>\n<h1>sparsetrain run report</h1>\n");
+    let _ = writeln!(
+        out,
+        "<p class=\"sub\">{} run{} · generated {}</p>",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        iso_timestamp(std::time::SystemTime::now())
+    );
+
+    out.push_str("<h2>Runs</h2>\n");
+    run_table(&mut out, runs, &summaries, &colors);
+
+    let pairs = speed_ups(runs, &summaries);
+    if !pairs.is_empty() {
+        out.push_str("<h2>Speed-up of profk</h2>\n");
+        speed_up_table(&mut out, &pairs, &summaries);
+        let mut charts = Vec::new();
+        for metric in [names::SELECT_MS, names::STEP_MS] {
+            let series: Vec<Series> = pairs
+                .iter()
+                .map(|p| Series {
+                    label: format!(
+                        "{} / {}",
+                        summaries[p.baseline].label, summaries[p.fast].label
+                    ),
+                    color: colors[p.baseline],
+                    points: ratio_over_steps(&runs[p.fast], &runs[p.baseline], metric),
+                })
+                .filter(|s| s.points.len() >= 2)
+                .collect();
+            if !series.is_empty() {
+                let what = if metric == names::SELECT_MS {
+                    "selection"
+                } else {
+                    "step"
+                };
+                charts.push(line_chart(
+                    &format!("Speed-up of profk: {what} time"),
+                    "step",
+                    &format!("{metric} ratio (other / profk)"),
+                    &series,
+                    false,
+                )?);
+            }
+        }
+        chart_grid(&mut out, &charts);
+    }
+
+    out.push_str("<h2>Timing</h2>\n");
+    let mut charts = Vec::new();
+    for (metric, title) in [
+        (names::STEP_MS, "Step time"),
+        (names::SELECT_MS, "Selection time"),
+        (names::SELECT_SHARE, "Selection share of the step"),
+    ] {
+        let series = series_of(RecordKind::Train, metric);
+        if !series.is_empty() {
+            charts.push(line_chart(
+                title,
+                "step",
+                metric,
+                &series,
+                wide_spread(&series),
+            )?);
+        }
+    }
+    let bars: Vec<_> = summaries
+        .iter()
+        .zip(&colors)
+        .map(|(s, c)| (s.label.clone(), *c, s.median_step_ms, s.median_select_ms))
+        .collect();
+    if bars.iter().any(|b| b.2.is_some()) {
+        charts.push(part_of_total_bars(
+            "Median step time, selection inside it",
+            "ms",
+            &bars,
+            "step",
+            "selection",
+        )?);
+    }
+    if charts.is_empty() {
+        out.push_str("<p class=\"note\">No step_ms or select_ms metrics in these runs.</p>\n");
+    }
+    chart_grid(&mut out, &charts);
+
+    let timing = [names::STEP_MS, names::SELECT_MS, names::SELECT_SHARE];
+    let train_metrics: Vec<String> = metric_names(runs, RecordKind::Train)
+        .into_iter()
+        .filter(|m| !timing.contains(&m.as_str()))
+        .collect();
+    if !train_metrics.is_empty() {
+        out.push_str("<h2>Training metrics</h2>\n");
+        let charts = train_metrics
+            .iter()
+            .map(|m| {
+                let series = series_of(RecordKind::Train, m);
+                line_chart(m, "step", m, &series, wide_spread(&series))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        chart_grid(&mut out, &charts);
+        out.push_str("<h3>Last logged training metrics</h3>\n");
+        metric_table(&mut out, &train_metrics, &summaries, &colors, |s| {
+            &s.final_train
+        });
+    }
+
+    let eval_metrics = metric_names(runs, RecordKind::Eval);
+    if !eval_metrics.is_empty() {
+        out.push_str("<h2>Evaluation</h2>\n");
+        metric_table(&mut out, &eval_metrics, &summaries, &colors, |s| {
+            &s.final_eval
+        });
+        let mut charts = Vec::new();
+        for m in &eval_metrics {
+            let series = series_of(RecordKind::Eval, m);
+            if series.iter().any(|s| s.points.len() >= 2) {
+                charts.push(line_chart(&format!("eval {m}"), "step", m, &series, false)?);
+            }
+        }
+        chart_grid(&mut out, &charts);
+    }
+    out.push_str("</body></html>\n");
+    Ok(out)
+}
+
+/// A log axis pays off when a chart spans more than a factor of 30.
+fn wide_spread(series: &[Series]) -> bool {
+    let values = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (lo, hi) = values.fold((f64::INFINITY, 0.0_f64), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    lo > 0.0 && hi / lo > 30.0
+}
+
+fn chart_grid(out: &mut String, charts: &[String]) {
+    if charts.is_empty() {
+        return;
+    }
+    out.push_str("<div class=\"charts\">\n");
+    for svg in charts {
+        let _ = writeln!(out, "<figure>{svg}</figure>");
+    }
+    out.push_str("</div>\n");
+}
+
+fn swatch(color: &plotters::style::RGBColor) -> String {
+    format!(
+        "<span class=\"swatch\" style=\"background:#{:02x}{:02x}{:02x}\"></span>",
+        color.0, color.1, color.2
+    )
+}
+
+fn run_table(
+    out: &mut String,
+    runs: &[RunData],
+    summaries: &[RunSummary],
+    colors: &[plotters::style::RGBColor],
+) {
+    out.push_str(
+        "<table><tr><th class=\"l\">run</th><th class=\"l\">directory</th><th class=\"l\">config</th>\
+         <th class=\"l\">selector</th><th class=\"l\">task</th><th>steps</th><th>tokens</th>\
+         <th>wall time</th><th>median step ms</th><th>median select ms</th><th>select share</th>\
+         <th>tokens/s</th><th class=\"l\">details</th></tr>\n",
+    );
+    for ((run, s), color) in runs.iter().zip(summaries).zip(colors) {
+        let details: Vec<String> = run
+            .meta
+            .details
+            .iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(text) => format!("{k}={text}"),
+                other => format!("{k}={other}"),
+            })
+            .collect();
+        let dir = run
+            .dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"l\">{}{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td>\
+             <td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td class=\"details\">{}</td></tr>",
+            swatch(color),
+            escape(&s.label),
+            escape(&dir),
+            escape(&run.meta.config_name),
+            escape(&run.meta.selector),
+            escape(&run.meta.task),
+            s.steps,
+            group_digits(s.tokens),
+            duration(s.wall_s),
+            opt(s.median_step_ms),
+            opt(s.median_select_ms),
+            s.select_share.map_or("–".into(), |v| format!("{:.1} %", 100.0 * v)),
+            s.median_tokens_per_s.map_or("–".into(), |v| group_digits(v.round() as u64)),
+            escape(&details.join(", ")),
+        );
+    }
+    out.push_str("</table>\n");
+}
+
+fn speed_up_table(out: &mut String, pairs: &[SpeedUp], summaries: &[RunSummary]) {
+    out.push_str(
+        "<table><tr><th class=\"l\">config</th><th class=\"l\">profk run</th><th class=\"l\">compared with</th>\
+         <th>step time speed-up</th><th>selection speed-up</th></tr>\n",
+    );
+    let ratio = |r: Option<f64>| match r {
+        Some(v) if v >= 1.0 => format!("<span class=\"good\">{v:.2}×</span>"),
+        Some(v) => format!("{v:.2}×"),
+        None => "–".into(),
+    };
+    for p in pairs {
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&p.config),
+            escape(&summaries[p.fast].label),
+            escape(&summaries[p.baseline].label),
+            ratio(p.step),
+            ratio(p.select),
+        );
+    }
+    out.push_str(
+        "</table>\n<p class=\"note\">Ratios of median times over all logged steps: \
+         other selector / profk (above 1: profk is faster).</p>\n",
+    );
+}
+
+/// Rows: metrics; columns: runs.
+fn metric_table(
+    out: &mut String,
+    metrics: &[String],
+    summaries: &[RunSummary],
+    colors: &[plotters::style::RGBColor],
+    pick: impl Fn(&RunSummary) -> &crate::metrics::Metrics,
+) {
+    out.push_str("<table><tr><th class=\"l\">metric</th>");
+    for (s, c) in summaries.iter().zip(colors) {
+        let _ = write!(out, "<th>{}{}</th>", swatch(c), escape(&s.label));
+    }
+    out.push_str("</tr>\n");
+    for m in metrics {
+        let _ = write!(out, "<tr><td class=\"l\">{}</td>", escape(m));
+        for s in summaries {
+            let _ = write!(out, "<td>{}</td>", opt(pick(s).get(m).copied()));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or("–".into(), number)
+}
+
+/// Four significant digits, digit groups for large values, NaN spelled out.
+pub fn number(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    let a = v.abs();
+    if a >= 1e5 {
+        let sign = if v < 0.0 { "-" } else { "" };
+        return format!("{sign}{}", group_digits(a.round() as u64));
+    }
+    if a == 0.0 {
+        return "0".into();
+    }
+    if a < 1e-3 {
+        return format!("{v:.3e}");
+    }
+    let decimals = (3 - a.log10().floor() as i32).max(0) as usize;
+    format!("{v:.decimals$}")
+}
+
+fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut grouped = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push('\u{202f}');
+        }
+        grouped.push(c);
+    }
+    grouped
+}
+
+fn duration(secs: f64) -> String {
+    if !secs.is_finite() {
+        return "–".into();
+    }
+    let s = secs.round() as u64;
+    match s {
+        0..=59 => format!("{secs:.1} s"),
+        60..=3599 => format!("{}m {:02}s", s / 60, s % 60),
+        _ => format!("{}h {:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+/// HTML-escapes text (labels and names come from user configs).
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_escaping() {
+        assert_eq!(number(3.14159), "3.142");
+        assert_eq!(number(123.456), "123.5");
+        assert_eq!(number(f64::NAN), "NaN");
+        assert_eq!(number(0.0), "0");
+        assert_eq!(number(1234567.0), "1\u{202f}234\u{202f}567");
+        assert_eq!(escape("<a & 'b'>"), "&lt;a &amp; &#39;b&#39;&gt;");
+        assert_eq!(duration(75.0), "1m 15s");
+    }
+}

@@ -1,0 +1,341 @@
+//! SVG charts (plotters, SVG backend): lines over steps and per-run bars, returned as SVG text.
+
+use crate::error::{Error, Result};
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::prelude::*;
+use std::ops::Range;
+
+pub const WIDTH: u32 = 660;
+pub const HEIGHT: u32 = 380;
+/// Longer series are averaged into this many points: the SVG stays small, the shape stays.
+const MAX_POINTS: usize = 600;
+
+/// One line of a chart.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub label: String,
+    pub color: RGBColor,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Colours by selector, so that a selector looks the same in every chart.
+pub fn selector_color(selector: &str, index: usize) -> RGBColor {
+    match selector {
+        "profk" => RGBColor(0x1f, 0x77, 0xb4),
+        "sort" => RGBColor(0xff, 0x7f, 0x0e),
+        "radix" => RGBColor(0x2c, 0xa0, 0x2c),
+        _ => {
+            const OTHERS: [RGBColor; 6] = [
+                RGBColor(0xd6, 0x27, 0x28),
+                RGBColor(0x94, 0x67, 0xbd),
+                RGBColor(0x8c, 0x56, 0x4b),
+                RGBColor(0xe3, 0x77, 0xc2),
+                RGBColor(0x7f, 0x7f, 0x7f),
+                RGBColor(0x17, 0xbe, 0xcf),
+            ];
+            OTHERS[index % OTHERS.len()]
+        }
+    }
+}
+
+fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> Error {
+    Error::Report(format!("drawing a chart: {e}"))
+}
+
+/// A line chart of `series` over x; a log y axis when `log_y` and every value is positive.
+pub fn line_chart(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+    log_y: bool,
+) -> Result<String> {
+    let series: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            points: downsample(
+                s.points
+                    .iter()
+                    .copied()
+                    .filter(|(x, y)| x.is_finite() && y.is_finite())
+                    .collect(),
+            ),
+            ..s.clone()
+        })
+        .collect();
+    let xs = bounds(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)));
+    let ys = bounds(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+    let (Some(xs), Some(ys)) = (xs, ys) else {
+        return Err(Error::Report(format!(
+            "chart {title:?} has no finite points"
+        )));
+    };
+    let x_range = pad_range(xs, false);
+    if log_y && ys.start > 0.0 {
+        let lo = ys.start / 1.25;
+        let hi = ys.end * 1.25;
+        draw_lines(
+            title,
+            x_desc,
+            y_desc,
+            &series,
+            x_range,
+            (lo..hi).log_scale(),
+        )
+    } else {
+        draw_lines(title, x_desc, y_desc, &series, x_range, pad_range(ys, true))
+    }
+}
+
+fn draw_lines<Y>(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+    x_range: Range<f64>,
+    y_spec: Y,
+) -> Result<String>
+where
+    Y: AsRangedCoord<Value = f64>,
+    Y::CoordDescType: ValueFormatter<f64>,
+{
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x_range, y_spec)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_labels(8)
+            .y_labels(8)
+            .x_label_formatter(&|v| short_number(*v))
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(plot_err)?;
+        for s in series {
+            let color = s.color;
+            chart
+                .draw_series(LineSeries::new(
+                    s.points.iter().copied(),
+                    color.stroke_width(2),
+                ))
+                .map_err(plot_err)?
+                .label(s.label.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
+                });
+            if s.points.len() <= 40 {
+                chart
+                    .draw_series(s.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                    .map_err(plot_err)?;
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.25))
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+/// One bar per run of `total` (e.g. median step ms), with `part` (e.g. median select ms) drawn darker
+/// inside it from the bottom, so the part's share of the total shows at a glance.
+pub fn part_of_total_bars(
+    title: &str,
+    y_desc: &str,
+    bars: &[(String, RGBColor, Option<f64>, Option<f64>)],
+    total_name: &str,
+    part_name: &str,
+) -> Result<String> {
+    let top = bars
+        .iter()
+        .flat_map(|b| [b.2, b.3])
+        .flatten()
+        .filter(|v| v.is_finite())
+        .fold(0.0_f64, f64::max);
+    if top <= 0.0 {
+        return Err(Error::Report(format!(
+            "chart {title:?} has nothing to show"
+        )));
+    }
+    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d((0..bars.len()).into_segmented(), 0.0..top * 1.15)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .y_desc(y_desc)
+            .x_labels(bars.len().max(1))
+            .x_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                _ => String::new(),
+            })
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(plot_err)?;
+        let rect = |i: usize, value: f64, style: ShapeStyle, margin: u32| {
+            let mut r = Rectangle::new(
+                [
+                    (SegmentValue::Exact(i), 0.0),
+                    (SegmentValue::Exact(i + 1), value),
+                ],
+                style,
+            );
+            r.set_margin(0, 0, margin, margin);
+            r
+        };
+        let totals = bars.iter().enumerate().filter_map(|(i, b)| {
+            b.2.filter(|v| v.is_finite())
+                .map(|v| rect(i, v, b.1.mix(0.35).filled(), 22))
+        });
+        chart
+            .draw_series(totals)
+            .map_err(plot_err)?
+            .label(total_name.to_string())
+            .legend(|(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 14, y + 5)], BLACK.mix(0.2).filled())
+            });
+        let parts = bars.iter().enumerate().filter_map(|(i, b)| {
+            b.3.filter(|v| v.is_finite())
+                .map(|v| rect(i, v, b.1.filled(), 22))
+        });
+        chart
+            .draw_series(parts)
+            .map_err(plot_err)?
+            .label(part_name.to_string())
+            .legend(|(x, y)| {
+                Rectangle::new([(x, y - 5), (x + 14, y + 5)], BLACK.mix(0.7).filled())
+            });
+        let values = bars.iter().enumerate().filter_map(|(i, b)| {
+            b.2.filter(|v| v.is_finite()).map(|v| {
+                Text::new(
+                    format!("{v:.3}"),
+                    (SegmentValue::CenterOf(i), v + top * 0.02),
+                    ("sans-serif", 12).into_font().color(&BLACK),
+                )
+            })
+        });
+        chart.draw_series(values).map_err(plot_err)?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.25))
+            .label_font(("sans-serif", 12))
+            .draw()
+            .map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+fn bounds(values: impl Iterator<Item = f64>) -> Option<Range<f64>> {
+    values.fold(None, |acc: Option<Range<f64>>, v| match acc {
+        None => Some(v..v),
+        Some(r) => Some(r.start.min(v)..r.end.max(v)),
+    })
+}
+
+/// Adds a margin around the data; a range from zero when the data is non-negative and starts low
+/// enough that zero keeps the picture honest.
+fn pad_range(r: Range<f64>, from_zero_if_positive: bool) -> Range<f64> {
+    let span = r.end - r.start;
+    if span <= f64::EPSILON * r.end.abs().max(1.0) {
+        let d = if r.start == 0.0 {
+            1.0
+        } else {
+            r.start.abs() * 0.1
+        };
+        return (r.start - d)..(r.end + d);
+    }
+    let start = if from_zero_if_positive && r.start >= 0.0 && r.start < 0.5 * r.end {
+        0.0
+    } else {
+        r.start - 0.05 * span
+    };
+    start..(r.end + 0.05 * span)
+}
+
+/// Averages consecutive points into at most MAX_POINTS.
+fn downsample(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
+    if points.len() <= MAX_POINTS {
+        return points;
+    }
+    let per = points.len().div_ceil(MAX_POINTS);
+    points
+        .chunks(per)
+        .map(|c| {
+            let n = c.len() as f64;
+            (
+                c.iter().map(|p| p.0).sum::<f64>() / n,
+                c.iter().map(|p| p.1).sum::<f64>() / n,
+            )
+        })
+        .collect()
+}
+
+/// 12000 → "12k", 1500000 → "1.5M"; small numbers as they are.
+pub fn short_number(v: f64) -> String {
+    let a = v.abs();
+    let (scaled, suffix) = if a >= 1e9 {
+        (v / 1e9, "G")
+    } else if a >= 1e6 {
+        (v / 1e6, "M")
+    } else if a >= 1e4 {
+        (v / 1e3, "k")
+    } else {
+        (v, "")
+    };
+    let text = format!("{scaled:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text}{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_numbers() {
+        assert_eq!(short_number(12_000.0), "12k");
+        assert_eq!(short_number(1_500_000.0), "1.5M");
+        assert_eq!(short_number(250.0), "250");
+        assert_eq!(short_number(0.126), "0.13");
+    }
+
+    #[test]
+    fn downsampling_keeps_the_mean() {
+        let pts: Vec<(f64, f64)> = (0..6000).map(|i| (i as f64, 2.0)).collect();
+        let d = downsample(pts);
+        assert!(d.len() <= MAX_POINTS);
+        assert!(d.iter().all(|p| (p.1 - 2.0).abs() < 1e-12));
+    }
+}

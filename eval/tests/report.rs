@@ -1,0 +1,112 @@
+mod common;
+
+use common::synthetic_run;
+use eval::report::{render, write_report, RunData};
+use std::process::Command;
+
+#[test]
+fn two_runs_give_a_page_with_charts_tables_and_the_speed_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 200);
+    let sort = synthetic_run(tmp.path(), "tiny", "sort", 5.0, 200);
+    let out = tmp.path().join("report.html");
+    write_report(&[profk, sort], &out).unwrap();
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
+    assert!(
+        html.matches("<svg").count() >= 6,
+        "timing, speed-up and metric charts"
+    );
+    assert_eq!(html.matches("<svg").count(), html.matches("</svg>").count());
+    for text in [
+        "Step time",
+        "Selection time",
+        "Speed-up of profk",
+        "median step ms",
+        "only_in_profk",
+        "ce_loss_recovered",
+        "fvu",
+        "l0",
+    ] {
+        assert!(html.contains(text), "missing {text}");
+    }
+    // sort's select time is 10x profk's: the speed-up table says so.
+    assert!(html.contains("10.00×"), "selection speed-up");
+    assert!(!html.contains("<script"), "self-contained, no scripts");
+    assert!(!html.contains("src=\"http"), "no external assets");
+}
+
+#[test]
+fn a_single_run_without_timing_metrics_still_renders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = eval::RunDir::create_at(&tmp.path().join("bare")).unwrap();
+    let mut m = eval::Metrics::new();
+    m.insert("loss".into(), 2.0);
+    std::fs::write(
+        run.metrics_path(),
+        eval::Record::train(1, 10, 0.1, m).to_json_line(),
+    )
+    .unwrap();
+    let html = render(&[RunData::load(&run).unwrap()]).unwrap();
+    assert!(html.contains("No step_ms or select_ms metrics"));
+    assert!(html.contains("loss"));
+    assert!(!html.contains("Speed-up of profk"));
+}
+
+#[test]
+fn labels_are_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = synthetic_run(tmp.path(), "a<b>&c", "profk", 0.5, 5);
+    let html = render(&[RunData::load(&run).unwrap()]).unwrap();
+    assert!(html.contains("a&lt;b&gt;&amp;c"));
+    assert!(!html.contains("a<b>&c"));
+}
+
+#[test]
+fn cli_writes_a_report_and_names_a_missing_run_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 20);
+    let out = tmp.path().join("r.html");
+    let ok = Command::new(env!("CARGO_BIN_EXE_eval"))
+        .arg("report")
+        .arg(profk.path())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(out.exists());
+
+    let missing = tmp.path().join("no-such-run");
+    let bad = Command::new(env!("CARGO_BIN_EXE_eval"))
+        .arg("report")
+        .arg(profk.path())
+        .arg(&missing)
+        .arg("--out")
+        .arg(tmp.path().join("x.html"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("no-such-run") && stderr.contains("no such run directory"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("x.html").exists(), "no partial report");
+
+    let no_metrics = tmp.path().join("empty");
+    std::fs::create_dir(&no_metrics).unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_eval"))
+        .args(["report"])
+        .arg(&no_metrics)
+        .arg("--out")
+        .arg(tmp.path().join("y.html"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a run directory"));
+}
