@@ -51,6 +51,15 @@ fn forward_matches_float64_reference() {
     let err = max_rel_err(&logits, &r["logits"]);
     assert!(err < 1e-5, "logits: error {err}");
 
+    // Chunked causal attention (uneven last chunk) computes the same function.
+    for chunk in [1, 5, 64] {
+        let mut chunked =
+            Gpt2::load(fixture().to_str().unwrap(), DType::F32, &Device::Cpu).unwrap();
+        chunked.set_attention_chunk(Some(chunk));
+        let err = max_rel_err(&chunked.forward_logits(tokens).unwrap(), &r["logits"]);
+        assert!(err < 1e-5, "chunk {chunk}: error {err}");
+    }
+
     // Identity patch changes nothing; a zero patch changes the logits.
     let hook = HookPoint::ResidPost(0);
     let same = model

@@ -7,4 +7,4 @@ mod model;
 pub use config::Gpt2Config;
 pub use hook::HookPoint;
 pub use load::{hf_cache_roots, hf_shapes, hf_snapshot_dir, locate, ModelFiles};
-pub use model::{Gpt2, Patch};
+pub use model::{Gpt2, Patch, DEFAULT_ATTENTION_CHUNK};

@@ -3,19 +3,18 @@
 //! Rows (kept token positions) are numbered in corpus order; shard `s` holds rows
 //! `[s * tokens_per_shard, (s + 1) * tokens_per_shard)`. Forward batches always cover the same
 //! contexts, so a resumed run computes every shard exactly as an uninterrupted run would.
-use super::manifest::{dtype_name, CorpusInfo, Manifest, ShardInfo, FORMAT, MANIFEST_FILE};
-use super::shard_file::{self, shard_file_name, ShardMeta};
+use super::manifest::{dtype_name, CorpusInfo, Manifest, FORMAT, MANIFEST_FILE};
+use super::pipeline::{self, Plan};
+use super::shard_file::{self, shard_file_name};
 use crate::corpus::{Contexts, Corpus, Split};
 use crate::error::{Error, Result};
 use crate::gpt2::{Gpt2, HookPoint};
 use crate::models::{load_model, parse_device, parse_dtype};
-use crate::source::hook_rows;
 use crate::{fsutil, Gpt2Tokenizer};
-use candle_core::{DType, Device, Tensor};
+use candle_core::DType;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
 use std::time::Instant;
 
 fn default_f32() -> String {
@@ -192,77 +191,6 @@ fn model_fingerprint(model: &Gpt2) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-fn to_bytes(t: &Tensor) -> Result<Vec<u8>> {
-    let t = t.flatten_all()?.to_device(&Device::Cpu)?;
-    Ok(match t.dtype() {
-        DType::BF16 => bytemuck::cast_slice(&t.to_vec1::<half::bf16>()?).to_vec(),
-        DType::F16 => bytemuck::cast_slice(&t.to_vec1::<half::f16>()?).to_vec(),
-        _ => bytemuck::cast_slice(&t.to_dtype(DType::F32)?.to_vec1::<f32>()?).to_vec(),
-    })
-}
-
-enum Job {
-    Write {
-        index: usize,
-        acts: Vec<u8>,
-        tokens: Vec<u32>,
-    },
-    Hash {
-        index: usize,
-        n_tokens: usize,
-    },
-}
-
-struct Layout {
-    fingerprint: String,
-    dtype: DType,
-    n_hooks: usize,
-    d_model: usize,
-}
-
-fn run_job(job: Job, dir: &Path, layout: &Layout) -> Result<(usize, ShardInfo)> {
-    match job {
-        Job::Write {
-            index,
-            acts,
-            tokens,
-        } => {
-            let meta = ShardMeta {
-                fingerprint: layout.fingerprint.clone(),
-                index,
-            };
-            let shape = [tokens.len(), layout.n_hooks, layout.d_model];
-            let bytes = shard_file::encode(&meta, &acts, layout.dtype, shape, &tokens)?;
-            let file = shard_file_name(index);
-            fsutil::atomic_write(&dir.join(&file), &bytes)?;
-            let sha256 = shard_file::sha256_hex(&bytes);
-            let n_tokens = tokens.len();
-            Ok((
-                index,
-                ShardInfo {
-                    file,
-                    n_tokens,
-                    sha256,
-                },
-            ))
-        }
-        Job::Hash { index, n_tokens } => {
-            let file = shard_file_name(index);
-            let path = dir.join(&file);
-            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-            let sha256 = shard_file::sha256_hex(&bytes);
-            Ok((
-                index,
-                ShardInfo {
-                    file,
-                    n_tokens,
-                    sha256,
-                },
-            ))
-        }
-    }
-}
-
 /// Removes temporary files that a killed run left behind.
 fn remove_stale_temps(dir: &Path) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
@@ -318,8 +246,6 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     };
     let per_shard = cfg.tokens_per_shard;
     let n_shards = total.div_ceil(per_shard);
-    let n_contexts = total.div_ceil(kept);
-    let shard_len = |s: usize| per_shard.min(total - s * per_shard);
 
     let corpus_info = CorpusInfo {
         spec: cfg.corpus.path.clone(),
@@ -384,148 +310,55 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     }
     let reused = done.iter().filter(|d| **d).count();
 
-    let layout = std::sync::Arc::new(Layout {
-        fingerprint,
-        dtype,
-        n_hooks: cfg.hook_points.len(),
-        d_model: mcfg.n_embd,
-    });
-    let (job_tx, job_rx) = mpsc::sync_channel::<Job>(cfg.writer_threads * 2);
-    let job_rx = std::sync::Arc::new(std::sync::Mutex::new(job_rx));
-    let (res_tx, res_rx) = mpsc::channel::<Result<(usize, ShardInfo)>>();
-    let workers: Vec<_> = (0..cfg.writer_threads)
-        .map(|_| {
-            let (rx, tx, layout, dir) = (
-                job_rx.clone(),
-                res_tx.clone(),
-                layout.clone(),
-                dir.to_path_buf(),
-            );
-            std::thread::spawn(move || loop {
-                let job = match rx.lock() {
-                    Ok(rx) => rx.recv(),
-                    Err(_) => return,
-                };
-                match job {
-                    Ok(job) => {
-                        if tx.send(run_job(job, &dir, &layout)).is_err() {
-                            return;
-                        }
-                    }
-                    Err(_) => return,
-                }
-            })
-        })
-        .collect();
-    drop(res_tx);
-
-    let started = Instant::now();
-    let mut computed = 0usize;
-    let mut written = 0usize;
-    let mut compute = || -> Result<bool> {
-        for (s, _) in done.iter().enumerate().filter(|(_, d)| **d) {
-            job_tx
-                .send(Job::Hash {
-                    index: s,
-                    n_tokens: shard_len(s),
-                })
-                .map_err(|_| Error::shard(dir, "writer threads stopped"))?;
-        }
-        let Some(first_missing) = done.iter().position(|d| !d) else {
-            return Ok(true);
-        };
-        let b = cfg.batch_contexts;
-        let first_batch = first_missing * per_shard / kept / b;
-        let row_bytes = layout.n_hooks * layout.d_model * dtype.size_in_bytes();
-        let progress = if opts.progress {
-            indicatif::ProgressBar::new(total as u64)
-        } else {
-            indicatif::ProgressBar::hidden()
-        };
-        progress.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {human_pos}/{human_len} tokens  {per_sec}  ETA {eta}",
-            )
-            .map_err(|e| Error::config("progress", e.to_string()))?,
-        );
-        progress.set_position((first_batch * b * kept) as u64);
-        let mut pending_acts: Vec<u8> = Vec::new();
-        let mut pending_tokens: Vec<u32> = Vec::new();
-        let mut pending_start = first_batch * b * kept;
-        let mut shard = first_missing;
-        let mut c = first_batch * b;
-        while shard < n_shards && c < n_contexts {
-            let nb = b.min(n_contexts - c);
-            let ids: Vec<u32> = (c..c + nb)
-                .flat_map(|i| contexts.context(i % contexts.len()).iter().copied())
-                .collect();
-            let tokens = Tensor::from_vec(ids, (nb, t), &device)?;
-            let (rows, row_ids) = hook_rows(&model, &tokens, &cfg.hook_points, cfg.drop_bos)?;
-            pending_acts.extend(to_bytes(&rows.to_dtype(dtype)?)?);
-            pending_tokens.extend(row_ids.to_device(&Device::Cpu)?.to_vec1::<u32>()?);
-            computed += nb * kept;
-            progress.inc((nb * kept) as u64);
-            c += nb;
-            while shard < n_shards {
-                let (start, len) = (shard * per_shard, shard_len(shard));
-                if pending_start + pending_tokens.len() < start + len {
-                    break;
-                }
-                let off = start - pending_start;
-                if !done[shard] {
-                    let acts = pending_acts[off * row_bytes..(off + len) * row_bytes].to_vec();
-                    let tokens = pending_tokens[off..off + len].to_vec();
-                    job_tx
-                        .send(Job::Write {
-                            index: shard,
-                            acts,
-                            tokens,
-                        })
-                        .map_err(|_| Error::shard(dir, "writer threads stopped"))?;
-                    written += 1;
-                }
-                pending_acts.drain(..(off + len) * row_bytes);
-                pending_tokens.drain(..off + len);
-                pending_start = start + len;
-                shard += 1;
-                if opts.stop_after_new_shards.is_some_and(|n| written >= n) {
-                    progress.abandon();
-                    return Ok(false);
-                }
-            }
-        }
-        progress.finish();
-        Ok(true)
+    let progress = if opts.progress {
+        indicatif::ProgressBar::new(total as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
     };
-    let complete = compute();
-    drop(job_tx);
-    let mut shards: Vec<ShardInfo> = Vec::new();
-    let mut first_err = None;
-    for r in res_rx {
-        match r {
-            Ok((_, info)) => shards.push(info),
-            Err(e) => first_err = first_err.or(Some(e)),
-        }
-    }
-    for w in workers {
-        let _ = w.join();
-    }
-    let complete = complete?;
-    if let Some(e) = first_err {
-        return Err(e);
+    progress.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {human_pos}/{human_len} tokens  {per_sec}  ETA {eta}",
+        )
+        .map_err(|e| Error::config("progress", e.to_string()))?,
+    );
+    let plan = Plan {
+        dir,
+        fingerprint,
+        hooks: &cfg.hook_points,
+        dtype,
+        d_model: mcfg.n_embd,
+        context_len: t,
+        batch_contexts: cfg.batch_contexts,
+        drop_bos: cfg.drop_bos,
+        tokens_per_shard: per_shard,
+        total_tokens: total,
+        writer_threads: cfg.writer_threads,
+        done,
+    };
+    let started = Instant::now();
+    let outcome = pipeline::run(
+        &plan,
+        &model,
+        &contexts,
+        opts.stop_after_new_shards,
+        &progress,
+    )?;
+    if outcome.complete {
+        progress.finish();
+    } else {
+        progress.abandon();
     }
     let seconds = started.elapsed().as_secs_f64();
-    if complete {
-        shards.sort_by(|a, b| a.file.cmp(&b.file));
-        manifest.shards = shards;
+    if outcome.complete {
+        manifest.shards = outcome.shards;
         manifest.write(dir)?;
     }
     Ok(ExtractReport {
         manifest,
-        shards_written: written,
+        shards_written: outcome.written,
         shards_reused: reused,
-        tokens_computed: computed,
+        tokens_computed: outcome.tokens_computed,
         seconds,
-        complete,
+        complete: outcome.complete,
     })
 }

@@ -2,6 +2,7 @@
 //! written by [`extract`], read back shuffled by [`ShardReader`].
 mod extract;
 mod manifest;
+mod pipeline;
 mod reader;
 mod shard_file;
 

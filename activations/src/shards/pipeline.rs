@@ -1,0 +1,264 @@
+//! The extraction pipeline: the calling thread runs the model; a host thread copies activations
+//! off the device and cuts them into shards; writer threads hash and write shards atomically.
+//! Bounded channels between the stages keep memory flat.
+use super::manifest::ShardInfo;
+use super::shard_file::{self, shard_file_name, ShardMeta};
+use crate::corpus::Contexts;
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::gpt2::{Gpt2, HookPoint};
+use crate::source::hook_rows;
+use candle_core::{DType, Device, Tensor};
+use std::path::Path;
+use std::sync::{mpsc, Mutex};
+
+/// Everything that decides which bytes go where.
+pub(super) struct Plan<'a> {
+    pub dir: &'a Path,
+    pub fingerprint: String,
+    pub hooks: &'a [HookPoint],
+    pub dtype: DType,
+    pub d_model: usize,
+    pub context_len: usize,
+    pub batch_contexts: usize,
+    pub drop_bos: bool,
+    pub tokens_per_shard: usize,
+    pub total_tokens: usize,
+    pub writer_threads: usize,
+    /// Shards already on disk from an earlier run.
+    pub done: Vec<bool>,
+}
+
+impl Plan<'_> {
+    fn kept_per_context(&self) -> usize {
+        self.context_len - usize::from(self.drop_bos)
+    }
+
+    fn n_shards(&self) -> usize {
+        self.done.len()
+    }
+
+    fn shard_len(&self, s: usize) -> usize {
+        self.tokens_per_shard
+            .min(self.total_tokens - s * self.tokens_per_shard)
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.hooks.len() * self.d_model * self.dtype.size_in_bytes()
+    }
+}
+
+pub(super) struct Outcome {
+    pub shards: Vec<ShardInfo>,
+    pub written: usize,
+    pub tokens_computed: usize,
+    pub complete: bool,
+}
+
+enum Job {
+    Write {
+        index: usize,
+        acts: Vec<u8>,
+        tokens: Vec<u32>,
+    },
+    Hash {
+        index: usize,
+    },
+}
+
+fn run_job(job: Job, plan: &Plan) -> Result<ShardInfo> {
+    match job {
+        Job::Write {
+            index,
+            acts,
+            tokens,
+        } => {
+            let meta = ShardMeta {
+                fingerprint: plan.fingerprint.clone(),
+                index,
+            };
+            let shape = [tokens.len(), plan.hooks.len(), plan.d_model];
+            let bytes = shard_file::encode(&meta, &acts, plan.dtype, shape, &tokens)?;
+            let file = shard_file_name(index);
+            fsutil::atomic_write(&plan.dir.join(&file), &bytes)?;
+            Ok(ShardInfo {
+                file,
+                n_tokens: tokens.len(),
+                sha256: shard_file::sha256_hex(&bytes),
+            })
+        }
+        Job::Hash { index } => {
+            let file = shard_file_name(index);
+            let path = plan.dir.join(&file);
+            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+            Ok(ShardInfo {
+                file,
+                n_tokens: plan.shard_len(index),
+                sha256: shard_file::sha256_hex(&bytes),
+            })
+        }
+    }
+}
+
+/// Appends a tensor's values, as little-endian bytes of its dtype, to `out` (copies to the host).
+fn append_bytes(t: &Tensor, out: &mut Vec<u8>) -> Result<()> {
+    let t = t.flatten_all()?.to_device(&Device::Cpu)?;
+    match t.dtype() {
+        DType::BF16 => out.extend_from_slice(bytemuck::cast_slice(&t.to_vec1::<half::bf16>()?)),
+        DType::F16 => out.extend_from_slice(bytemuck::cast_slice(&t.to_vec1::<half::f16>()?)),
+        _ => out.extend_from_slice(bytemuck::cast_slice(
+            &t.to_dtype(DType::F32)?.to_vec1::<f32>()?,
+        )),
+    }
+    Ok(())
+}
+
+/// Receives activation rows in corpus order, starting at row `first_row`, and queues every
+/// shard not yet on disk. Returns (shards written, whether all shards were reached).
+fn cut_shards(
+    plan: &Plan,
+    first_row: usize,
+    rows: mpsc::Receiver<(Tensor, Tensor)>,
+    jobs: mpsc::SyncSender<Job>,
+    stop_after: Option<usize>,
+    progress: &indicatif::ProgressBar,
+) -> Result<(usize, bool)> {
+    let stopped = || Error::shard(plan.dir, "writer threads stopped");
+    for (index, _) in plan.done.iter().enumerate().filter(|(_, d)| **d) {
+        jobs.send(Job::Hash { index }).map_err(|_| stopped())?;
+    }
+    let row_bytes = plan.row_bytes();
+    let mut pending_acts: Vec<u8> = Vec::new();
+    let mut pending_tokens: Vec<u32> = Vec::new();
+    let mut pending_start = first_row;
+    let mut shard = plan.done.iter().position(|d| !d).unwrap_or(plan.n_shards());
+    let mut written = 0;
+    while shard < plan.n_shards() {
+        let Ok((acts, ids)) = rows.recv() else {
+            return Ok((written, false));
+        };
+        append_bytes(&acts, &mut pending_acts)?;
+        pending_tokens.extend(ids.to_device(&Device::Cpu)?.to_vec1::<u32>()?);
+        progress.inc(ids.dim(0)? as u64);
+        while shard < plan.n_shards() {
+            let (start, len) = (shard * plan.tokens_per_shard, plan.shard_len(shard));
+            if pending_start + pending_tokens.len() < start + len {
+                break;
+            }
+            let off = start - pending_start;
+            if !plan.done[shard] {
+                jobs.send(Job::Write {
+                    index: shard,
+                    acts: pending_acts[off * row_bytes..(off + len) * row_bytes].to_vec(),
+                    tokens: pending_tokens[off..off + len].to_vec(),
+                })
+                .map_err(|_| stopped())?;
+                written += 1;
+            }
+            pending_acts.drain(..(off + len) * row_bytes);
+            pending_tokens.drain(..off + len);
+            pending_start = start + len;
+            shard += 1;
+            if stop_after.is_some_and(|n| written >= n) {
+                return Ok((written, false));
+            }
+        }
+    }
+    Ok((written, true))
+}
+
+/// Runs the model from the batch holding the first missing shard to the end.
+pub(super) fn run(
+    plan: &Plan,
+    model: &Gpt2,
+    contexts: &Contexts,
+    stop_after: Option<usize>,
+    progress: &indicatif::ProgressBar,
+) -> Result<Outcome> {
+    let (b, t, kept) = (
+        plan.batch_contexts,
+        plan.context_len,
+        plan.kept_per_context(),
+    );
+    let n_contexts = plan.total_tokens.div_ceil(kept);
+    let first_missing = plan.done.iter().position(|d| !d).unwrap_or(plan.n_shards());
+    let first_batch = first_missing * plan.tokens_per_shard / kept / b;
+    let first_row = first_batch * b * kept;
+    progress.set_position(first_row.min(plan.total_tokens) as u64);
+    let device = model.device();
+    let available = contexts.len();
+    // The whole token array goes to the device once; batches are views into it.
+    let all_tokens = Tensor::from_slice(&contexts.tokens, (available, t), device)?;
+
+    let (job_tx, job_rx) = mpsc::sync_channel::<Job>(plan.writer_threads * 2);
+    let job_rx = Mutex::new(job_rx);
+    let (res_tx, res_rx) = mpsc::channel::<Result<ShardInfo>>();
+    let (row_tx, row_rx) = mpsc::sync_channel::<(Tensor, Tensor)>(2);
+    std::thread::scope(|scope| {
+        for _ in 0..plan.writer_threads {
+            let (job_rx, res_tx) = (&job_rx, res_tx.clone());
+            scope.spawn(move || loop {
+                let job = match job_rx.lock() {
+                    Ok(rx) => rx.recv(),
+                    Err(_) => return,
+                };
+                let Ok(job) = job else { return };
+                if res_tx.send(run_job(job, plan)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(res_tx);
+        let host =
+            scope.spawn(move || cut_shards(plan, first_row, row_rx, job_tx, stop_after, progress));
+
+        let mut computed = 0;
+        let mut produce = || -> Result<()> {
+            let mut c = first_batch * b;
+            while c < n_contexts && first_missing < plan.n_shards() {
+                let nb = b.min(n_contexts - c);
+                let start = c % available;
+                let tokens = if start + nb <= available {
+                    all_tokens.narrow(0, start, nb)?
+                } else {
+                    let ids: Vec<u32> = (c..c + nb)
+                        .flat_map(|i| contexts.context(i % available).iter().copied())
+                        .collect();
+                    Tensor::from_vec(ids, (nb, t), device)?
+                };
+                let (rows, ids) = hook_rows(model, &tokens, plan.hooks, plan.drop_bos)?;
+                if row_tx.send((rows.to_dtype(plan.dtype)?, ids)).is_err() {
+                    break; // the host thread has all it needs, or failed
+                }
+                computed += nb * kept;
+                c += nb;
+            }
+            Ok(())
+        };
+        let produced = produce();
+        drop(row_tx);
+        let hosted = host
+            .join()
+            .map_err(|_| Error::shard(plan.dir, "the shard-cutting thread panicked"))?;
+        let mut shards = Vec::new();
+        let mut first_err = None;
+        for r in res_rx {
+            match r {
+                Ok(info) => shards.push(info),
+                Err(e) => first_err = first_err.or(Some(e)),
+            }
+        }
+        produced?;
+        let (written, complete) = hosted?;
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        shards.sort_by(|a, b| a.file.cmp(&b.file));
+        Ok(Outcome {
+            shards,
+            written,
+            tokens_computed: computed,
+            complete,
+        })
+    })
+}
