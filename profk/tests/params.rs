@@ -321,6 +321,7 @@ fn exact_parameters_match_brute_force_for_small_n() {
             }
         }
     }
+    eprintln!("{compared} compared with brute force, {degenerate} degenerate");
     assert!(
         compared > 500 && degenerate > 10,
         "{compared} compared, {degenerate} degenerate"
