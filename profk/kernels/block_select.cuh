@@ -1,19 +1,19 @@
-// Radix selection inside one block of BS_THREADS threads over at most BS_THREADS * BS_PER composites
-// of at most 64 bits held in registers: one launch finds a row's threshold, where the multi-launch
-// selection of select.cu needs one launch per digit. Used for the sample threshold (S <= 16384) and
-// for buffers that fit (M <= 16384).
+// Radix selection inside one block of THREADS threads (256 or 1024) over at most THREADS * BS_PER
+// composites of at most 64 bits held in registers: one launch finds a row's threshold, where the
+// multi-launch selection of select.cu needs one launch per digit. Used for the sample threshold and
+// for buffers that fit (up to 16384 elements; up to 4096 with 256 threads, four times as many rows
+// resident at once).
 #pragma once
 #include <cub/block/block_scan.cuh>
 #include "common.cuh"
 
-#define BS_THREADS 1024
 #define BS_PER 16
-#define BS_CAP (BS_THREADS * BS_PER)
 
-// The kth-largest of the valid composites (slot p of thread t is element t + p * BS_THREADS, valid when
+// The kth-largest of the valid composites (slot p of thread t is element t + p * THREADS, valid when
 // below `count`), exactly: every digit is resolved, so the result is an element's composite.
+template <int THREADS>
 __device__ u64 block_kth(const u64 (&c)[BS_PER], u32 count, u32 kth, int tb) {
-  typedef cub::BlockScan<u32, BS_THREADS> Scan;
+  typedef cub::BlockScan<u32, THREADS> Scan;
   __shared__ typename Scan::TempStorage tmp;
   __shared__ u32 hist[256];
   __shared__ u64 s_prefix;
@@ -32,7 +32,7 @@ __device__ u64 block_kth(const u64 (&c)[BS_PER], u32 count, u32 kth, int tb) {
     const u32 mask = (1u << width) - 1;
 #pragma unroll
     for (int p = 0; p < BS_PER; ++p) {
-      const bool valid = (u32)(t + p * BS_THREADS) < count;
+      const bool valid = (u32)(t + p * THREADS) < count;
       if (valid && (hi >= 64 ? 0 : c[p] >> hi) == top) atomicAdd(&hist[(u32)(c[p] >> lo) & mask], 1u);
     }
     __syncthreads();

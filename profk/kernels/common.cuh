@@ -61,6 +61,8 @@ template <> struct Ops<float> {
     return __float_as_uint(q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w);
   }
   static __device__ __forceinline__ u32 raw1(float v) { return __float_as_uint(v); }
+  static __device__ __forceinline__ float value(const Vec& v, int q) { return __uint_as_float(raw(v, q)); }
+  static __device__ __forceinline__ float from_bits(u32 b) { return __uint_as_float(b); }
   static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<32, 23>(b, mag); }
   static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffffffu) > 0x7f800000u; }
 };
@@ -76,6 +78,8 @@ template <> struct Ops<__half> {
   static __device__ __forceinline__ bool nan(__half v) { return (__half_as_ushort(v) & 0x7fff) > 0x7c00; }
   static __device__ __forceinline__ u32 raw(const Vec& v, int q) { return half_lane(v, q); }
   static __device__ __forceinline__ u32 raw1(__half v) { return __half_as_ushort(v); }
+  static __device__ __forceinline__ float from_bits(u32 b) { return __half2float(__ushort_as_half((unsigned short)b)); }
+  static __device__ __forceinline__ float value(const Vec& v, int q) { return from_bits(raw(v, q)); }
   static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<16, 10>(b, mag); }
   static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffu) > 0x7c00u; }
 };
@@ -88,9 +92,23 @@ template <> struct Ops<__nv_bfloat16> {
   static __device__ __forceinline__ bool nan(__nv_bfloat16 v) { return (__bfloat16_as_ushort(v) & 0x7fff) > 0x7f80; }
   static __device__ __forceinline__ u32 raw(const Vec& v, int q) { return half_lane(v, q); }
   static __device__ __forceinline__ u32 raw1(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+  static __device__ __forceinline__ float from_bits(u32 b) { return __uint_as_float(b << 16); }
+  static __device__ __forceinline__ float value(const Vec& v, int q) { return from_bits(raw(v, q)); }
   static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<16, 7>(b, mag); }
   static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffu) > 0x7f80u; }
 };
+
+// The value whose key is `key` (inverse of ord_key; the largest key gives a NaN): for every element x,
+// !(x < value) holds exactly when key(x) >= key (NaN included), with x taken by magnitude when `mag`.
+template <typename T>
+__device__ __forceinline__ float key_value(u32 key, int mag) {
+  const int W = Ops<T>::KB;
+  const u32 MAXK = (W == 32) ? 0xffffffffu : 0xffffu;
+  const u32 SIGN = 1u << (W - 1);
+  u32 b = mag ? key : ((key & SIGN) ? (key & ~SIGN) : (~key & MAXK));
+  if (key == MAXK) b = MAXK >> 1;  // a NaN
+  return Ops<T>::from_bits(b);
+}
 
 // Composite of an element of a row of n: key above, n-1-index below. Larger composite = ranks higher,
 // and no two elements of a row share one, so "the t-th largest" is always a single element.
@@ -112,6 +130,16 @@ __device__ __forceinline__ bool block_any_last(u32* counter, u32 total) {
   __syncthreads();
   return last;
 }
+
+// The rows a launch works on: those of a device-side list (built by classify_rows after a filter
+// pass, so that later stages touch only the rows that need them), or all rows.
+struct RowList {
+  const u32* ids;    // null: every row
+  const u32* count;  // number of listed rows (device)
+};
+
+__device__ __forceinline__ u64 list_len(const RowList& l, u64 rows) { return l.ids ? *l.count : rows; }
+__device__ __forceinline__ u64 list_row(const RowList& l, u64 i) { return l.ids ? l.ids[i] : i; }
 
 // Next work item of a grid-stride loop over rows x cpr items. An inactive row is skipped whole: the
 // next item is the first one of a later row that this block owns, so gated launches cost O(rows).

@@ -22,6 +22,7 @@ struct FilterArgs {
   u64* bidx;
   Global* g;
   int last_attempt, approximate;
+  RowList list;  // the rows still pending (all rows on the first attempt)
 };
 
 // Kept elements of one block and chunk, flushed to the row's buffer with one global atomic.
@@ -118,16 +119,13 @@ __device__ void filter_body(const FilterArgs& a) {
   }
   __syncthreads();
   const u64 ib_mask = a.ib >= 64 ? ~0ull : ((1ull << a.ib) - 1);
-  const u64 total_items = a.rows * a.cpr;
+  const u64 total_items = list_len(a.list, a.rows) * a.cpr;
   for (u64 item = blockIdx.x; item < total_items;) {
-    const u64 r = item / a.cpr, ch = item % a.cpr;
-    if (a.run[r].status != ROW_PENDING) {
-      item = next_item(item, a.cpr, true);
-      continue;
-    }
+    const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
     const u128 tau = a.use_tmin ? (u128)a.sel[r].tmin : load_prefix(a.sel[r]);
     const u32 tk = (u32)(tau >> a.ib);
     const u64 tidx = a.n - 1 - ((u64)tau & ib_mask);  // keep key > tk, or key == tk and index <= tidx
+    const float tf = key_value<T>(tk, a.mag);
     const T* row = (const T*)a.x + r * a.n;
     const u64 mis = ((unsigned long long)row / sizeof(T)) % VEC;
     const u64 head = mis ? (VEC - mis < a.n ? VEC - mis : a.n) : 0;
@@ -160,20 +158,30 @@ __device__ void filter_body(const FilterArgs& a) {
         buf[u] = v < v1 ? __ldcs(&vrow[v]) : Vec{};
       }
       const u64 j0 = head + (vb + threadIdx.x) * VEC;
-      u32 keep = 0;
+      // Candidate test in the value domain, one comparison per element; candidates (rare) get the
+      // exact composite test and the NaN count from their reloaded bits.
+      u32 cand = 0;
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
         const bool valid = vb + (u64)u * FT + threadIdx.x < v1;
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
-          const u64 j = j0 + (u64)u * FT * VEC + q;
-          const u32 bits = O::raw(buf[u], q);
-          const u32 key = O::key_bits(bits, a.mag);
-          if (valid && (key > tk || (key == tk && j <= tidx))) keep |= 1u << (u * VEC + q);
-          if (a.count_nan && valid && O::nan_bits(bits)) {
-            ++nan_c;
-            nan_first = min(nan_first, r * a.n + j);
-          }
+          float v = O::value(buf[u], q);
+          if (a.mag) v = fabsf(v);
+          if (valid && !(v < tf)) cand |= 1u << (u * VEC + q);
+        }
+      }
+      u32 keep = 0;
+      for (u32 c = cand; c;) {
+        const int e = __ffs(c) - 1;
+        c &= c - 1;
+        const u64 j = j0 + (u64)(e / VEC) * FT * VEC + (e % VEC);
+        const u32 bits = O::raw1(row[j]);
+        const u32 key = O::key_bits(bits, a.mag);
+        if (key > tk || (key == tk && j <= tidx)) keep |= 1u << e;
+        if (a.count_nan && O::nan_bits(bits)) {
+          ++nan_c;
+          nan_first = min(nan_first, r * a.n + j);
         }
       }
       warp_commit(

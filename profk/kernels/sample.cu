@@ -19,9 +19,9 @@ struct SampleArgs {
   int mag, half_bits;
   u64 s, seed;
   u32 attempt, pad;
-  const RowRun* run;
   u32* skeys;
   u64* sidx;
+  RowList list;  // the rows still pending (all rows on the first attempt)
 };
 
 __device__ __forceinline__ u64 mix64(u64 z) {
@@ -52,47 +52,52 @@ __device__ __forceinline__ u64 permute(u64 i, u64 n, int h, u64 key) {
 
 template <typename T>
 __device__ void sample_body(const SampleArgs& a) {
-  const u64 total = a.rows * a.s;
+  const u64 total = list_len(a.list, a.rows) * a.s;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
-    u64 r = i / a.s, j = i % a.s;
-    if (a.run[r].status != ROW_PENDING) continue;
+    const u64 r = list_row(a.list, i / a.s), j = i % a.s;
     u64 key = mix64(a.seed ^ mix64(((u64)a.attempt << 40) ^ r));
     u64 idx = permute(j, a.n, a.half_bits, key);
-    a.skeys[i] = Ops<T>::key(((const T*)a.x)[r * a.n + idx], a.mag);
-    a.sidx[i] = idx;
+    a.skeys[r * a.s + j] = Ops<T>::key(((const T*)a.x)[r * a.n + idx], a.mag);
+    a.sidx[r * a.s + j] = idx;
   }
 }
 
 // Stages 1 and 2 fused, one block per pending row: writes the row's threshold composite to sel.tmin.
-template <typename T>
+template <typename T, int THREADS>
 __device__ void sample_select_body(const SampleArgs& a, RowSel* sel, u32 t, int ib, int tb) {
-  for (u64 r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    if (a.run[r].status != ROW_PENDING) continue;
+  const u64 nrows = list_len(a.list, a.rows);
+  for (u64 i = blockIdx.x; i < nrows; i += gridDim.x) {
+    const u64 r = list_row(a.list, i);
     const u64 key = mix64(a.seed ^ mix64(((u64)a.attempt << 40) ^ r));
     u64 c[BS_PER];
 #pragma unroll
     for (int p = 0; p < BS_PER; ++p) {
-      const u64 j = threadIdx.x + (u64)p * BS_THREADS;
+      const u64 j = threadIdx.x + (u64)p * THREADS;
       c[p] = 0;
       if (j < a.s) {
         const u64 idx = permute(j, a.n, a.half_bits, key);
         c[p] = (u64)composite(Ops<T>::key(((const T*)a.x)[r * a.n + idx], a.mag), idx, a.n, ib);
       }
     }
-    const u64 tau = block_kth(c, (u32)a.s, t, tb);
+    const u64 tau = block_kth<THREADS>(c, (u32)a.s, t, tb);
     if (threadIdx.x == 0) sel[r].tmin = tau;
     __syncthreads();
   }
 }
 
-extern "C" __global__ void __launch_bounds__(BS_THREADS)
-    sample_select_f32(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) { sample_select_body<float>(a, sel, t, ib, tb); }
-extern "C" __global__ void __launch_bounds__(BS_THREADS)
-    sample_select_f16(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) { sample_select_body<__half>(a, sel, t, ib, tb); }
-extern "C" __global__ void __launch_bounds__(BS_THREADS) sample_select_bf16(SampleArgs a, RowSel* sel, u32 t, int ib,
-                                                                            int tb) {
-  sample_select_body<__nv_bfloat16>(a, sel, t, ib, tb);
-}
+#define SAMPLE_SELECT(SUF, T)                                                                           \
+  extern "C" __global__ void __launch_bounds__(1024)                                                    \
+      sample_select_##SUF(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) {                           \
+    sample_select_body<T, 1024>(a, sel, t, ib, tb);                                                     \
+  }                                                                                                     \
+  extern "C" __global__ void __launch_bounds__(256)                                                     \
+      sample_select_small_##SUF(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) {                     \
+    sample_select_body<T, 256>(a, sel, t, ib, tb);                                                      \
+  }
+
+SAMPLE_SELECT(f32, float)
+SAMPLE_SELECT(f16, __half)
+SAMPLE_SELECT(bf16, __nv_bfloat16)
 
 extern "C" __global__ void sample_f32(SampleArgs a) { sample_body<float>(a); }
 extern "C" __global__ void sample_f16(SampleArgs a) { sample_body<__half>(a); }

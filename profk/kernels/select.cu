@@ -6,6 +6,7 @@
 // a row (arrival counter) picks the digit that contains the k-th largest and updates the row's prefix.
 // Composites are distinct, so the final prefix selects exactly k elements, ties by lowest index.
 // A row whose digit bucket is taken whole is done early: later launches skip it at once.
+#include <cub/block/block_radix_sort.cuh>
 #include "block_select.cuh"
 
 #define SEL_THREADS 256
@@ -26,8 +27,7 @@ struct SelArgs {
   int ib, lo, width, allow_done;
   RowSel* sel;
   u64* hist;
-  const RowRun* gate;  // rows take part when gate[r].status == gate_val; null: every row
-  u32 gate_val, pad;
+  RowList list;  // the rows taking part
 };
 
 template <typename T, bool LIST>
@@ -53,9 +53,6 @@ struct Src {
   }
 };
 
-__device__ __forceinline__ bool row_active(const SelArgs& a, u64 r) {
-  return (!a.gate || a.gate[r].status == a.gate_val) && !a.sel[r].done;
-}
 
 // The last block of a row: suffix sums of the histogram give the digit holding the k-th largest.
 __device__ void pick_digit(const SelArgs& a, u64 r) {
@@ -89,9 +86,10 @@ __device__ void pass_body(const SelArgs& a) {
   const bool need_idx = a.lo < a.ib;
   const int hb = a.lo + a.width;
   const u32 mask = (1u << a.width) - 1;
-  for (u64 item = blockIdx.x; item < a.rows * a.cpr;) {
-    u64 r = item / a.cpr, ch = item % a.cpr;
-    if (!row_active(a, r)) {
+  const u64 nrows = list_len(a.list, a.rows);
+  for (u64 item = blockIdx.x; item < nrows * a.cpr;) {
+    const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
+    if (a.sel[r].done) {
       item = next_item(item, a.cpr, true);
       continue;
     }
@@ -119,12 +117,9 @@ __device__ void pass_body(const SelArgs& a) {
 // Threshold finalization for a selection stopped early: the smallest selected composite (fits 64 bits).
 template <typename T, bool LIST>
 __device__ void tmin_body(const SelArgs& a) {
-  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item = next_item(item, a.cpr, false)) {
-    u64 r = item / a.cpr, ch = item % a.cpr;
-    if (a.gate && a.gate[r].status != a.gate_val) {
-      item = next_item(item, a.cpr, true) - gridDim.x;  // the loop step adds gridDim.x back
-      continue;
-    }
+  const u64 nrows = list_len(a.list, a.rows);
+  for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
+    const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
     u128 thr = load_prefix(a.sel[r]);
     u64 end = Src<T, LIST>::count(a.src, r);
     u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
@@ -141,12 +136,9 @@ __device__ void tmin_body(const SelArgs& a) {
 template <typename T, bool LIST>
 __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
   const unsigned lane = threadIdx.x & 31;
-  for (u64 item = blockIdx.x; item < a.rows * a.cpr; item = next_item(item, a.cpr, false)) {
-    u64 r = item / a.cpr, ch = item % a.cpr;
-    if (a.gate && a.gate[r].status != a.gate_val) {
-      item = next_item(item, a.cpr, true) - gridDim.x;  // the loop step adds gridDim.x back
-      continue;
-    }
+  const u64 nrows = list_len(a.list, a.rows);
+  for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
+    const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
     u128 thr = load_prefix(a.sel[r]);
     u64 end = Src<T, LIST>::count(a.src, r);
     u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
@@ -170,27 +162,28 @@ __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
   }
 }
 
-// The exact top-k of each gated row's buffer in one block (buffers of at most BS_CAP elements,
-// composites of at most 64 bits): the kth-largest composite by block_kth, then every element at or
-// above it written out, exactly k per row.
-extern "C" __global__ void __launch_bounds__(BS_THREADS)
-    block_topk_list(SelArgs a, u64* out, u64 k, int tb) {
+// The exact top-k of each listed row's buffer in one block (buffers of at most THREADS * BS_PER
+// elements, composites of at most 64 bits): the kth-largest composite by block_kth, then every
+// element at or above it written out, exactly k per row.
+template <int THREADS>
+__device__ void block_topk_body(const SelArgs& a, u64* out, u64 k, int tb) {
   __shared__ u32 fill;
-  for (u64 r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    if (a.gate && a.gate[r].status != a.gate_val) continue;
+  const u64 nrows = list_len(a.list, a.rows);
+  for (u64 i = blockIdx.x; i < nrows; i += gridDim.x) {
+    const u64 r = list_row(a.list, i);
     const u32 count = (u32)Src<float, true>::count(a.src, r);
     u64 c[BS_PER];
 #pragma unroll
     for (int p = 0; p < BS_PER; ++p) {
-      const u64 j = threadIdx.x + (u64)p * BS_THREADS;
+      const u64 j = threadIdx.x + (u64)p * THREADS;
       c[p] = j < count ? (u64)Src<float, true>::comp(a.src, r, j, a.ib, true) : 0;
     }
-    const u64 tau = block_kth(c, count, (u32)k, tb);
+    const u64 tau = block_kth<THREADS>(c, count, (u32)k, tb);
     if (threadIdx.x == 0) fill = 0;
     __syncthreads();
 #pragma unroll
     for (int p = 0; p < BS_PER; ++p) {
-      const u64 j = threadIdx.x + (u64)p * BS_THREADS;
+      const u64 j = threadIdx.x + (u64)p * THREADS;
       if (j < count && c[p] >= tau) {
         u32 pos = atomicAdd(&fill, 1u);
         if (pos < k) out[r * k + pos] = a.src.lidx[r * a.src.lcap + j];
@@ -198,6 +191,26 @@ extern "C" __global__ void __launch_bounds__(BS_THREADS)
     }
     __syncthreads();
   }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) block_topk_list(SelArgs a, u64* out, u64 k, int tb) {
+  block_topk_body<1024>(a, out, k, tb);
+}
+extern "C" __global__ void __launch_bounds__(256) block_topk_list_small(SelArgs a, u64* out, u64 k, int tb) {
+  block_topk_body<256>(a, out, k, tb);
+}
+
+// Lists of the rows in each status (pending, ok, fallback) after a filter pass; one block.
+extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* run, u64 rows, u32* lists, u32* counts) {
+  __shared__ u32 fill[3];
+  if (threadIdx.x < 3) fill[threadIdx.x] = 0;
+  __syncthreads();
+  for (u64 r = threadIdx.x; r < rows; r += blockDim.x) {
+    const u32 st = run[r].status;
+    lists[st * rows + atomicAdd(&fill[st], 1u)] = (u32)r;
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) counts[threadIdx.x] = fill[threadIdx.x];
 }
 
 extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) {
@@ -208,7 +221,6 @@ extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kle
     s.tmin = ~0ull;
     sel[i] = s;
   }
-  for (u64 j = i; j < rows * 256; j += (u64)gridDim.x * blockDim.x) hist[j] = 0;
 }
 
 #define SEL_KERNELS(SUF, T, LIST)                                                                   \
@@ -272,6 +284,59 @@ __device__ void nan_scan(const T* x, u64 total, Global* g) {
     atomicMax(&g->nan_first, ~first);  // stored inverted: zero means none
   }
 }
+
+// Sort and gather in one launch for k <= THREADS * ITEMS: one block per row sorts the row's slots in
+// registers (by composite descending, or by index) and writes values and i64 indices.
+template <typename T, int THREADS, int ITEMS>
+__device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc, const u64* slots,
+                            T* vals, long long* out) {
+  typedef cub::BlockRadixSort<u64, THREADS, ITEMS> Sort;
+  __shared__ typename Sort::TempStorage tmp;
+  const u64 mask = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
+  for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    u64 keys[ITEMS];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const u64 j = (u64)threadIdx.x * ITEMS + i;
+      // Padding sorts after every slot (the sort is stable, so even an equal key stays behind).
+      keys[i] = desc ? 0 : ~0ull;
+      if (j < k) {
+        const u64 idx = slots[r * k + j];
+        keys[i] = desc ? (u64)composite(Ops<T>::key(x[r * n + idx], mag), idx, n, ib) : idx;
+      }
+    }
+    if (desc)
+      Sort(tmp).SortDescending(keys, 0, kb + ib);
+    else
+      Sort(tmp).Sort(keys, 0, ib > 0 ? ib : 1);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const u64 j = (u64)threadIdx.x * ITEMS + i;
+      if (j < k) {
+        const u64 idx = desc ? n - 1 - (keys[i] & mask) : keys[i];
+        vals[r * k + j] = x[r * n + idx];
+        out[r * k + j] = (long long)idx;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+#define SORT_GATHER(SUF, T)                                                                              \
+  extern "C" __global__ void __launch_bounds__(128)                                                      \
+      sort_gather_512_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,        \
+                            const u64* slots, T* vals, long long* out) {                                 \
+    sort_gather<T, 128, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                          \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256)                                                      \
+      sort_gather_4096_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
+                             const u64* slots, T* vals, long long* out) {                                \
+    sort_gather<T, 256, 16>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                         \
+  }
+
+SORT_GATHER(f32, float)
+SORT_GATHER(f16, __half)
+SORT_GATHER(bf16, __nv_bfloat16)
 
 #define OUT_KERNELS(SUF, T)                                                                             \
   extern "C" __global__ void out_composite_##SUF(const T* x, u64 n, u64 k, int mag, int ib, const u64* idx, \

@@ -10,6 +10,9 @@ pub struct CudaBenchArgs {
     /// One k per size instead of the full grid.
     #[arg(long)]
     pub quick: bool,
+    /// With --check: also one row of 2^32 + 4097 elements (needs ~40 GB of device memory).
+    #[arg(long)]
+    pub big: bool,
     /// Time Prof-K with stages left out instead of the grid.
     #[arg(long)]
     pub stages: bool,
@@ -23,7 +26,10 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     use candle_core::{DType, Device};
     let dev = Device::new_cuda(0).context("opening CUDA device 0")?;
     if args.check {
-        let fails = profk::cuda::bench::check(&dev)?;
+        let mut fails = profk::cuda::bench::check(&dev)?;
+        if args.big {
+            fails.extend(profk::cuda::bench::check_big(&dev)?);
+        }
         if !fails.is_empty() {
             for f in &fails {
                 eprintln!("MISMATCH {f}");

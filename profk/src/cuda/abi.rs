@@ -27,6 +27,14 @@ pub struct RowRun {
     pub pad: u32,
 }
 
+/// The rows a launch works on: a device list of row ids and its device count, or (zeros) all rows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RowList {
+    pub ids: u64,
+    pub count: u64,
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SelSrc {
@@ -53,9 +61,7 @@ pub struct SelArgs {
     pub allow_done: i32,
     pub sel: u64,
     pub hist: u64,
-    pub gate: u64,
-    pub gate_val: u32,
-    pub pad: u32,
+    pub list: RowList,
 }
 
 #[repr(C)]
@@ -79,6 +85,7 @@ pub struct FilterArgs {
     pub global: u64,
     pub last_attempt: i32,
     pub approximate: i32,
+    pub list: RowList,
 }
 
 #[repr(C)]
@@ -93,9 +100,9 @@ pub struct SampleArgs {
     pub seed: u64,
     pub attempt: u32,
     pub pad: u32,
-    pub run: u64,
     pub skeys: u64,
     pub sidx: u64,
+    pub list: RowList,
 }
 
 // SAFETY: plain-old-data records with the C layout of their kernel-side twins.
@@ -111,7 +118,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<RowRun>(), ROW_RUN_BYTES);
         assert_eq!(std::mem::size_of::<SelSrc>(), 56);
         assert_eq!(std::mem::size_of::<SelArgs>(), 56 + 24 + 16 + 24 + 8);
-        assert_eq!(std::mem::size_of::<FilterArgs>(), 8 * 3 + 16 + 8 * 9 + 8);
-        assert_eq!(std::mem::size_of::<SampleArgs>(), 8 * 3 + 8 + 16 + 8 + 24);
+        assert_eq!(std::mem::size_of::<FilterArgs>(), 8 * 3 + 16 + 8 * 9 + 8 + 16);
+        assert_eq!(std::mem::size_of::<SampleArgs>(), 8 * 3 + 8 + 16 + 8 + 16 + 16);
     }
 }

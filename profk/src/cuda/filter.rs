@@ -1,6 +1,6 @@
 //! Stage 3 (kernels/filter.cu): one pass per pending row, buffer fill, exact R and the device-side check.
 
-use super::abi::FilterArgs;
+use super::abi::{FilterArgs, RowList};
 use super::launch::{Arena, Dev};
 use super::module::Family;
 use super::{Input, Shape};
@@ -23,6 +23,7 @@ pub struct Pass<'a> {
     pub count_nan: bool,
     pub last_attempt: bool,
     pub approximate: bool,
+    pub rows: RowList,
 }
 
 pub fn run(
@@ -53,6 +54,7 @@ pub fn run(
         global: p.global.ptr,
         last_attempt: p.last_attempt as i32,
         approximate: p.approximate as i32,
+        list: p.rows,
     };
     let grid = (shape.rows * cpr).clamp(1, 2 * arena.sms as u64);
     arena.launch_struct(

@@ -28,7 +28,8 @@ use crate::{Error, NanPolicy, Order, Result, Selector, TopKOptions};
 use abi::{RowRun, GLOBAL_BYTES, ROW_FALLBACK, ROW_OK, ROW_PENDING, ROW_RUN_BYTES};
 use launch::{Arena, Arg};
 use module::Family;
-use select::{Gate, SelState, Selection, Source};
+use abi::RowList;
+use select::{SelState, Selection, Source};
 
 pub use launch::Arena as CallArena;
 
@@ -43,6 +44,9 @@ pub mod skip {
     pub const BUFFER: u32 = 2;
     pub const FALLBACK: u32 = 4;
     pub const OUTPUT: u32 = 8;
+    /// Not a skip: take the path of composites wider than 64 bits (rows over 2^32 f32 elements)
+    /// even where 64 bits suffice, so that tests reach it with small inputs.
+    pub const WIDE: u32 = 16;
     thread_local!(static SKIP: Cell<u32> = const { Cell::new(0) });
     /// Runs `f` with the given stages left out of every call on this thread.
     pub fn with<R>(mask: u32, f: impl FnOnce() -> R) -> R {
@@ -253,10 +257,7 @@ fn topk_deferred_spec(
                     input: &input,
                     shape,
                     state: &state,
-                    gate: Gate {
-                        run: Some(&run),
-                        val: ROW_PENDING,
-                    },
+                    rows: RowList::default(),
                 };
                 s.threshold(&Source::Dense, k, true)?;
                 s.compact(&Source::Dense, &out, k, &run)?;
@@ -333,7 +334,7 @@ fn profk(
     let (s, cap) = (plan.sample, plan.capacity);
     // Composites of at most 64 bits let small samples and buffers be selected inside one block, and a
     // large selection stop early and finish with one min pass.
-    let narrow = shape.kb + shape.ib <= 64;
+    let narrow = shape.kb + shape.ib <= 64 && !skip::has(skip::WIDE);
     let fused_sample = narrow && s <= sample::FUSED_MAX_SAMPLE;
     let block_buffer = narrow && cap <= sample::FUSED_MAX_SAMPLE;
     let state = SelState::new(arena, rows)?;
@@ -344,15 +345,19 @@ fn profk(
     // A timing variant without the buffer top-k leaves the slots unwritten: zero them, they are gathered.
     let out = if skip::has(skip::BUFFER) { arena.zeros::<u64>(rows * k as usize)? } else { arena.alloc::<u64>(rows * k as usize)? };
     let attempts = if opts.approximate || skip::has(skip::REDRAW) { 1 } else { DEVICE_ATTEMPTS };
+    // Row lists by status, rebuilt after every filter pass: later launches touch only their rows.
+    let lists = row_lists(arena, rows)?;
     let arena_ro: &Arena = arena;
-    let pending = Gate { run: Some(run), val: ROW_PENDING };
+    let all = RowList::default();
+    let list = |status: u32| RowList { ids: lists.0.ptr + 4 * status as u64 * rows as u64, count: lists.1.ptr + 4 * status as u64 };
     let sample_src = Source::List { keys: &skeys, idx: &sidx, cap: s, run: None };
     for attempt in 1..=attempts {
+        let pending = if attempt == 1 { all } else { list(ROW_PENDING) };
         if fused_sample {
-            sample::draw_and_select(arena_ro, input, shape, s, plan.t, opts.seed, attempt, run, &state.sel)?;
+            sample::draw_and_select(arena_ro, input, shape, s, plan.t, opts.seed, attempt, pending, &state.sel)?;
         } else {
-            sample::draw(arena_ro, input, shape, s, opts.seed, attempt, run, &skeys, &sidx)?;
-            let sel = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: pending };
+            sample::draw(arena_ro, input, shape, s, opts.seed, attempt, pending, &skeys, &sidx)?;
+            let sel = Selection { arena: arena_ro, input, shape: *shape, state: &state, rows: pending };
             sel.threshold(&sample_src, plan.t, narrow)?;
             if narrow {
                 sel.finalize_min(&sample_src)?;
@@ -372,10 +377,12 @@ fn profk(
                 count_nan: attempt == 1 && opts.nan == NanPolicy::Error,
                 last_attempt: attempt == attempts,
                 approximate: opts.approximate,
+                rows: pending,
             },
         )?;
+        Selection::classify(arena_ro, run, shape.rows, &lists.0, &lists.1)?;
     }
-    let ok = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: Gate { run: Some(run), val: ROW_OK } };
+    let ok = Selection { arena: arena_ro, input, shape: *shape, state: &state, rows: list(ROW_OK) };
     let buffer_src = Source::List { keys: &buf.keys, idx: &buf.idx, cap, run: Some(run) };
     if skip::has(skip::BUFFER) {
     } else if block_buffer {
@@ -384,12 +391,16 @@ fn profk(
         ok.threshold(&buffer_src, k, true)?;
         ok.compact(&buffer_src, &out, k, run)?;
     }
-    let fb = Selection { arena: arena_ro, input, shape: *shape, state: &state, gate: Gate { run: Some(run), val: ROW_FALLBACK } };
+    let fb = Selection { arena: arena_ro, input, shape: *shape, state: &state, rows: list(ROW_FALLBACK) };
     if !skip::has(skip::FALLBACK) {
         fb.threshold(&Source::Dense, k, true)?;
         fb.compact(&Source::Dense, &out, k, run)?;
     }
     Ok(out)
+}
+
+fn row_lists(arena: &mut Arena, rows: usize) -> Result<(Dev<u32>, Dev<u32>)> {
+    Ok((arena.alloc::<u32>(3 * rows)?, arena.alloc::<u32>(3)?))
 }
 
 /// `sort`: CUB radix sort of every row, then the first k.
@@ -459,6 +470,9 @@ fn sort_baseline(
     Ok(out)
 }
 
+/// Largest k whose per-row sort runs in one block, fused with the gather.
+const BLOCK_SORT_MAX: u64 = 4096;
+
 /// Sorts the k slots of every row into the requested order and gathers values and i64 indices.
 #[allow(clippy::too_many_arguments)]
 fn output(
@@ -472,16 +486,41 @@ fn output(
     out_shape: &[usize],
     dtype: DType,
 ) -> Result<(Tensor, Tensor)> {
+    let narrow = shape.kb + shape.ib <= 64 && !skip::has(skip::WIDE);
+    let desc = order == Order::Desc;
+    if k <= BLOCK_SORT_MAX && (narrow || !desc) && !skip::has(skip::OUTPUT) {
+        let (threads, name) = if k <= 512 { (128, "sort_gather_512") } else { (256, "sort_gather_4096") };
+        let grid = shape.rows.clamp(1, 16 * arena.sms as u64);
+        let launch = |vals: u64, idx: u64| {
+            arena.launch_args(
+                Family::Select,
+                &format!("{name}_{}", input.suffix),
+                grid,
+                threads,
+                &[
+                    Arg::U64(input.ptr),
+                    Arg::U64(shape.n),
+                    Arg::U64(k),
+                    Arg::U64(shape.rows),
+                    Arg::I32(input.mag as i32),
+                    Arg::I32(shape.ib as i32),
+                    Arg::I32(shape.kb as i32),
+                    Arg::I32(desc as i32),
+                    Arg::U64(slots.ptr),
+                    Arg::U64(vals),
+                    Arg::U64(idx),
+                ],
+            )
+        };
+        return finish(arena, dev, dtype, shape.rows * k, out_shape, launch);
+    }
     let (rows, ku) = (shape.rows as usize, k as usize);
     let total = shape.rows * k;
     let grid = arena.grid_for(total, 256, 16);
     let (sorted, ib) = match order {
         _ if skip::has(skip::OUTPUT) => (*slots, -1),
-        Order::Index => (
-            sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?,
-            -1,
-        ),
-        Order::Desc if shape.kb + shape.ib <= 64 => {
+        Order::Index => (sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?, -1),
+        Order::Desc if narrow => {
             let c = arena.alloc::<u64>(total as usize)?;
             arena.launch_args(
                 Family::Select,
@@ -499,10 +538,7 @@ fn output(
                     Arg::U64(total),
                 ],
             )?;
-            (
-                sort::sort_keys_u64(arena, c, rows, ku, true, shape.kb + shape.ib)?,
-                shape.ib as i32,
-            )
+            (sort::sort_keys_u64(arena, c, rows, ku, true, shape.kb + shape.ib)?, shape.ib as i32)
         }
         Order::Desc => {
             let by_index = sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?;
@@ -522,62 +558,57 @@ fn output(
                     Arg::U64(total),
                 ],
             )?;
-            (
-                sort::sort_pairs_desc(arena, keys, by_index, rows, ku)?,
-                -1,
-            )
+            (sort::sort_pairs_desc(arena, keys, by_index, rows, ku)?, -1)
         }
     };
-    let stream = arena.stream.clone();
-    // SAFETY: both outputs are fully written by out_gather below.
-    let idx_out = unsafe { stream.alloc::<i64>(total as usize) }.map_err(launch::drv)?;
-    let values = match dtype {
-        DType::F32 => gather::<f32>(
-            arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape,
-        )?,
-        DType::F16 => gather::<half::f16>(
-            arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape,
-        )?,
-        _ => gather::<half::bf16>(
-            arena, dev, input, shape, k, ib, &sorted, &idx_out, out_shape,
-        )?,
+    let launch = |vals: u64, idx: u64| {
+        arena.launch_args(
+            Family::Select,
+            &format!("out_gather_{}", input.suffix),
+            grid,
+            256,
+            &[
+                Arg::U64(input.ptr),
+                Arg::U64(shape.n),
+                Arg::U64(k),
+                Arg::I32(ib),
+                Arg::U64(sorted.ptr),
+                Arg::U64(vals),
+                Arg::U64(idx),
+                Arg::U64(total),
+            ],
+        )
     };
-    let indices = wrap(idx_out, dev, out_shape);
-    Ok((values, indices))
+    finish(arena, dev, dtype, total, out_shape, launch)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn gather<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
+/// Allocates the two outputs, lets `launch(values, indices)` fill them, and wraps them as tensors.
+fn finish(
     arena: &Arena,
     dev: &CudaDevice,
-    input: &Input,
-    shape: &Shape,
-    k: u64,
-    ib: i32,
-    sorted: &Dev<u64>,
-    idx_out: &CudaSlice<i64>,
+    dtype: DType,
+    total: u64,
     out_shape: &[usize],
-) -> Result<Tensor> {
-    let total = shape.rows * k;
-    // SAFETY: written in full by out_gather.
-    let vals = unsafe { arena.stream.alloc::<T>(total as usize) }.map_err(launch::drv)?;
-    arena.launch_args(
-        Family::Select,
-        &format!("out_gather_{}", input.suffix),
-        arena.grid_for(total, 256, 16),
-        256,
-        &[
-            Arg::U64(input.ptr),
-            Arg::U64(shape.n),
-            Arg::U64(k),
-            Arg::I32(ib),
-            Arg::U64(sorted.ptr),
-            Arg::U64(vals.device_ptr(&arena.stream).0),
-            Arg::U64(idx_out.device_ptr(&arena.stream).0),
-            Arg::U64(total),
-        ],
-    )?;
-    Ok(wrap(vals, dev, out_shape))
+    launch: impl FnOnce(u64, u64) -> Result<()>,
+) -> Result<(Tensor, Tensor)> {
+    let stream = &arena.stream;
+    // SAFETY: both outputs are written in full by the launch.
+    let idx = unsafe { stream.alloc::<i64>(total as usize) }.map_err(launch::drv)?;
+    let idx_ptr = idx.device_ptr(stream).0;
+    macro_rules! typed {
+        ($t:ty) => {{
+            // SAFETY: as above.
+            let vals = unsafe { stream.alloc::<$t>(total as usize) }.map_err(launch::drv)?;
+            launch(vals.device_ptr(stream).0, idx_ptr)?;
+            wrap(vals, dev, out_shape)
+        }};
+    }
+    let values = match dtype {
+        DType::F32 => typed!(f32),
+        DType::F16 => typed!(half::f16),
+        _ => typed!(half::bf16),
+    };
+    Ok((values, wrap(idx, dev, out_shape)))
 }
 
 fn wrap<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice, shape: &[usize]) -> Tensor {

@@ -1,6 +1,6 @@
 //! Stage 1 (kernels/sample.cu): S distinct indices per pending row by a keyed bijection, gathered.
 
-use super::abi::SampleArgs;
+use super::abi::{RowList, SampleArgs};
 use super::launch::{drv, Arena, Dev};
 use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use super::module::Family;
@@ -13,12 +13,23 @@ fn half_bits(n: u64) -> i32 {
     bits.div_ceil(2).max(1) as i32
 }
 
-/// Largest sample the fused kernel selects in registers (1024 threads × 16).
+/// Largest list one block selects in registers (1024 threads × 16).
 pub const FUSED_MAX_SAMPLE: u64 = 16384;
+/// Largest list the 256-thread variant takes (256 × 16): four times as many rows resident at once.
+pub const SMALL_MAX: u64 = 4096;
+
+/// Block size and kernel-name suffix of the in-block selection for a list of `len` elements.
+pub fn block_variant(len: u64) -> (u32, &'static str) {
+    if len <= SMALL_MAX {
+        (256, "_small")
+    } else {
+        (1024, "")
+    }
+}
 
 /// The sample's arguments; `keys`/`idx` are null when the fused kernel keeps the sample in registers.
 #[allow(clippy::too_many_arguments)]
-fn args(input: &Input, shape: &Shape, s: u64, seed: u64, attempt: u32, run: &Dev<u8>, keys: u64, idx: u64) -> SampleArgs {
+fn args(input: &Input, shape: &Shape, s: u64, seed: u64, attempt: u32, rows: RowList, keys: u64, idx: u64) -> SampleArgs {
     SampleArgs {
         x: input.ptr,
         n: shape.n,
@@ -29,9 +40,9 @@ fn args(input: &Input, shape: &Shape, s: u64, seed: u64, attempt: u32, run: &Dev
         seed,
         attempt,
         pad: 0,
-        run: run.ptr,
         skeys: keys,
         sidx: idx,
+        list: rows,
     }
 }
 
@@ -46,17 +57,18 @@ pub fn draw_and_select(
     t: u64,
     seed: u64,
     attempt: u32,
-    run: &Dev<u8>,
+    rows: RowList,
     sel: &Dev<u8>,
 ) -> Result<()> {
-    let a = args(input, shape, s, seed, attempt, run, 0, 0);
-    let f = arena.func(Family::Sample, &format!("sample_select_{}", input.suffix))?;
+    let a = args(input, shape, s, seed, attempt, rows, 0, 0);
+    let (threads, variant) = block_variant(s);
+    let f = arena.func(Family::Sample, &format!("sample_select{variant}_{}", input.suffix))?;
     let (selp, t32, ib, tb) = (sel.ptr, t as u32, shape.ib as i32, (shape.kb + shape.ib) as i32);
     let mut b = arena.stream.launch_builder(&f);
     b.arg(&a).arg(&selp).arg(&t32).arg(&ib).arg(&tb);
-    let grid = shape.rows.clamp(1, 4 * arena.sms as u64) as u32;
+    let grid = shape.rows.clamp(1, (2048 / threads * 2 * arena.sms) as u64) as u32;
     // SAFETY: (SampleArgs, RowSel*, u32, int, int) is the kernel's signature.
-    unsafe { b.launch(LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 }) }.map_err(drv)?;
+    unsafe { b.launch(LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }) }.map_err(drv)?;
     Ok(())
 }
 
@@ -68,11 +80,11 @@ pub fn draw(
     s: u64,
     seed: u64,
     attempt: u32,
-    run: &Dev<u8>,
+    rows: RowList,
     keys: &Dev<u32>,
     idx: &Dev<u64>,
 ) -> Result<()> {
-    let args = args(input, shape, s, seed, attempt, run, keys.ptr, idx.ptr);
+    let args = args(input, shape, s, seed, attempt, rows, keys.ptr, idx.ptr);
     let grid = arena.grid_for(shape.rows * s, 256, 16);
     arena.launch_struct(
         Family::Sample,

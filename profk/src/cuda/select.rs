@@ -2,7 +2,7 @@
 //! exact top-k of the buffer, the dense fallback and the `radix` baseline, and the output stage.
 use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::abi::{SelArgs, SelSrc, ROW_SEL_BYTES};
+use super::abi::{RowList, SelArgs, SelSrc, ROW_SEL_BYTES};
 use super::launch::{drv, Arena, Arg, Dev};
 use super::module::Family;
 use super::{Input, Shape};
@@ -41,19 +41,13 @@ pub enum Source<'a> {
     },
 }
 
-/// Which rows take part: those whose `RowRun.status == val`, or all.
-#[derive(Clone, Copy)]
-pub struct Gate<'a> {
-    pub run: Option<&'a Dev<u8>>,
-    pub val: u32,
-}
 
 pub struct Selection<'a> {
     pub arena: &'a Arena,
     pub input: &'a Input,
     pub shape: Shape,
     pub state: &'a SelState,
-    pub gate: Gate<'a>,
+    pub rows: RowList,
 }
 
 impl Selection<'_> {
@@ -92,9 +86,7 @@ impl Selection<'_> {
             allow_done: allow_done as i32,
             sel: self.state.sel.ptr,
             hist: self.state.hist.ptr,
-            gate: self.gate.run.map_or(0, |r| r.ptr),
-            gate_val: self.gate.val,
-            pad: 0,
+            list: self.rows,
         }
     }
 
@@ -103,6 +95,18 @@ impl Selection<'_> {
             Source::Dense => self.input.suffix,
             Source::List { .. } => "list",
         }
+    }
+
+    /// Builds the lists of pending, passed and failed rows from the filter's outcomes (3 × rows ids
+    /// and 3 counts, in that order).
+    pub fn classify(arena: &Arena, run: &Dev<u8>, rows: u64, lists: &Dev<u32>, counts: &Dev<u32>) -> Result<()> {
+        arena.launch_args(
+            Family::Select,
+            "classify_rows",
+            1,
+            1024,
+            &[Arg::U64(run.ptr), Arg::U64(rows), Arg::U64(lists.ptr), Arg::U64(counts.ptr)],
+        )
     }
 
     /// Finds, per gated row, the composite of its `kth`-largest element (digit by digit, 8 bits per
@@ -158,13 +162,18 @@ impl Selection<'_> {
     pub fn block_topk(&self, src: &Source, out: &Dev<u64>, k: u64) -> Result<()> {
         let a = self.arena;
         let args = self.args(src, true);
-        let f = a.func(Family::Select, "block_topk_list")?;
+        let cap = match src {
+            Source::List { cap, .. } => *cap,
+            Source::Dense => self.shape.n,
+        };
+        let (threads, variant) = super::sample::block_variant(cap);
+        let f = a.func(Family::Select, &format!("block_topk_list{variant}"))?;
         let (o, tb) = (out.ptr, (self.shape.kb + self.shape.ib) as i32);
         let mut b = a.stream.launch_builder(&f);
         b.arg(&args).arg(&o).arg(&k).arg(&tb);
-        let grid = self.shape.rows.clamp(1, 4 * a.sms as u64) as u32;
+        let grid = self.shape.rows.clamp(1, (2048 / threads * 2 * a.sms) as u64) as u32;
         // SAFETY: (SelArgs, u64*, u64, int) is the kernel's signature.
-        unsafe { b.launch(LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 }) }
+        unsafe { b.launch(LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }) }
             .map_err(drv)?;
         Ok(())
     }
