@@ -1,15 +1,16 @@
 //! Page assembly: sections, tables and charts, with all text escaped.
 
-use super::plots::{line_chart, part_of_total_bars, selector_color, Series};
+use super::plots::{line_chart, part_of_total_bars, selector_color, LineStyle, Series};
 use super::summary::{metric_names, ratio_over_steps, speed_ups, summarize, RunSummary, SpeedUp};
 use super::RunData;
 use crate::error::Result;
 use crate::metrics::{names, RecordKind};
 use crate::run_dir::iso_timestamp;
+use plotters::style::RGBColor;
 use std::fmt::Write;
 
 const STYLE: &str = "
-body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 24px 32px;
+body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 20px 24px;
        color: #222; background: #fafafa; }
 h1 { font-size: 26px; margin: 0 0 4px 0; }
 h2 { font-size: 19px; margin: 30px 0 10px 0; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
@@ -19,13 +20,36 @@ th, td { border: 1px solid #ddd; padding: 5px 9px; text-align: right; white-spac
 th { background: #f0f0f0; }
 td.l, th.l { text-align: left; }
 td.details { white-space: normal; max-width: 320px; text-align: left; color: #555; }
-.charts { display: flex; flex-wrap: wrap; gap: 14px; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; }
 figure { margin: 0; background: white; border: 1px solid #ddd; padding: 4px; }
 figure svg { display: block; }
+figcaption { font-size: 12px; padding: 2px 8px 6px 8px; color: #333; }
+.key { margin-right: 14px; white-space: nowrap; }
+.fignote { color: #888; display: block; margin-top: 2px; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; border-radius: 2px; }
 .good { color: #1a7f37; font-weight: 600; }
 .note { color: #666; font-size: 13px; }
 ";
+
+/// A chart and the legend printed under it.
+struct Figure {
+    svg: String,
+    legend: Vec<(String, RGBColor)>,
+    note: &'static str,
+}
+
+impl Figure {
+    fn lines(svg: String, series: &[Series], note: &'static str) -> Figure {
+        Figure {
+            svg,
+            legend: series.iter().map(|s| (s.label.clone(), s.color)).collect(),
+            note,
+        }
+    }
+}
+
+const NESTED_NOTE: &str = "wider lines are drawn first: curves that coincide show as nested bands";
+const NOISY_NOTE: &str = "faint: every logged step; solid: rolling median";
 
 pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     let summaries: Vec<RunSummary> = runs
@@ -98,13 +122,15 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
                 } else {
                     "step"
                 };
-                charts.push(line_chart(
+                let svg = line_chart(
                     &format!("Speed-up of profk: {what} time"),
                     "step",
                     &format!("{metric} ratio (other / profk)"),
                     &series,
                     false,
-                )?);
+                    LineStyle::Noisy,
+                )?;
+                charts.push(Figure::lines(svg, &series, NOISY_NOTE));
             }
         }
         chart_grid(&mut out, &charts);
@@ -116,16 +142,19 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         (names::STEP_MS, "Step time"),
         (names::SELECT_MS, "Selection time"),
         (names::SELECT_SHARE, "Selection share of the step"),
+        (names::TOKENS_PER_S, "Throughput"),
     ] {
         let series = series_of(RecordKind::Train, metric);
         if !series.is_empty() {
-            charts.push(line_chart(
+            let svg = line_chart(
                 title,
                 "step",
                 metric,
                 &series,
                 wide_spread(&series),
-            )?);
+                LineStyle::Noisy,
+            )?;
+            charts.push(Figure::lines(svg, &series, NOISY_NOTE));
         }
     }
     let bars: Vec<_> = summaries
@@ -134,20 +163,23 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         .map(|(s, c)| (s.label.clone(), *c, s.median_step_ms, s.median_select_ms))
         .collect();
     if bars.iter().any(|b| b.2.is_some()) {
-        charts.push(part_of_total_bars(
-            "Median step time, selection inside it",
-            "ms",
-            &bars,
-            "step",
-            "selection",
-        )?);
+        charts.push(Figure {
+            svg: part_of_total_bars("Median step time, selection inside it", "ms", &bars)?,
+            legend: Vec::new(),
+            note: "light: median step time; dark: median selection time",
+        });
     }
     if charts.is_empty() {
         out.push_str("<p class=\"note\">No step_ms or select_ms metrics in these runs.</p>\n");
     }
     chart_grid(&mut out, &charts);
 
-    let timing = [names::STEP_MS, names::SELECT_MS, names::SELECT_SHARE];
+    let timing = [
+        names::STEP_MS,
+        names::SELECT_MS,
+        names::SELECT_SHARE,
+        names::TOKENS_PER_S,
+    ];
     let train_metrics: Vec<String> = metric_names(runs, RecordKind::Train)
         .into_iter()
         .filter(|m| !timing.contains(&m.as_str()))
@@ -158,7 +190,15 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
             .iter()
             .map(|m| {
                 let series = series_of(RecordKind::Train, m);
-                line_chart(m, "step", m, &series, wide_spread(&series))
+                let svg = line_chart(
+                    m,
+                    "step",
+                    m,
+                    &series,
+                    wide_spread(&series),
+                    LineStyle::Nested,
+                )?;
+                Ok(Figure::lines(svg, &series, NESTED_NOTE))
             })
             .collect::<Result<Vec<_>>>()?;
         chart_grid(&mut out, &charts);
@@ -178,7 +218,15 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         for m in &eval_metrics {
             let series = series_of(RecordKind::Eval, m);
             if series.iter().any(|s| s.points.len() >= 2) {
-                charts.push(line_chart(&format!("eval {m}"), "step", m, &series, false)?);
+                let svg = line_chart(
+                    &format!("eval {m}"),
+                    "step",
+                    m,
+                    &series,
+                    false,
+                    LineStyle::Nested,
+                )?;
+                charts.push(Figure::lines(svg, &series, NESTED_NOTE));
             }
         }
         chart_grid(&mut out, &charts);
@@ -196,30 +244,46 @@ fn wide_spread(series: &[Series]) -> bool {
     lo > 0.0 && hi / lo > 30.0
 }
 
-fn chart_grid(out: &mut String, charts: &[String]) {
+fn chart_grid(out: &mut String, charts: &[Figure]) {
     if charts.is_empty() {
         return;
     }
     out.push_str("<div class=\"charts\">\n");
-    for svg in charts {
-        let _ = writeln!(out, "<figure>{svg}</figure>");
+    for figure in charts {
+        let legend: String = figure
+            .legend
+            .iter()
+            .map(|(label, color)| {
+                format!(
+                    "<span class=\"key\">{}{}</span>",
+                    swatch(color),
+                    escape(label)
+                )
+            })
+            .collect();
+        let note =
+            if figure.note.is_empty() || figure.legend.len() < 2 && figure.note == NESTED_NOTE {
+                String::new()
+            } else {
+                format!("<span class=\"fignote\">{}</span>", figure.note)
+            };
+        let _ = writeln!(
+            out,
+            "<figure>{}<figcaption>{legend}{note}</figcaption></figure>",
+            figure.svg
+        );
     }
     out.push_str("</div>\n");
 }
 
-fn swatch(color: &plotters::style::RGBColor) -> String {
+fn swatch(color: &RGBColor) -> String {
     format!(
         "<span class=\"swatch\" style=\"background:#{:02x}{:02x}{:02x}\"></span>",
         color.0, color.1, color.2
     )
 }
 
-fn run_table(
-    out: &mut String,
-    runs: &[RunData],
-    summaries: &[RunSummary],
-    colors: &[plotters::style::RGBColor],
-) {
+fn run_table(out: &mut String, runs: &[RunData], summaries: &[RunSummary], colors: &[RGBColor]) {
     out.push_str(
         "<table><tr><th class=\"l\">run</th><th class=\"l\">directory</th><th class=\"l\">config</th>\
          <th class=\"l\">selector</th><th class=\"l\">task</th><th>steps</th><th>tokens</th>\
@@ -297,7 +361,7 @@ fn metric_table(
     out: &mut String,
     metrics: &[String],
     summaries: &[RunSummary],
-    colors: &[plotters::style::RGBColor],
+    colors: &[RGBColor],
     pick: impl Fn(&RunSummary) -> &crate::metrics::Metrics,
 ) {
     out.push_str("<table><tr><th class=\"l\">metric</th>");

@@ -3,12 +3,23 @@
 use crate::error::{Error, Result};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::ops::Range;
 
-pub const WIDTH: u32 = 660;
-pub const HEIGHT: u32 = 380;
+pub const WIDTH: u32 = 600;
+pub const HEIGHT: u32 = 350;
 /// Longer series are averaged into this many points: the SVG stays small, the shape stays.
 const MAX_POINTS: usize = 600;
+
+/// How the lines of a chart are drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineStyle {
+    /// Noisy measurements (step times): the raw line faint, a rolling median over it.
+    Noisy,
+    /// Training curves: earlier series drawn wider, so curves that coincide (exact selectors train
+    /// identically) stay visible as nested bands.
+    Nested,
+}
 
 /// One line of a chart.
 #[derive(Debug, Clone)]
@@ -49,6 +60,7 @@ pub fn line_chart(
     y_desc: &str,
     series: &[Series],
     log_y: bool,
+    style: LineStyle,
 ) -> Result<String> {
     let series: Vec<Series> = series
         .iter()
@@ -71,27 +83,45 @@ pub fn line_chart(
         )));
     };
     let x_range = pad_range(xs, false);
+    let mut labels = Labels {
+        title,
+        x_desc,
+        y_desc,
+        y_decimals: None,
+    };
     if log_y && ys.start > 0.0 {
-        let lo = ys.start / 1.25;
-        let hi = ys.end * 1.25;
-        draw_lines(
-            title,
-            x_desc,
-            y_desc,
-            &series,
-            x_range,
-            (lo..hi).log_scale(),
-        )
+        let y_spec = (ys.start / 1.25..ys.end * 1.25).log_scale();
+        draw_lines(labels, &series, style, x_range, y_spec)
     } else {
-        draw_lines(title, x_desc, y_desc, &series, x_range, pad_range(ys, true))
+        let y_range = pad_range(ys, true);
+        labels.y_decimals = axis_decimals(&y_range);
+        draw_lines(labels, &series, style, x_range, y_range)
     }
 }
 
+struct Labels<'a> {
+    title: &'a str,
+    x_desc: &'a str,
+    y_desc: &'a str,
+    /// Fixed decimals for a linear axis, so neighbouring ticks never print alike.
+    y_decimals: Option<usize>,
+}
+
+/// Decimals that tell apart ticks about a tenth of the range apart; `None` where large values read
+/// better with a k/M suffix.
+fn axis_decimals(range: &Range<f64>) -> Option<usize> {
+    let top = range.start.abs().max(range.end.abs());
+    if top >= 1e4 {
+        return None;
+    }
+    let tick = (range.end - range.start) / 10.0;
+    Some((-tick.log10()).ceil().clamp(0.0, 8.0) as usize)
+}
+
 fn draw_lines<Y>(
-    title: &str,
-    x_desc: &str,
-    y_desc: &str,
+    labels: Labels,
     series: &[Series],
+    style: LineStyle,
     x_range: Range<f64>,
     y_spec: Y,
 ) -> Result<String>
@@ -104,7 +134,7 @@ where
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 17))
+            .caption(labels.title, ("sans-serif", 17))
             .margin(12)
             .x_label_area_size(42)
             .y_label_area_size(64)
@@ -112,56 +142,60 @@ where
             .map_err(plot_err)?;
         chart
             .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
+            .x_desc(labels.x_desc)
+            .y_desc(labels.y_desc)
             .x_labels(8)
             .y_labels(8)
             .x_label_formatter(&|v| short_number(*v))
+            .y_label_formatter(&|v| match labels.y_decimals {
+                Some(decimals) => format!("{v:.decimals$}"),
+                None => short_number(*v),
+            })
             .light_line_style(RGBColor(0xee, 0xee, 0xee))
             .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
             .label_style(("sans-serif", 12))
             .axis_desc_style(("sans-serif", 13))
             .draw()
             .map_err(plot_err)?;
-        for s in series {
+        let n = series.len();
+        for (i, s) in series.iter().enumerate() {
             let color = s.color;
-            chart
-                .draw_series(LineSeries::new(
-                    s.points.iter().copied(),
-                    color.stroke_width(2),
-                ))
-                .map_err(plot_err)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
-                });
+            match style {
+                LineStyle::Noisy if s.points.len() > 60 => {
+                    let faint =
+                        LineSeries::new(s.points.iter().copied(), color.mix(0.3).stroke_width(1));
+                    chart.draw_series(faint).map_err(plot_err)?;
+                    let smooth = rolling_median(&s.points, (s.points.len() / 40).max(3));
+                    let line = LineSeries::new(smooth, color.stroke_width(2));
+                    chart.draw_series(line).map_err(plot_err)?;
+                }
+                LineStyle::Noisy => {
+                    let line = LineSeries::new(s.points.iter().copied(), color.stroke_width(2));
+                    chart.draw_series(line).map_err(plot_err)?;
+                }
+                LineStyle::Nested => {
+                    let width = 2 + 2 * (n - 1 - i) as u32;
+                    let line = LineSeries::new(s.points.iter().copied(), color.stroke_width(width));
+                    chart.draw_series(line).map_err(plot_err)?;
+                }
+            }
             if s.points.len() <= 40 {
                 chart
                     .draw_series(s.points.iter().map(|p| Circle::new(*p, 3, color.filled())))
                     .map_err(plot_err)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.25))
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(plot_err)?;
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
 }
 
-/// One bar per run of `total` (e.g. median step ms), with `part` (e.g. median select ms) drawn darker
-/// inside it from the bottom, so the part's share of the total shows at a glance.
+/// One bar per run of `total` (e.g. median step ms), light, with `part` (e.g. median select ms) drawn
+/// dark inside it from the bottom, so the part's share of the total shows at a glance.
 pub fn part_of_total_bars(
     title: &str,
     y_desc: &str,
     bars: &[(String, RGBColor, Option<f64>, Option<f64>)],
-    total_name: &str,
-    part_name: &str,
 ) -> Result<String> {
     let top = bars
         .iter()
@@ -184,12 +218,16 @@ pub fn part_of_total_bars(
             .margin(12)
             .x_label_area_size(42)
             .y_label_area_size(64)
-            .build_cartesian_2d((0..bars.len()).into_segmented(), 0.0..top * 1.15)
+            .build_cartesian_2d(
+                (0..bars.len().saturating_sub(1)).into_segmented(),
+                0.0..top * 1.15,
+            )
             .map_err(plot_err)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .y_desc(y_desc)
+            .y_label_formatter(&|v| short_number(*v))
             .x_labels(bars.len().max(1))
             .x_label_formatter(&|v| match v {
                 SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
@@ -216,42 +254,25 @@ pub fn part_of_total_bars(
             b.2.filter(|v| v.is_finite())
                 .map(|v| rect(i, v, b.1.mix(0.35).filled(), 22))
         });
-        chart
-            .draw_series(totals)
-            .map_err(plot_err)?
-            .label(total_name.to_string())
-            .legend(|(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 14, y + 5)], BLACK.mix(0.2).filled())
-            });
+        chart.draw_series(totals).map_err(plot_err)?;
         let parts = bars.iter().enumerate().filter_map(|(i, b)| {
             b.3.filter(|v| v.is_finite())
                 .map(|v| rect(i, v, b.1.filled(), 22))
         });
-        chart
-            .draw_series(parts)
-            .map_err(plot_err)?
-            .label(part_name.to_string())
-            .legend(|(x, y)| {
-                Rectangle::new([(x, y - 5), (x + 14, y + 5)], BLACK.mix(0.7).filled())
-            });
+        chart.draw_series(parts).map_err(plot_err)?;
         let values = bars.iter().enumerate().filter_map(|(i, b)| {
             b.2.filter(|v| v.is_finite()).map(|v| {
                 Text::new(
-                    format!("{v:.3}"),
-                    (SegmentValue::CenterOf(i), v + top * 0.02),
-                    ("sans-serif", 12).into_font().color(&BLACK),
+                    short_number(v),
+                    (SegmentValue::CenterOf(i), v + top * 0.01),
+                    ("sans-serif", 12)
+                        .into_font()
+                        .color(&BLACK)
+                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
                 )
             })
         });
         chart.draw_series(values).map_err(plot_err)?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK.mix(0.25))
-            .label_font(("sans-serif", 12))
-            .draw()
-            .map_err(plot_err)?;
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
@@ -302,7 +323,21 @@ fn downsample(points: Vec<(f64, f64)>) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// 12000 → "12k", 1500000 → "1.5M"; small numbers as they are.
+/// Rolling median of the y values over `window` points, for a readable line through noisy timings.
+fn rolling_median(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    let half = window / 2;
+    (0..points.len())
+        .map(|i| {
+            let lo = i.saturating_sub(half);
+            let hi = (i + half + 1).min(points.len());
+            let mut ys: Vec<f64> = points[lo..hi].iter().map(|p| p.1).collect();
+            ys.sort_by(f64::total_cmp);
+            (points[i].0, ys[ys.len() / 2])
+        })
+        .collect()
+}
+
+/// Axis labels: 12000 → "12k", 1500000 → "1.5M", 0.0012 → "0.0012"; trailing zeros dropped.
 pub fn short_number(v: f64) -> String {
     let a = v.abs();
     let (scaled, suffix) = if a >= 1e9 {
@@ -314,8 +349,17 @@ pub fn short_number(v: f64) -> String {
     } else {
         (v, "")
     };
-    let text = format!("{scaled:.2}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
+    let decimals = if a == 0.0 || a >= 1.0 {
+        2
+    } else {
+        (-a.log10()).ceil() as usize + 1
+    };
+    let text = format!("{scaled:.decimals$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &text
+    };
     format!("{text}{suffix}")
 }
 
@@ -328,7 +372,10 @@ mod tests {
         assert_eq!(short_number(12_000.0), "12k");
         assert_eq!(short_number(1_500_000.0), "1.5M");
         assert_eq!(short_number(250.0), "250");
-        assert_eq!(short_number(0.126), "0.13");
+        assert_eq!(short_number(0.126), "0.126");
+        assert_eq!(short_number(0.0012), "0.0012");
+        assert_eq!(short_number(0.0), "0");
+        assert_eq!(short_number(35.0), "35");
     }
 
     #[test]
