@@ -1,1 +1,111 @@
-fn main() {}
+//! `sae-bench`: step time of a BatchTopK SAE per selector, decoder form and precision, as a table.
+//!
+//! sae-bench --device cuda --d 1600 --shapes 65536x4096,131072x8192 --k 32 --precisions f32,tf32
+use candle_core::{Device, Tensor};
+use clap::Parser;
+use sae::config::{DecodeMode, Precision, SelectorKind};
+use sae::Config;
+use std::time::Instant;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    #[arg(long, default_value_t = 1600)]
+    d: usize,
+    /// Comma-separated n×B pairs.
+    #[arg(long, default_value = "65536x4096,131072x8192")]
+    shapes: String,
+    #[arg(long, default_value_t = 32)]
+    k: usize,
+    #[arg(long, default_value = "profk,sort,radix")]
+    selectors: String,
+    /// f32, tf32 (CUDA only).
+    #[arg(long, default_value = "f32")]
+    precisions: String,
+    /// auto, sparse, dense.
+    #[arg(long, default_value = "auto")]
+    decodes: String,
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    #[arg(long, default_value_t = 10)]
+    steps: usize,
+    /// Also time steps with every latent dead, so that the aux-k loss runs.
+    #[arg(long)]
+    aux: bool,
+}
+
+fn config(n: usize, b: usize, k: usize, sel: SelectorKind, prec: Precision, decode: DecodeMode, cuda: bool, dead: u64) -> Config {
+    let text = format!(
+        "name = \"bench\"\ndevice = \"{}\"\n[data]\nsource = \"synthetic\"\nd_model = 8\nfeatures = 8\nactive_per_token = 1\n\
+         [sae]\nlatents = {n}\nk = {k}\n[sae.aux]\ndead_tokens = {dead}\n[train]\nbatch_size = {b}\nsteps = 1000\n",
+        if cuda { "cuda" } else { "cpu" }
+    );
+    let mut cfg = Config::from_toml(&text).expect("bench config");
+    cfg.selector.kind = sel;
+    cfg.train.precision = prec;
+    cfg.sae.decode = decode;
+    cfg
+}
+
+fn parse<T: serde::de::DeserializeOwned>(list: &str) -> anyhow::Result<Vec<T>> {
+    list.split(',').map(|s| Ok(serde_json::from_str(&format!("\"{}\"", s.trim()))?)).collect()
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = Args::parse();
+    let device = match a.device.as_str() {
+        "cpu" => Device::Cpu,
+        _ => Device::new_cuda(0)?,
+    };
+    let cuda = device.is_cuda();
+    let selectors: Vec<SelectorKind> = parse(&a.selectors)?;
+    let precisions: Vec<Precision> = parse(&a.precisions)?;
+    let decodes: Vec<DecodeMode> = parse(&a.decodes)?;
+    println!("| n | B | precision | selector | decode | aux | step ms | select ms | select share |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for shape in a.shapes.split(',') {
+        let (n, b) = shape.split_once('x').ok_or_else(|| anyhow::anyhow!("shape {shape}: expected NxB"))?;
+        let (n, b): (usize, usize) = (n.trim().parse()?, b.trim().parse()?);
+        let x = Tensor::randn(0f32, 1f32, (b, 1, a.d), &device)?;
+        for &prec in &precisions {
+            #[cfg(feature = "cuda")]
+            {
+                candle_core::cuda::set_gemm_reduced_precision_f32(prec == Precision::Tf32);
+            }
+            for &decode in &decodes {
+                for &sel in &selectors {
+                    for aux in if a.aux { vec![false, true] } else { vec![false] } {
+                        let cfg = config(n, b, a.k, sel, prec, decode, cuda, if aux { 0 } else { u64::MAX / 2 });
+                        let mut t = sae::Trainer::new(cfg, &x, &device)?;
+                        let mut times = Vec::new();
+                        let mut sel_ms = Vec::new();
+                        for i in 0..a.warmup + a.steps {
+                            let t0 = Instant::now();
+                            let s = t.train_step(&x, false)?;
+                            device.synchronize()?;
+                            if i >= a.warmup {
+                                times.push(t0.elapsed().as_secs_f64() * 1e3);
+                                sel_ms.push(s.select_ms);
+                            }
+                        }
+                        let (step, select) = (median(&mut times), median(&mut sel_ms));
+                        println!(
+                            "| {n} | {b} | {prec:?} | {} | {} | {} | {step:.2} | {select:.2} | {:.1} % |",
+                            sel.name(),
+                            if t.sae.sparse { "sparse" } else { "dense" },
+                            if aux { "on" } else { "off" },
+                            100.0 * select / step
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
