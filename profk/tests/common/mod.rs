@@ -92,7 +92,7 @@ pub fn reference_row(row: &[f64], k: usize, opts: &TopKOptions) -> Vec<i64> {
 
 /// The reference for a whole tensor: (rows of indices, output shape).
 pub fn reference(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<(Vec<i64>, Vec<usize>)> {
-    let flat: Vec<f64> = x.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    let flat: Vec<f64> = x.to_device(&Device::Cpu)?.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
     let (n, mut shape) = match opts.mode {
         Mode::Flat => (flat.len(), vec![]),
         Mode::Rowwise => {
@@ -167,8 +167,8 @@ pub fn check_against_reference(
         );
     }
     // Values are the input's own elements at the indices (bit-exact through f64).
-    let flat: Vec<f64> = x.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
-    let vals: Vec<f64> = got.values.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    let flat: Vec<f64> = x.to_device(&Device::Cpu)?.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    let vals: Vec<f64> = got.values.to_device(&Device::Cpu)?.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
     let n = match opts.mode {
         Mode::Flat => flat.len(),
         Mode::Rowwise => x.dims()[x.rank() - 1],

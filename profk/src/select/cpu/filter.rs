@@ -1,10 +1,15 @@
 //! Stage 3: one pass over the row that counts every element ranking at or above the threshold and keeps
-//! at most `capacity` of them.
+//! at most about `capacity` of them.
 //!
 //! "At or above" in the ranking order (larger key, ties by lower index) splits the row at the
 //! threshold's index: up to it an element passes with `key >= threshold`, after it with
-//! `key >= threshold + 1`. Both halves are then plain integer comparisons, which vectorize: each block
-//! is first counted branch-free, and only blocks with a passing element are walked again to store.
+//! `key >= threshold + 1`. Both halves are then plain integer comparisons ([`Element::passes`]), which
+//! vectorize: each block is first counted branch-free, and only blocks with a passing element are
+//! walked again to store.
+//!
+//! Each parallel chunk counts on its own. Stores are reported to a shared counter in batches: once
+//! more than `capacity` elements are stored, R > M is certain and the chunks stop storing, which bounds
+//! the memory of a failed attempt without a shared write per passing element.
 
 use super::rank::Candidate;
 use super::sample::Threshold;
@@ -12,10 +17,13 @@ use crate::select::key::{Element, KeyBits};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Elements counted per branch-free step.
-const BLOCK: usize = 256;
+/// Elements counted per branch-free step: small, so that a block holding a passing element costs
+/// little to walk again.
+const BLOCK: usize = 64;
 /// Elements per parallel task of a long row.
 const CHUNK: usize = 1 << 18;
+/// Stores a chunk makes before it reports them to the shared counter.
+const REPORT: u64 = 1024;
 
 /// What one pass found.
 #[derive(Debug)]
@@ -24,7 +32,7 @@ pub struct Pass<K> {
     pub retained: u64,
     /// NaNs among them. Every NaN passes unless the threshold itself is a NaN.
     pub nans: u64,
-    /// The stored candidates: all `retained` of them when `retained <= capacity`.
+    /// The stored candidates, in index order: all `retained` of them when `retained <= capacity`.
     pub candidates: Vec<Candidate<K>>,
 }
 
@@ -34,33 +42,30 @@ pub fn filter<T: Element, const MAG: bool>(
     thr: Threshold<T::Key>,
     capacity: u64,
 ) -> Pass<T::Key> {
-    let reserved = AtomicU64::new(0);
-    let parts: Vec<Part<T::Key>> = if row.len() <= CHUNK {
-        vec![scan_chunk::<T, MAG>(row, 0, thr, capacity, &reserved)]
+    let stored = AtomicU64::new(0);
+    let parts: Vec<Pass<T::Key>> = if row.len() <= CHUNK {
+        vec![scan_chunk::<T, MAG>(row, 0, thr, capacity, &stored)]
     } else {
         row.par_chunks(CHUNK)
             .enumerate()
             .map(|(c, chunk)| {
-                scan_chunk::<T, MAG>(chunk, (c * CHUNK) as u64, thr, capacity, &reserved)
+                scan_chunk::<T, MAG>(chunk, (c * CHUNK) as u64, thr, capacity, &stored)
             })
             .collect()
     };
-    let mut candidates = Vec::with_capacity(parts.iter().map(|p| p.candidates.len()).sum());
-    let mut nans = 0;
+    let mut pass = Pass {
+        retained: 0,
+        nans: 0,
+        candidates: Vec::new(),
+    };
+    pass.candidates
+        .reserve(parts.iter().map(|p| p.candidates.len()).sum());
     for p in parts {
-        candidates.extend(p.candidates);
-        nans += p.nans;
+        pass.retained += p.retained;
+        pass.nans += p.nans;
+        pass.candidates.extend(p.candidates);
     }
-    Pass {
-        retained: reserved.into_inner(),
-        nans,
-        candidates,
-    }
-}
-
-struct Part<K> {
-    nans: u64,
-    candidates: Vec<Candidate<K>>,
+    pass
 }
 
 fn scan_chunk<T: Element, const MAG: bool>(
@@ -68,57 +73,72 @@ fn scan_chunk<T: Element, const MAG: bool>(
     base: u64,
     thr: Threshold<T::Key>,
     capacity: u64,
-    reserved: &AtomicU64,
-) -> Part<T::Key> {
-    let mut part = Part {
-        nans: 0,
-        candidates: Vec::new(),
+    stored: &AtomicU64,
+) -> Pass<T::Key> {
+    let mut part = Chunk {
+        pass: Pass {
+            retained: 0,
+            nans: 0,
+            candidates: Vec::new(),
+        },
+        unreported: 0,
+        storing: true,
     };
     let split = (thr.index + 1).saturating_sub(base).min(chunk.len() as u64) as usize;
     let (low, high) = chunk.split_at(split);
-    scan::<T, MAG>(low, base, thr.key, capacity, reserved, &mut part);
+    let at_least = T::raw_threshold::<MAG>(thr.key);
+    part.scan::<T, MAG>(low, base, at_least, capacity, stored);
     // After the threshold's index a tie ranks below it; nothing ranks above the largest key.
     if let Some(above) = thr.key.successor() {
-        scan::<T, MAG>(
-            high,
-            base + split as u64,
-            above,
-            capacity,
-            reserved,
-            &mut part,
-        );
+        let above = T::raw_threshold::<MAG>(above);
+        part.scan::<T, MAG>(high, base + split as u64, above, capacity, stored);
     }
-    part
+    part.pass
 }
 
-fn scan<T: Element, const MAG: bool>(
-    data: &[T],
-    base: u64,
-    min_key: T::Key,
-    capacity: u64,
-    reserved: &AtomicU64,
-    part: &mut Part<T::Key>,
-) {
-    for (b, block) in data.chunks(BLOCK).enumerate() {
-        let passing: u32 = block
-            .iter()
-            .map(|x| u32::from(x.key::<MAG>() >= min_key))
-            .sum();
-        if passing == 0 {
-            continue;
-        }
-        // One reservation per block: the counter ends at exactly R, and stores stop at the capacity.
-        let start = reserved.fetch_add(u64::from(passing), Ordering::Relaxed);
-        let mut room = capacity.saturating_sub(start);
-        let first = base + (b * BLOCK) as u64;
-        for (j, &x) in block.iter().enumerate() {
-            let key = x.key::<MAG>();
-            if key >= min_key {
-                part.nans += u64::from(key == T::Key::MAX && x.is_nan_value());
-                if room > 0 {
-                    part.candidates.push((key, first + j as u64));
-                    room -= 1;
+struct Chunk<K> {
+    pass: Pass<K>,
+    /// Stores not yet added to the shared counter.
+    unreported: u64,
+    /// False once the row is known to overflow.
+    storing: bool,
+}
+
+impl<K> Chunk<K> {
+    fn scan<T: Element<Key = K>, const MAG: bool>(
+        &mut self,
+        data: &[T],
+        base: u64,
+        min_raw: T::Raw,
+        capacity: u64,
+        stored: &AtomicU64,
+    ) {
+        for (b, block) in data.chunks(BLOCK).enumerate() {
+            let passing: u32 = block
+                .iter()
+                .map(|x| u32::from(x.passes::<MAG>(min_raw)))
+                .sum();
+            if passing == 0 {
+                continue;
+            }
+            self.pass.retained += u64::from(passing);
+            let first = base + (b * BLOCK) as u64;
+            for (j, &x) in block.iter().enumerate() {
+                if x.passes::<MAG>(min_raw) {
+                    self.pass.nans += u64::from(x.is_nan_value());
+                    if self.storing {
+                        self.pass
+                            .candidates
+                            .push((x.key::<MAG>(), first + j as u64));
+                        self.unreported += 1;
+                    }
                 }
+            }
+            if self.unreported >= REPORT {
+                let before = stored.fetch_add(self.unreported, Ordering::Relaxed);
+                // Every stored element passed: more stores than the capacity means R > M.
+                self.storing = before + self.unreported <= capacity;
+                self.unreported = 0;
             }
         }
     }
@@ -140,7 +160,7 @@ mod tests {
         assert_eq!(idx, vec![1, 2, 5, 6]);
         assert_eq!((pass.retained, pass.nans), (4, 1));
         let capped = filter::<f32, false>(&row, thr, 2);
-        assert_eq!((capped.retained, capped.candidates.len()), (4, 2));
+        assert_eq!(capped.retained, 4);
     }
 
     #[test]
@@ -160,5 +180,17 @@ mod tests {
             .count() as u64;
         assert_eq!(pass.retained, expect);
         assert_eq!(pass.candidates.len() as u64, expect);
+        // An overflowing pass still counts exactly, and stops storing soon after the capacity.
+        let all = Threshold {
+            key: (-1.0f32).key::<false>(),
+            index: 0,
+        };
+        let over = filter::<f32, false>(&row, all, 10);
+        assert_eq!(over.retained, row.len() as u64);
+        assert!(
+            (over.candidates.len() as u64) < 8 * REPORT + BLOCK as u64 * 8,
+            "{}",
+            over.candidates.len()
+        );
     }
 }

@@ -2,6 +2,7 @@
 
 use super::rank::{rank_order, Candidate};
 use crate::select::key::Element;
+use rand::distr::{Distribution, Uniform};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -25,15 +26,31 @@ pub fn stream(seed: u64, row: u64, attempt: u32) -> ChaCha8Rng {
     rng
 }
 
-/// `sample` distinct indices of `0..n`, every subset equally likely (Floyd's algorithm or rejection
-/// sampling, both exact, chosen by `rand` from the sizes).
+/// `sample` distinct indices of `0..n` in ascending order, every subset equally likely.
+///
+/// A sparse sample draws the missing count of uniform indices, merges them in and drops repeats, until
+/// none is missing. Each round is symmetric under any relabelling of `0..n` and the stop depends only
+/// on the count, so the final set is uniform among all sets of its size: sampling without
+/// replacement, exactly, at the cost of a sort. Dense samples use `rand`'s exact sampler instead.
+/// Ascending order also turns the gather into a forward sweep.
 pub fn draw(rng: &mut ChaCha8Rng, n: u64, sample: u64) -> Vec<u64> {
-    let mut idx: Vec<u64> = rand::seq::index::sample(rng, n as usize, sample as usize)
-        .into_iter()
-        .map(|i| i as u64)
-        .collect();
-    // Ascending order turns the gather into a forward sweep, which the prefetcher follows better.
-    idx.sort_unstable();
+    assert!(sample <= n, "sample of {sample} from {n}");
+    if sample.saturating_mul(8) > n {
+        let mut idx: Vec<u64> = rand::seq::index::sample(rng, n as usize, sample as usize)
+            .into_iter()
+            .map(|i| i as u64)
+            .collect();
+        idx.sort_unstable();
+        return idx;
+    }
+    let uniform = Uniform::new(0, n).expect("a sparse sample has n > 0");
+    let mut idx: Vec<u64> = Vec::with_capacity(sample as usize);
+    while (idx.len() as u64) < sample {
+        let missing = sample - idx.len() as u64;
+        idx.extend((0..missing).map(|_| uniform.sample(rng)));
+        idx.sort_unstable();
+        idx.dedup();
+    }
     idx
 }
 
@@ -73,6 +90,25 @@ mod tests {
         assert_eq!(a, draw(&mut stream(1, 0, 0), 1000, 200));
         assert_ne!(a, draw(&mut stream(1, 0, 1), 1000, 200));
         assert_ne!(a, draw(&mut stream(1, 1, 0), 1000, 200));
+        let sparse = draw(&mut stream(2, 0, 0), 100, 12);
+        assert!(sparse.len() == 12 && sparse.windows(2).all(|w| w[0] < w[1]) && sparse[11] < 100);
+    }
+
+    /// Sparse draws of 2 from 40: all 780 pairs occur, and each index is drawn with probability
+    /// 1/20, so 20000 draws give 1000 ± 4σ (σ ≈ 30.8) per index.
+    #[test]
+    fn sparse_draws_are_uniform() {
+        let mut pairs = std::collections::HashSet::new();
+        let mut hits = [0u32; 40];
+        let mut rng = stream(3, 0, 0);
+        for _ in 0..20_000 {
+            let d = draw(&mut rng, 40, 2);
+            hits[d[0] as usize] += 1;
+            hits[d[1] as usize] += 1;
+            pairs.insert(d);
+        }
+        assert_eq!(pairs.len(), 780);
+        assert!(hits.iter().all(|&c| (876..=1124).contains(&c)), "{hits:?}");
     }
 
     #[test]
