@@ -352,7 +352,7 @@ pub fn short_number(v: f64) -> String {
     let decimals = if a == 0.0 || a >= 1.0 {
         2
     } else {
-        (-a.log10()).ceil() as usize + 1
+        (-a.log10()).floor() as usize + 3
     };
     let text = format!("{scaled:.decimals$}");
     let text = if text.contains('.') {
