@@ -208,6 +208,27 @@ fn distribution_function_matches_direct_pmf_sums_at_large_n() {
 }
 
 #[test]
+fn exact_optimum_at_large_n_holds_under_the_direct_reference() {
+    // At N = 2^33 a relative error of 1e-5 in the distribution function (what ln-gamma differences
+    // give there) moves M* by several units; the reference must see the same boundary.
+    let budget = 5e-4;
+    for (n, k, s) in [
+        (1u64 << 33, 1u64 << 20, 1u64 << 18),
+        (1 << 33, 1 << 30, 1 << 18),
+    ] {
+        let p = params::exact(n, k, 2.0 * budget, Some(s)).unwrap();
+        let t = p.t as usize;
+        let ln_overflow = |m: u64| ln_sum_exp(&reference_ln_pmfs(n, m, s)[..t]);
+        let ln_recall = |t: usize| ln_sum_exp(&reference_ln_pmfs(n, k - 1, s)[t..]);
+        let what = format!("{p:?}");
+        assert!(ln_overflow(p.capacity) <= budget.ln(), "{what}");
+        assert!(ln_overflow(p.capacity - 1) > budget.ln(), "{what}");
+        assert!(ln_recall(t) <= budget.ln(), "{what}");
+        assert!(ln_recall(t - 1) > budget.ln(), "{what}");
+    }
+}
+
+#[test]
 fn distribution_function_agrees_with_statrs_where_statrs_is_accurate() {
     // statrs forms ln C(n, j) from ln-gamma values of size n ln n, exact to ~1e-16 · n ln n; at
     // these populations that still leaves ≥ 10 correct digits in the lower tail it sums.
