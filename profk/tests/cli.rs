@@ -1,0 +1,171 @@
+//! The `profk select` command: a round trip through safetensors files, and errors that leave no file.
+use anyhow::{ensure, Result};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn profk(args: &[&str]) -> Result<Output> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_profk"))
+        .args(args)
+        .output()?)
+}
+
+fn save(path: &Path, tensors: &[(&str, Tensor)]) -> Result<()> {
+    let map: HashMap<String, Tensor> = tensors
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.clone()))
+        .collect();
+    candle_core::safetensors::save(&map, path)?;
+    Ok(())
+}
+
+#[test]
+fn select_round_trip() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("in.safetensors");
+    let x = Tensor::new(
+        &[
+            [1f32, 5.0, 3.0, 5.0, f32::NEG_INFINITY],
+            [0.0, -1.0, 2.0, 2.0, 7.0],
+        ],
+        &Device::Cpu,
+    )?
+    .to_dtype(DType::BF16)?;
+    save(
+        &input,
+        &[
+            ("scores", x.clone()),
+            ("other", Tensor::zeros(3, DType::F32, &Device::Cpu)?),
+        ],
+    )?;
+    let output = dir.path().join("out.safetensors");
+    let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
+    // Row 0 by value: 5 (1), 5 (3), 3 (2); row 1: 7 (4), 2 (2), 2 (3); flat: 7 (9), 5 (1), 5 (3).
+    for (mode, order, want) in [
+        ("rowwise", "desc", vec![1i64, 3, 2, 4, 2, 3]),
+        ("rowwise", "index", vec![1, 2, 3, 2, 3, 4]),
+        ("flat", "desc", vec![9, 1, 3]),
+    ] {
+        let args = [
+            "select", "--input", i, "--tensor", "scores", "--k", "3", "--mode", mode,
+        ];
+        let run = profk(&[&args[..], &["--order", order, "--output", o]].concat())?;
+        ensure!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let out = candle_core::safetensors::load(&output, &Device::Cpu)?;
+        let (values, indices) = (&out["values"], &out["indices"]);
+        ensure!(values.dtype() == DType::BF16 && indices.dtype() == DType::I64);
+        let idx: Vec<i64> = indices.flatten_all()?.to_vec1()?;
+        ensure!(idx == want, "{mode} {order}: {idx:?} != {want:?}");
+        let flat: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        let vals: Vec<f32> = values.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        for (j, (&ix, &v)) in idx.iter().zip(&vals).enumerate() {
+            let base = if mode == "flat" { 0 } else { (j / 3) * 5 };
+            ensure!(flat[base + ix as usize] == v, "value {j}");
+        }
+    }
+    // A 1-D input is one row.
+    save(
+        &input,
+        &[("v", Tensor::new(&[2f64, 9.0, 4.0], &Device::Cpu)?)],
+    )?;
+    let run = profk(&[
+        "select", "--input", i, "--tensor", "v", "--k", "2", "--output", o,
+    ])?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let out = candle_core::safetensors::load(&output, &Device::Cpu)?;
+    ensure!(out["indices"].to_vec1::<i64>()? == vec![1, 2]);
+    ensure!(out["values"].to_vec1::<f64>()? == vec![9.0, 4.0]);
+    Ok(())
+}
+
+#[test]
+fn errors_exit_nonzero_with_one_line_and_leave_no_file() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("in.safetensors");
+    save(
+        &input,
+        &[("x", Tensor::new(&[1f32, f32::NAN, 3.0], &Device::Cpu)?)],
+    )?;
+    let output = dir.path().join("out.safetensors");
+    let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
+    let missing = dir.path().join("missing.safetensors");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--tensor", "x", "--k", "4"], "exceeds"),
+        (vec!["--tensor", "x", "--k", "1"], "NaN"),
+        (vec!["--tensor", "y", "--k", "1"], "no tensor 'y'"),
+        (
+            vec!["--tensor", "x", "--k", "1", "--device", "cuda"],
+            "cuda",
+        ),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["select", "--input", i, "--output", o];
+        args.extend(extra.iter().copied());
+        let run = profk(&args)?;
+        let err = String::from_utf8_lossy(&run.stderr);
+        if needle == "cuda" && run.status.success() {
+            continue; // a build with the cuda feature and a GPU
+        }
+        ensure!(!run.status.success(), "{args:?} succeeded");
+        ensure!(
+            err.trim_end().lines().count() == 1 && err.contains(needle),
+            "{args:?}: {err}"
+        );
+        ensure!(!output.exists(), "{args:?} left {o}");
+        ensure!(
+            std::fs::read_dir(dir.path())?.count() == 1,
+            "{args:?} left a temporary file"
+        );
+    }
+    let run = profk(&[
+        "select",
+        "--input",
+        missing.to_str().unwrap(),
+        "--tensor",
+        "x",
+        "--k",
+        "1",
+        "--output",
+        o,
+    ])?;
+    ensure!(!run.status.success() && !output.exists());
+    // With nan = largest the same input works, NaN first.
+    let run = profk(&[
+        "select", "--input", i, "--tensor", "x", "--k", "2", "--nan", "largest", "--output", o,
+    ])?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let out = candle_core::safetensors::load(&output, &Device::Cpu)?;
+    ensure!(out["indices"].to_vec1::<i64>()? == vec![1, 2]);
+    Ok(())
+}
+
+#[test]
+fn bench_prints_a_table() -> Result<()> {
+    let run = profk(&[
+        "bench", "--device", "cpu", "--n", "100000", "--k", "10", "--reps", "1",
+    ])?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let out = String::from_utf8_lossy(&run.stdout);
+    ensure!(
+        out.contains("| N | k | profk ms") && out.lines().any(|l| l.starts_with("| 2^16.6 | 10 |")),
+        "{out}"
+    );
+    Ok(())
+}
