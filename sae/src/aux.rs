@@ -3,7 +3,8 @@
 //! It gives dead latents a gradient toward the directions the live ones miss.
 use crate::model::{Encoded, Sae};
 use crate::select::select_rows;
-use crate::sparse_decode::{dense_decode, sparse_decode};
+use crate::model::masked_dense;
+use crate::sparse_decode::sparse_decode;
 use crate::Result;
 use candle_core::{DType, Tensor};
 
@@ -20,10 +21,14 @@ impl DeadTracker {
     }
 
     /// Counts the batch's tokens for every latent and resets those among the kept activations (value > 0).
-    pub fn update(&mut self, enc: &Encoded, n: usize) -> Result<()> {
-        let (_, cols) = crate::sparse_decode::split_flat(&enc.idx, n)?;
-        let positive = enc.vals.detach().gt(0f64)?.to_dtype(DType::F64)?;
-        let fired = Tensor::zeros(n, DType::F64, enc.vals.device())?.index_add(&cols, &positive, 0)?;
+    pub fn update(&mut self, enc: &Encoded, n: usize, sparse: bool) -> Result<()> {
+        let fired = if sparse {
+            let (_, cols) = crate::sparse_decode::split_flat(&enc.idx, n)?;
+            let positive = enc.vals.detach().gt(0f64)?.to_dtype(DType::F64)?;
+            Tensor::zeros(n, DType::F64, enc.vals.device())?.index_add(&cols, &positive, 0)?
+        } else {
+            crate::model::dense_acts(enc, n)?.detach().gt(0f64)?.to_dtype(DType::F64)?.sum(0)?
+        };
         let grown = (&self.since_fired + enc.batch as f64)?;
         let zero = Tensor::zeros(n, DType::F64, enc.vals.device())?;
         self.since_fired = fired.gt(0f64)?.where_cond(&zero, &grown)?;
@@ -63,7 +68,8 @@ pub fn aux_loss(
     let aux_recon = if sae.sparse {
         sparse_decode(&vals, &flat, w, enc.batch)?
     } else {
-        dense_decode(&vals, &flat, w, enc.batch)?
+        let n = sae.shape.n;
+        masked_dense(&enc.pre, &scores, &vals.detach(), &flat, enc.batch, n, Some(keep))?.matmul(w)?
     };
     let residual = (x - recon)?.detach();
     let l2 = (&residual - aux_recon)?.sqr()?.sum(1)?.mean(0)?;

@@ -2,7 +2,7 @@
 //! `pre = ReLU((x − b_dec)·W_enc + b_enc)`, then the B·k largest entries of `pre` over the whole batch.
 use crate::config::{Arch, DecodeMode};
 use crate::select::{select_flat, Selected};
-use crate::sparse_decode::{dense_decode, sparse_decode};
+use crate::sparse_decode::sparse_decode;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::SeedableRng;
@@ -106,8 +106,12 @@ impl Sae {
 
     /// ReLU pre-activations [B, n] of inputs [B, d_in].
     pub fn pre_activations(&self, x: &Tensor) -> Result<Tensor> {
-        let centered = x.broadcast_sub(self.b_dec.as_tensor())?;
-        Ok(centered.matmul(self.w_enc.as_tensor())?.broadcast_add(self.b_enc.as_tensor())?.relu()?)
+        // (x − b_dec)·W_enc written as x·W_enc − b_dec·W_enc: x carries no gradient, so backward computes
+        // only W_enc's gradient from the big matmul, and b_dec's from a cheap vector–matrix product.
+        let w = self.w_enc.as_tensor();
+        let shift = self.b_dec.as_tensor().unsqueeze(0)?.matmul(w)?;
+        let pre = x.matmul(w)?.broadcast_sub(&shift)?.broadcast_add(self.b_enc.as_tensor())?;
+        Ok(pre.relu()?)
     }
 
     /// Encoder plus the batch-global selection of B·k activations.
@@ -128,7 +132,7 @@ impl Sae {
             return if self.sparse {
                 sparse_decode(&enc.vals, &enc.idx, w, enc.batch)
             } else {
-                dense_decode(&enc.vals, &enc.idx, w, enc.batch)
+                Ok(dense_acts(enc, n)?.matmul(w)?)
             };
         };
         let w = w.narrow(0, start, len)?;
@@ -141,10 +145,41 @@ impl Sae {
     }
 }
 
-/// The dense activation matrix [B, n] (zeros except the kept values; differentiable in the values).
+/// The dense activation matrix [B, n] (zeros except the kept values; differentiable through `pre`).
 pub fn dense_acts(enc: &Encoded, n: usize) -> Result<Tensor> {
-    let flat = Tensor::zeros(enc.batch * n, enc.vals.dtype(), enc.vals.device())?;
-    Ok(flat.index_add(&enc.idx, &enc.vals, 0)?.reshape((enc.batch, n))?)
+    masked_dense(&enc.pre, &enc.pre.detach(), &enc.vals.detach(), &enc.idx, enc.batch, n, None)
+}
+
+/// `src` [B, n] kept at the selected positions and zeroed elsewhere. `scores` [B, n] is what the selection
+/// ran on and `picked` the selected scores (the B·k of a global selection, or k per row when `per_row`).
+///
+/// A threshold mask `scores ≥ t ∧ scores > 0` (t = smallest picked score, globally or per row) holds every
+/// positive pick; when its size equals the number of positive picks it is exactly the positive picks, and
+/// zero picks contribute nothing. That costs one compare instead of a scatter of S indices (serial per
+/// output on CUDA in candle); on ties at t the scatter is used.
+pub fn masked_dense(
+    src: &Tensor,
+    scores: &Tensor,
+    picked: &Tensor,
+    idx: &Tensor,
+    batch: usize,
+    n: usize,
+    per_row: Option<usize>,
+) -> Result<Tensor> {
+    let positive = scores.gt(0f64)?;
+    let at_least = match per_row {
+        None => scores.ge(picked.min(0)?.to_scalar::<f32>()? as f64)?,
+        Some(k) => scores.broadcast_ge(&picked.reshape((batch, k))?.min_keepdim(1)?)?,
+    };
+    let mask = (at_least * positive)?;
+    let want = picked.gt(0f64)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+    let have = mask.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+    if have == want {
+        return Ok(mask.where_cond(src, &src.zeros_like()?)?);
+    }
+    let vals = src.flatten_all()?.index_select(idx, 0)?;
+    let flat = Tensor::zeros(batch * n, vals.dtype(), vals.device())?;
+    Ok(flat.index_add(idx, &vals, 0)?.reshape((batch, n))?)
 }
 
 /// Positions (u32) of the selections whose column lies in [start, start + len), and their flat indices

@@ -113,7 +113,7 @@ impl Trainer {
         let lr = lr_at(self.step, self.cfg.lr(), &self.cfg.train);
         self.adam.step(&vars, &grads, lr)?;
         normalize_rows(&self.sae.w_dec)?;
-        self.dead.update(&fwd.enc, self.sae.shape.n)?;
+        self.dead.update(&fwd.enc, self.sae.shape.n, self.sae.sparse)?;
         if self.step >= self.cfg.sae.threshold.start_step {
             self.update_threshold(&fwd.enc.vals)?;
         }

@@ -153,3 +153,31 @@ fn geometric_median_resists_an_outlier() {
     let m = sae::init::geometric_median(&x, 200).unwrap();
     assert!((m[0] - 1.04).abs() < 0.1 && (m[1] - 2.0).abs() < 0.1, "{m:?}");
 }
+
+#[test]
+fn aux_loss_sparse_equals_dense() {
+    let (b, d, n, k) = (8, 6, 16, 2);
+    let shape = Shape { arch: Arch::Batchtopk, d_model: d, layers: 1, n, k, groups: vec![] };
+    let make = |mode| {
+        Sae::from_tensors(shape.clone(), &randn(&[d, n], 31), &randn(&[n], 32), &randn(&[n, d], 33), &randn(&[d], 34), mode)
+            .unwrap()
+    };
+    let x = randn(&[b, d], 35);
+    let mut dead = vec![0u8; n];
+    for j in (0..n).step_by(2) {
+        dead[j] = 1;
+    }
+    let mask = Tensor::from_vec(dead, n, &Device::Cpu).unwrap();
+    let mut losses = Vec::new();
+    for mode in [DecodeMode::Sparse, DecodeMode::Dense] {
+        let sae = make(mode);
+        let fwd = sae::arch::forward(&sae, &x, profk::Selector::Profk, 0).unwrap();
+        let aux = sae::aux::aux_loss(&sae, &fwd.enc, &x, &fwd.recon, (&mask, n / 2), 3, profk::Selector::Profk, 0)
+            .unwrap()
+            .unwrap();
+        let g = aux.backward().unwrap();
+        losses.push((aux.to_scalar::<f32>().unwrap(), g.get(sae.w_dec.as_tensor()).unwrap().clone()));
+    }
+    assert!((losses[0].0 - losses[1].0).abs() < 1e-5, "{} vs {}", losses[0].0, losses[1].0);
+    assert!(max_abs_diff(&losses[0].1, &losses[1].1) < 1e-5);
+}
