@@ -1,0 +1,215 @@
+//! The Weights & Biases bridge, offline. These tests need `python3` with the `wandb` package
+//! (`pip install -r tools/requirements-wandb.txt`); without it they print how to enable them and pass.
+
+use eval::metrics::read_records;
+use eval::{LogConfig, Metrics, MetricsSink, Record, RunDir, RunMeta, SinkOptions, WandbOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn python_has_wandb() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import wandb"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!(
+            "SKIPPED: python3 cannot import wandb; run `pip install -r tools/requirements-wandb.txt` \
+             to test the W&B bridge"
+        );
+    }
+    ok
+}
+
+/// Reads an offline W&B run file with the wandb package's own reader: (history rows, last row).
+fn offline_history(run_dir: &Path) -> (usize, serde_json::Value) {
+    let wandb_dir = run_dir.join("wandb");
+    let offline: Vec<PathBuf> = std::fs::read_dir(&wandb_dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", wandb_dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("offline-run-")
+        })
+        .collect();
+    assert_eq!(
+        offline.len(),
+        1,
+        "one offline run in {}",
+        wandb_dir.display()
+    );
+    let file = std::fs::read_dir(&offline[0])
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "wandb"))
+        .expect("a .wandb file");
+    let script = r#"
+import json, sys
+from wandb.sdk.internal import datastore
+from wandb.proto import wandb_internal_pb2 as pb
+ds = datastore.DataStore()
+ds.open_for_scan(sys.argv[1])
+rows, last = 0, {}
+while (data := ds.scan_data()) is not None:
+    r = pb.Record()
+    r.ParseFromString(data)
+    if r.WhichOneof("record_type") == "history":
+        rows += 1
+        last = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+print(json.dumps({"rows": rows, "last": last}))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    (v["rows"].as_u64().unwrap() as usize, v["last"].clone())
+}
+
+fn log_some(sink: &MetricsSink, steps: u64) {
+    for step in 1..=steps {
+        let mut m = Metrics::new();
+        m.insert("loss".into(), 1.0 / step as f64);
+        m.insert("select_ms".into(), 0.25);
+        sink.log(Record::train(step, step * 64, step as f64 * 0.1, m));
+    }
+    let mut e = Metrics::new();
+    e.insert("fvu".into(), 0.5);
+    sink.log(Record::eval(steps, steps * 64, steps as f64 * 0.1, e));
+}
+
+fn offline_run(root: &Path) -> (RunDir, RunMeta, LogConfig) {
+    let run = RunDir::create(root, "tiny-profk").unwrap();
+    let meta = RunMeta {
+        config_name: "tiny".into(),
+        selector: "profk".into(),
+        task: "sae".into(),
+        ..RunMeta::default()
+    };
+    run.write_meta(&meta).unwrap();
+    run.write_config("[sae]\nk = 32\n", &serde_json::json!({"sae": {"k": 32}}))
+        .unwrap();
+    let meta = run.read_meta().unwrap();
+    let log = LogConfig {
+        wandb: true,
+        wandb_mode: Some("offline".into()),
+        ..LogConfig::default()
+    };
+    (run, meta, log)
+}
+
+#[test]
+fn live_bridge_streams_every_step_into_an_offline_run() {
+    if !python_has_wandb() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, meta, log) = offline_run(tmp.path());
+    let options = SinkOptions::for_run(&run, &meta, &log);
+    let wandb = options.wandb.clone().unwrap();
+    assert_eq!(wandb.group, "tiny");
+    assert_eq!(wandb.tags, vec!["profk".to_string(), "sae".to_string()]);
+    let sink = MetricsSink::create(&run, options).unwrap();
+    log_some(&sink, 40);
+    sink.finish().unwrap();
+
+    assert_eq!(read_records(&run.metrics_path()).unwrap().len(), 41);
+    let (rows, last) = offline_history(run.path());
+    assert_eq!(
+        rows, 40,
+        "one W&B history row per step (eval merges into its step)"
+    );
+    assert_eq!(last["_step"], 40);
+    assert_eq!(last["train/loss"], 1.0 / 40.0);
+    assert_eq!(last["eval/fvu"], 0.5);
+    assert_eq!(last["tokens"], 40 * 64);
+}
+
+#[test]
+fn replay_uploads_a_finished_run() {
+    if !python_has_wandb() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (run, _, _) = offline_run(tmp.path());
+    let sink = MetricsSink::create(&run, SinkOptions::default()).unwrap();
+    log_some(&sink, 25);
+    sink.finish().unwrap();
+    let bridge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/wandb_bridge.py");
+    let out = Command::new("python3")
+        .arg(&bridge)
+        .args(["replay", "--mode", "offline"])
+        .arg(run.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("logged 26 records"), "{stdout}");
+    assert!(
+        stdout.contains("wandb sync"),
+        "tells how to upload: {stdout}"
+    );
+    let (rows, last) = offline_history(run.path());
+    assert_eq!(rows, 25);
+    assert_eq!(last["train/select_ms"], 0.25);
+}
+
+#[test]
+fn without_python_or_wandb_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    // An interpreter that does not exist, and a python whose `import wandb` fails.
+    let fake_pkg = tmp.path().join("fake");
+    std::fs::create_dir(&fake_pkg).unwrap();
+    std::fs::write(
+        fake_pkg.join("wandb.py"),
+        "raise ImportError('no wandb here')\n",
+    )
+    .unwrap();
+    let wrapper = tmp.path().join("python-without-wandb");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nPYTHONPATH={} exec python3 \"$@\"\n",
+            fake_pkg.display()
+        ),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for python in [
+        tmp.path().join("no-such-python").display().to_string(),
+        wrapper.display().to_string(),
+    ] {
+        let run = RunDir::create(tmp.path(), "r").unwrap();
+        let options = SinkOptions {
+            wandb: Some(WandbOptions {
+                project: "p".into(),
+                group: "g".into(),
+                name: "n".into(),
+                dir: run.path().to_path_buf(),
+                python,
+                mode: Some("offline".into()),
+                ..WandbOptions::default()
+            }),
+        };
+        let sink = MetricsSink::create(&run, options).unwrap();
+        log_some(&sink, 10);
+        sink.finish().unwrap();
+        assert_eq!(read_records(&run.metrics_path()).unwrap().len(), 11);
+    }
+}
