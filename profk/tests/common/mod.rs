@@ -92,7 +92,11 @@ pub fn reference_row(row: &[f64], k: usize, opts: &TopKOptions) -> Vec<i64> {
 
 /// The reference for a whole tensor: (rows of indices, output shape).
 pub fn reference(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<(Vec<i64>, Vec<usize>)> {
-    let flat: Vec<f64> = x.to_device(&Device::Cpu)?.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    let flat: Vec<f64> = x
+        .to_device(&Device::Cpu)?
+        .flatten_all()?
+        .to_dtype(DType::F64)?
+        .to_vec1()?;
     let (n, mut shape) = match opts.mode {
         Mode::Flat => (flat.len(), vec![]),
         Mode::Rowwise => {
@@ -167,8 +171,17 @@ pub fn check_against_reference(
         );
     }
     // Values are the input's own elements at the indices (bit-exact through f64).
-    let flat: Vec<f64> = x.to_device(&Device::Cpu)?.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
-    let vals: Vec<f64> = got.values.to_device(&Device::Cpu)?.flatten_all()?.to_dtype(DType::F64)?.to_vec1()?;
+    let flat: Vec<f64> = x
+        .to_device(&Device::Cpu)?
+        .flatten_all()?
+        .to_dtype(DType::F64)?
+        .to_vec1()?;
+    let vals: Vec<f64> = got
+        .values
+        .to_device(&Device::Cpu)?
+        .flatten_all()?
+        .to_dtype(DType::F64)?
+        .to_vec1()?;
     let n = match opts.mode {
         Mode::Flat => flat.len(),
         Mode::Rowwise => x.dims()[x.rank() - 1],
@@ -641,5 +654,56 @@ pub fn many_rows(dev: &Device) -> Result<()> {
         "{:?}",
         got.stats
     );
+    Ok(())
+}
+
+/// Sampling is uniform without replacement: over many rows, each an independent attempt, the observed
+/// numbers of R < k and R > M agree with the exact probabilities of `params::failure_probabilities`
+/// within 4σ of a binomial count. Run on distinct values and on heavy ties (the index tie-break makes
+/// the ranks distinct, so the theory is exact for both).
+pub fn failure_rates_match_theory(dev: &Device) -> Result<()> {
+    let (rows, n, k, sample) = (4000usize, 1000usize, 10usize, 100u64);
+    // The (t, M) whose two failure probabilities lie closest to 8% each.
+    let mut best = (f64::INFINITY, 0, 0, 0.0, 0.0);
+    for t in 1..=sample {
+        for m in (k as u64..=n as u64).step_by(5) {
+            let (pa, pb) = profk::params::failure_probabilities(n as u64, k as u64, sample, t, m);
+            let dist = (pa - 0.08).abs() + (pb - 0.08).abs();
+            if dist < best.0 {
+                best = (dist, t, m, pa, pb);
+            }
+        }
+    }
+    let (_, t, capacity, pa, pb) = best;
+    ensure!(
+        (0.02..0.2).contains(&pa) && (0.02..0.2).contains(&pb),
+        "no useful plan: {best:?}"
+    );
+    let plan = profk::Plan {
+        sample,
+        t,
+        capacity,
+    };
+    for (name, data) in [
+        ("normal", normal(rows * n, 51)),
+        ("ties", small_ints(rows * n, 7, 52)),
+    ] {
+        let x = tensor(&data, &[rows, n], DType::F32, dev)?;
+        let opts = TopKOptions {
+            seed: 77,
+            ..TopKOptions::default()
+        };
+        let got = profk::topk_with_plan(&x, k, &opts, plan)?;
+        check_against_reference(&x, k, &opts, &got)?;
+        let s = &got.stats;
+        let trials = s.total_attempts as f64;
+        for (what, observed, p) in [("R < k", s.recall_failures, pa), ("R > M", s.overflows, pb)] {
+            let (mean, sd) = (trials * p, (trials * p * (1.0 - p)).sqrt());
+            ensure!(
+                (observed as f64 - mean).abs() <= 4.0 * sd,
+                "{name}: {what} seen {observed} times in {trials} attempts, expected {mean:.1} ± {sd:.1} (t={t}, M={capacity})"
+            );
+        }
+    }
     Ok(())
 }
