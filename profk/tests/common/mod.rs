@@ -12,6 +12,7 @@ use rand_chacha::ChaCha8Rng;
 
 /// `test_device!(name, body)`: the test `name::cpu`, and `name::cuda` under the `cuda` feature.
 /// Declare the module with `#[macro_use] mod common;`.
+#[allow(unused_macros)]
 macro_rules! test_device {
     ($name:ident, $body:path) => {
         mod $name {
