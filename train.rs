@@ -3,7 +3,10 @@ use clap::Parser;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "train-sae", about = "Train a BatchTopK / Matryoshka / crosscoder SAE from a TOML config")]
+#[command(
+    name = "train-sae",
+    about = "Train a BatchTopK / Matryoshka / crosscoder SAE from a TOML config"
+)]
 struct Args {
     /// The TOML config (e.g. configs/tiny.toml).
     config: PathBuf,
@@ -17,11 +20,19 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let opts = sae::run::RunOptions { config: args.config, out: args.out, resume: args.resume };
+    let opts = sae::run::RunOptions {
+        config: args.config,
+        out: args.out,
+        resume: args.resume,
+    };
     let summary = sae::run::train_sae(&opts)?;
     let dir = summary.run_dir.display();
     if summary.stopped {
-        println!("stopped at step {}; continue with: train-sae {} --out {dir} --resume", summary.step, opts.config.display());
+        println!(
+            "stopped at step {}; continue with: train-sae {} --out {dir} --resume",
+            summary.step,
+            opts.config.display()
+        );
         return Ok(());
     }
     if let Some(m) = &summary.final_eval {

@@ -1,9 +1,9 @@
 //! Aux-k loss (Gao et al. 2024): the `k_aux` largest pre-activations of each token among the dead latents
 //! reconstruct the residual error `e = x − recon` (detached); the loss is normalized by the variance of `e`.
 //! It gives dead latents a gradient toward the directions the live ones miss.
+use crate::model::masked_dense;
 use crate::model::{Encoded, Sae};
 use crate::select::select_rows;
-use crate::model::masked_dense;
 use crate::sparse_decode::sparse_decode;
 use crate::Result;
 use candle_core::{DType, Tensor};
@@ -17,7 +17,10 @@ pub struct DeadTracker {
 
 impl DeadTracker {
     pub fn new(n: usize, dead_tokens: u64, device: &candle_core::Device) -> Result<Self> {
-        Ok(Self { since_fired: Tensor::zeros(n, DType::F64, device)?, dead_tokens })
+        Ok(Self {
+            since_fired: Tensor::zeros(n, DType::F64, device)?,
+            dead_tokens,
+        })
     }
 
     /// Counts the batch's tokens for every latent and resets those among the kept activations (value > 0).
@@ -27,7 +30,11 @@ impl DeadTracker {
             let positive = enc.vals.detach().gt(0f64)?.to_dtype(DType::F64)?;
             Tensor::zeros(n, DType::F64, enc.vals.device())?.index_add(&cols, &positive, 0)?
         } else {
-            crate::model::dense_acts(enc, n)?.detach().gt(0f64)?.to_dtype(DType::F64)?.sum(0)?
+            crate::model::dense_acts(enc, n)?
+                .detach()
+                .gt(0f64)?
+                .to_dtype(DType::F64)?
+                .sum(0)?
         };
         let grown = (&self.since_fired + enc.batch as f64)?;
         let zero = Tensor::zeros(n, DType::F64, enc.vals.device())?;
@@ -51,8 +58,7 @@ pub fn aux_loss(
     recon: &Tensor,
     dead: (&Tensor, usize),
     k_aux: usize,
-    selector: profk::Selector,
-    seed: u64,
+    (selector, seed): (profk::Selector, u64),
 ) -> Result<Option<Tensor>> {
     let (mask, n_dead) = dead;
     if n_dead == 0 || k_aux == 0 {
@@ -61,7 +67,10 @@ pub fn aux_loss(
     let keep = k_aux.min(n_dead);
     let pre = enc.pre.detach();
     let neg = Tensor::full(f32::NEG_INFINITY, pre.shape(), pre.device())?;
-    let scores = mask.unsqueeze(0)?.broadcast_as(pre.shape())?.where_cond(&pre, &neg)?;
+    let scores = mask
+        .unsqueeze(0)?
+        .broadcast_as(pre.shape())?
+        .where_cond(&pre, &neg)?;
     let flat = select_rows(&scores, keep, selector, seed)?;
     let vals = enc.pre.flatten_all()?.index_select(&flat, 0)?;
     let w = sae.w_dec.as_tensor();
@@ -69,13 +78,26 @@ pub fn aux_loss(
         sparse_decode(&vals, &flat, w, enc.batch)?
     } else {
         let n = sae.shape.n;
-        masked_dense(&enc.pre, &scores, &vals.detach(), &flat, enc.batch, n, Some(keep))?.matmul(w)?
+        masked_dense(
+            &enc.pre,
+            &scores,
+            &vals.detach(),
+            &flat,
+            enc.batch,
+            n,
+            Some(keep),
+        )?
+        .matmul(w)?
     };
     let residual = (x - recon)?.detach();
     let l2 = (&residual - aux_recon)?.sqr()?.sum(1)?.mean(0)?;
-    let spread = residual.broadcast_sub(&residual.mean_keepdim(0)?)?.sqr()?.sum(1)?.mean(0)?;
+    let spread = residual
+        .broadcast_sub(&residual.mean_keepdim(0)?)?
+        .sqr()?
+        .sum(1)?
+        .mean(0)?;
     let denom = spread.to_scalar::<f32>()? as f64;
-    if !(denom > 0.0) {
+    if denom.is_nan() || denom <= 0.0 {
         return Ok(None);
     }
     Ok(Some((l2 / denom)?))

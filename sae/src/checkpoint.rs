@@ -47,7 +47,9 @@ pub struct Exported {
 /// scale (W stays unit-norm). Several layers: layer l of W_enc is multiplied by s_l, and layer l of W_dec
 /// and b_dec divided by it (pre-activations, and so the threshold, are unchanged).
 pub fn fold_scales(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<Exported> {
-    let Shape { n, d_model, layers, .. } = sae.shape;
+    let Shape {
+        n, d_model, layers, ..
+    } = sae.shape;
     let dev = sae.device();
     let w_enc = sae.w_enc.as_tensor().clone();
     let b_enc = sae.b_enc.as_tensor().clone();
@@ -64,8 +66,10 @@ pub fn fold_scales(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<Exported
             threshold: Tensor::full((theta / s) as f32, n, dev)?,
         });
     }
-    let per_feature: Vec<f32> =
-        scales.iter().flat_map(|s| std::iter::repeat_n(*s as f32, d_model)).collect();
+    let per_feature: Vec<f32> = scales
+        .iter()
+        .flat_map(|s| std::iter::repeat_n(*s as f32, d_model))
+        .collect();
     let s = Tensor::from_vec(per_feature, layers * d_model, dev)?;
     Ok(Exported {
         w_enc: w_enc.broadcast_mul(&s.unsqueeze(1)?)?,
@@ -90,7 +94,12 @@ fn hook_name(cfg: &Config) -> String {
 /// cfg.json in SAELens' layout (v6 keys, plus the pre-v6 top-level keys older loaders read).
 pub fn saelens_cfg(cfg: &Config, shape: &Shape) -> serde_json::Value {
     let (model_name, context, dataset) = match &cfg.data {
-        DataConfig::Model { model, context, corpus, .. } => (model.clone(), *context, corpus.clone()),
+        DataConfig::Model {
+            model,
+            context,
+            corpus,
+            ..
+        } => (model.clone(), *context, corpus.clone()),
         DataConfig::Shards { dir, .. } => ("unknown".into(), 0, dir.display().to_string()),
         DataConfig::Synthetic { .. } => ("synthetic".into(), 0, "synthetic".into()),
     };
@@ -99,7 +108,11 @@ pub fn saelens_cfg(cfg: &Config, shape: &Shape) -> serde_json::Value {
         DataConfig::Model { layers, .. } => layers.first().copied().unwrap_or(0),
         _ => 0,
     };
-    let architecture = if shape.arch == Arch::Crosscoder { "crosscoder_jumprelu" } else { "jumprelu" };
+    let architecture = if shape.arch == Arch::Crosscoder {
+        "crosscoder_jumprelu"
+    } else {
+        "jumprelu"
+    };
     json!({
         "architecture": architecture,
         "d_in": shape.d_model,
@@ -140,11 +153,23 @@ pub fn saelens_cfg(cfg: &Config, shape: &Shape) -> serde_json::Value {
 }
 
 /// Writes cfg.json and sae_weights.safetensors (the SAELens pair) into `dir`.
-pub fn write_saelens(dir: &Path, cfg: &Config, sae: &Sae, threshold: f64, scales: &[f64]) -> Result<()> {
+pub fn write_saelens(
+    dir: &Path,
+    cfg: &Config,
+    sae: &Sae,
+    threshold: f64,
+    scales: &[f64],
+) -> Result<()> {
     let e = fold_scales(sae, threshold, scales)?;
-    let Shape { n, d_model, layers, .. } = sae.shape;
+    let Shape {
+        n, d_model, layers, ..
+    } = sae.shape;
     let (w_enc, w_dec, b_dec) = if layers > 1 {
-        (e.w_enc.reshape((layers, d_model, n))?, e.w_dec.reshape((n, layers, d_model))?, e.b_dec.reshape((layers, d_model))?)
+        (
+            e.w_enc.reshape((layers, d_model, n))?,
+            e.w_dec.reshape((n, layers, d_model))?,
+            e.b_dec.reshape((layers, d_model))?,
+        )
     } else {
         (e.w_enc, e.w_dec, e.b_dec)
     };
@@ -172,14 +197,29 @@ fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
 /// Writes the SAELens pair, `training_state.safetensors` and `trainer_state.json` into `dir` (an empty
 /// folder that the training loop renames into place).
 pub fn save_state(dir: &Path, trainer: &Trainer) -> Result<()> {
-    write_saelens(dir, &trainer.cfg, &trainer.sae, trainer.threshold, &trainer.scales)?;
+    write_saelens(
+        dir,
+        &trainer.cfg,
+        &trainer.sae,
+        trainer.threshold,
+        &trainer.scales,
+    )?;
     let mut state: HashMap<String, Tensor> = HashMap::new();
     for (i, (name, var)) in PARAM_NAMES.iter().zip(trainer.sae.vars()).enumerate() {
         state.insert(name.to_string(), var.as_tensor().to_device(&Device::Cpu)?);
-        state.insert(format!("adam_m.{name}"), trainer.adam.m[i].to_device(&Device::Cpu)?);
-        state.insert(format!("adam_v.{name}"), trainer.adam.v[i].to_device(&Device::Cpu)?);
+        state.insert(
+            format!("adam_m.{name}"),
+            trainer.adam.m[i].to_device(&Device::Cpu)?,
+        );
+        state.insert(
+            format!("adam_v.{name}"),
+            trainer.adam.v[i].to_device(&Device::Cpu)?,
+        );
     }
-    state.insert("since_fired".into(), trainer.dead.since_fired.to_device(&Device::Cpu)?);
+    state.insert(
+        "since_fired".into(),
+        trainer.dead.since_fired.to_device(&Device::Cpu)?,
+    );
     save_tensors(&dir.join(STATE_TENSORS), &state)?;
     let progress = TrainerState {
         step: trainer.step,
@@ -201,15 +241,26 @@ const STATE_JSON: &str = "trainer_state.json";
 
 /// Restores a trainer from a checkpoint directory; `cfg` must describe the same model and data.
 pub fn load_state(dir: &Path, cfg: Config, device: &Device) -> Result<Trainer> {
-    let bad = |msg: String| Error::Checkpoint { path: dir.to_path_buf(), msg };
+    let bad = |msg: String| Error::Checkpoint {
+        path: dir.to_path_buf(),
+        msg,
+    };
     let ppath = dir.join(STATE_JSON);
     let text = std::fs::read_to_string(&ppath).map_err(|e| Error::io(&ppath, e))?;
-    let p: TrainerState = serde_json::from_str(&text).map_err(|e| bad(format!("{STATE_JSON}: {e}")))?;
+    let p: TrainerState =
+        serde_json::from_str(&text).map_err(|e| bad(format!("{STATE_JSON}: {e}")))?;
     if p.config.sae != cfg.sae || p.config.data != cfg.data || p.config.seed != cfg.seed {
-        return Err(bad("was trained with a different [sae], [data] or seed; use another --out".into()));
+        return Err(bad(
+            "was trained with a different [sae], [data] or seed; use another --out".into(),
+        ));
     }
     let state = candle_core::safetensors::load(dir.join(STATE_TENSORS), device)?;
-    let get = |name: &str| state.get(name).cloned().ok_or_else(|| bad(format!("{STATE_TENSORS} lacks `{name}`")));
+    let get = |name: &str| {
+        state
+            .get(name)
+            .cloned()
+            .ok_or_else(|| bad(format!("{STATE_TENSORS} lacks `{name}`")))
+    };
     let shape = Shape {
         arch: cfg.sae.arch,
         d_model: p.d_model,
@@ -237,7 +288,12 @@ pub fn load_state(dir: &Path, cfg: Config, device: &Device) -> Result<Trainer> {
 pub fn read_saelens(dir: &Path) -> Result<(serde_json::Value, HashMap<String, Tensor>)> {
     let cpath = dir.join("cfg.json");
     let text = std::fs::read_to_string(&cpath).map_err(|e| Error::io(&cpath, e))?;
-    let cfg = serde_json::from_str(&text)
-        .map_err(|e| Error::Checkpoint { path: cpath.clone(), msg: e.to_string() })?;
-    Ok((cfg, candle_core::safetensors::load(dir.join("sae_weights.safetensors"), &Device::Cpu)?))
+    let cfg = serde_json::from_str(&text).map_err(|e| Error::Checkpoint {
+        path: cpath.clone(),
+        msg: e.to_string(),
+    })?;
+    Ok((
+        cfg,
+        candle_core::safetensors::load(dir.join("sae_weights.safetensors"), &Device::Cpu)?,
+    ))
 }

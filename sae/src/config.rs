@@ -175,7 +175,11 @@ fn default_dead_tokens() -> u64 {
 
 impl Default for AuxConfig {
     fn default() -> Self {
-        Self { k_aux: 0, coefficient: default_aux_coef(), dead_tokens: default_dead_tokens() }
+        Self {
+            k_aux: 0,
+            coefficient: default_aux_coef(),
+            dead_tokens: default_dead_tokens(),
+        }
     }
 }
 
@@ -195,7 +199,10 @@ fn default_beta() -> f64 {
 
 impl Default for ThresholdConfig {
     fn default() -> Self {
-        Self { beta: default_beta(), start_step: 0 }
+        Self {
+            beta: default_beta(),
+            start_step: 0,
+        }
     }
 }
 
@@ -331,7 +338,10 @@ fn default_ce_contexts() -> usize {
 
 impl Default for EvalConfig {
     fn default() -> Self {
-        Self { enabled: true, ce_contexts: default_ce_contexts() }
+        Self {
+            enabled: true,
+            ce_contexts: default_ce_contexts(),
+        }
     }
 }
 
@@ -339,14 +349,19 @@ impl Config {
     pub fn from_path(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         Self::from_toml(&text).map_err(|e| match e {
-            Error::ConfigParse { msg, .. } => Error::ConfigParse { path: path.into(), msg },
+            Error::ConfigParse { msg, .. } => Error::ConfigParse {
+                path: path.into(),
+                msg,
+            },
             other => other,
         })
     }
 
     pub fn from_toml(text: &str) -> Result<Self> {
-        let cfg: Config =
-            toml::from_str(text).map_err(|e| Error::ConfigParse { path: "<config>".into(), msg: e.to_string() })?;
+        let cfg: Config = toml::from_str(text).map_err(|e| Error::ConfigParse {
+            path: "<config>".into(),
+            msg: e.to_string(),
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -363,45 +378,78 @@ impl Config {
     pub fn validate(&self) -> Result<()> {
         let bad = |key: &str, msg: String| Err(Error::config(key, msg));
         if self.name.trim().is_empty() || self.name.contains(['/', '\\']) {
-            return bad("name", format!("{:?} must be a non-empty name without path separators", self.name));
+            return bad(
+                "name",
+                format!(
+                    "{:?} must be a non-empty name without path separators",
+                    self.name
+                ),
+            );
         }
         let s = &self.sae;
         if s.latents == 0 {
             return bad("sae.latents", "must be ≥ 1".into());
         }
         if s.k == 0 || s.k > s.latents {
-            return bad("sae.k", format!("{} must be in 1..=sae.latents ({})", s.k, s.latents));
+            return bad(
+                "sae.k",
+                format!("{} must be in 1..=sae.latents ({})", s.k, s.latents),
+            );
         }
         match s.arch {
             Arch::Matryoshka => {
                 if s.group_sizes.is_empty() || s.group_sizes.contains(&0) {
-                    return bad("sae.group_sizes", "matryoshka needs non-empty, positive group sizes".into());
+                    return bad(
+                        "sae.group_sizes",
+                        "matryoshka needs non-empty, positive group sizes".into(),
+                    );
                 }
                 let sum: usize = s.group_sizes.iter().sum();
                 if sum != s.latents {
-                    return bad("sae.group_sizes", format!("sum to {sum}, but sae.latents = {}", s.latents));
+                    return bad(
+                        "sae.group_sizes",
+                        format!("sum to {sum}, but sae.latents = {}", s.latents),
+                    );
                 }
             }
             _ if !s.group_sizes.is_empty() => {
-                return bad("sae.group_sizes", "only the matryoshka architecture has groups".into());
+                return bad(
+                    "sae.group_sizes",
+                    "only the matryoshka architecture has groups".into(),
+                );
             }
             _ => {}
         }
         let layers = self.data_layers();
         if s.arch == Arch::Crosscoder && layers < 2 {
-            return bad("data.layers", format!("a crosscoder needs ≥ 2 layers, got {layers}"));
+            return bad(
+                "data.layers",
+                format!("a crosscoder needs ≥ 2 layers, got {layers}"),
+            );
         }
         if s.arch != Arch::Crosscoder && layers != 1 {
-            return bad("data.layers", format!("{:?} takes exactly one layer, got {layers}", s.arch));
+            return bad(
+                "data.layers",
+                format!("{:?} takes exactly one layer, got {layers}", s.arch),
+            );
         }
         if !(s.aux.coefficient >= 0.0 && s.aux.coefficient.is_finite()) {
-            return bad("sae.aux.coefficient", format!("{} must be finite and ≥ 0", s.aux.coefficient));
+            return bad(
+                "sae.aux.coefficient",
+                format!("{} must be finite and ≥ 0", s.aux.coefficient),
+            );
         }
         if s.aux.k_aux > s.latents {
-            return bad("sae.aux.k_aux", format!("{} exceeds sae.latents ({})", s.aux.k_aux, s.latents));
+            return bad(
+                "sae.aux.k_aux",
+                format!("{} exceeds sae.latents ({})", s.aux.k_aux, s.latents),
+            );
         }
         if !(0.0..1.0).contains(&s.threshold.beta) {
-            return bad("sae.threshold.beta", format!("{} must be in [0, 1)", s.threshold.beta));
+            return bad(
+                "sae.threshold.beta",
+                format!("{} must be in [0, 1)", s.threshold.beta),
+            );
         }
         let t = &self.train;
         if t.batch_size == 0 {
@@ -411,38 +459,63 @@ impl Config {
             return bad("train.steps", "must be ≥ 1".into());
         }
         if !(t.lr >= 0.0 && t.lr.is_finite()) {
-            return bad("train.lr", format!("{} must be finite and ≥ 0 (0 = automatic)", t.lr));
+            return bad(
+                "train.lr",
+                format!("{} must be finite and ≥ 0 (0 = automatic)", t.lr),
+            );
         }
         for (key, v) in [("train.beta1", t.beta1), ("train.beta2", t.beta2)] {
             if !(0.0..1.0).contains(&v) {
                 return bad(key, format!("{v} must be in [0, 1)"));
             }
         }
-        if !(t.adam_eps > 0.0) {
+        if t.adam_eps.is_nan() || t.adam_eps <= 0.0 {
             return bad("train.adam_eps", format!("{} must be > 0", t.adam_eps));
         }
         if !(0.0..=1.0).contains(&t.decay_start) {
-            return bad("train.decay_start", format!("{} must be in [0, 1]", t.decay_start));
+            return bad(
+                "train.decay_start",
+                format!("{} must be in [0, 1]", t.decay_start),
+            );
         }
         if !(t.grad_clip >= 0.0 && t.grad_clip.is_finite()) {
-            return bad("train.grad_clip", format!("{} must be finite and ≥ 0", t.grad_clip));
+            return bad(
+                "train.grad_clip",
+                format!("{} must be finite and ≥ 0", t.grad_clip),
+            );
         }
         if t.precision != Precision::F32 && self.device == DeviceKind::Cpu {
-            return bad("train.precision", "tf32 / bf16 apply to device = \"cuda\" only".into());
+            return bad(
+                "train.precision",
+                "tf32 / bf16 apply to device = \"cuda\" only".into(),
+            );
         }
         if self.selector.compare && self.selector.compare_every == 0 {
             return bad("selector.compare_every", "must be ≥ 1".into());
         }
         if self.selector.compare && self.selector.compare_with == self.selector.kind {
-            return bad("selector.compare_with", "must differ from selector.kind".into());
+            return bad(
+                "selector.compare_with",
+                "must differ from selector.kind".into(),
+            );
         }
         if let Err(msg) = self.log.validate() {
             return Err(Error::config("log", msg));
         }
         match &self.data {
-            DataConfig::Model { hook, layers, context, dtype, buffer_tokens, .. } => {
+            DataConfig::Model {
+                hook,
+                layers,
+                context,
+                dtype,
+                buffer_tokens,
+                ..
+            } => {
                 if !["resid_pre", "resid_post"].contains(&hook.as_str()) {
-                    return bad("data.hook", format!("{hook:?} must be \"resid_pre\" or \"resid_post\""));
+                    return bad(
+                        "data.hook",
+                        format!("{hook:?} must be \"resid_pre\" or \"resid_post\""),
+                    );
                 }
                 let mut sorted = layers.clone();
                 sorted.sort_unstable();
@@ -454,18 +527,33 @@ impl Config {
                     return bad("data.context", format!("{context} must be ≥ 2"));
                 }
                 if !["f32", "bf16", "f16"].contains(&dtype.as_str()) {
-                    return bad("data.dtype", format!("{dtype:?} must be \"f32\", \"bf16\" or \"f16\""));
+                    return bad(
+                        "data.dtype",
+                        format!("{dtype:?} must be \"f32\", \"bf16\" or \"f16\""),
+                    );
                 }
                 if *buffer_tokens < t.batch_size {
-                    return bad("data.buffer_tokens", format!("{buffer_tokens} is below train.batch_size"));
+                    return bad(
+                        "data.buffer_tokens",
+                        format!("{buffer_tokens} is below train.batch_size"),
+                    );
                 }
             }
             DataConfig::Shards { buffer_tokens, .. } => {
                 if *buffer_tokens < t.batch_size {
-                    return bad("data.buffer_tokens", format!("{buffer_tokens} is below train.batch_size"));
+                    return bad(
+                        "data.buffer_tokens",
+                        format!("{buffer_tokens} is below train.batch_size"),
+                    );
                 }
             }
-            DataConfig::Synthetic { d_model, features, active_per_token, layers, .. } => {
+            DataConfig::Synthetic {
+                d_model,
+                features,
+                active_per_token,
+                layers,
+                ..
+            } => {
                 if *d_model == 0 {
                     return bad("data.d_model", "must be ≥ 1".into());
                 }
@@ -473,7 +561,10 @@ impl Config {
                     return bad("data.layers", "must be ≥ 1".into());
                 }
                 if *active_per_token == 0 || active_per_token > features {
-                    return bad("data.active_per_token", format!("{active_per_token} must be in 1..=data.features"));
+                    return bad(
+                        "data.active_per_token",
+                        format!("{active_per_token} must be in 1..=data.features"),
+                    );
                 }
             }
         }

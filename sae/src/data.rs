@@ -24,7 +24,11 @@ pub fn with_layer_axis(batch: Tensor) -> Result<Tensor> {
     Ok(match batch.rank() {
         2 => batch.unsqueeze(1)?,
         3 => batch,
-        r => return Err(crate::Error::Data(format!("activation batch of rank {r}; expected 2 or 3"))),
+        r => {
+            return Err(crate::Error::Data(format!(
+                "activation batch of rank {r}; expected 2 or 3"
+            )))
+        }
     })
 }
 
@@ -54,12 +58,16 @@ impl Synthetic {
     ) -> Self {
         let dim = d_model * layers;
         let mut rng = ChaCha8Rng::seed_from_u64(dictionary_seed);
-        let mut features: Vec<f32> = (0..n_features * dim).map(|_| StandardNormal.sample(&mut rng)).collect();
+        let mut features: Vec<f32> = (0..n_features * dim)
+            .map(|_| StandardNormal.sample(&mut rng))
+            .collect();
         for f in features.chunks_mut(dim.max(1)) {
             let norm = f.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
             f.iter_mut().for_each(|v| *v /= norm);
         }
-        let offset = (0..dim).map(|_| 0.5 * Distribution::<f32>::sample(&StandardNormal, &mut rng)).collect();
+        let offset = (0..dim)
+            .map(|_| 0.5 * Distribution::<f32>::sample(&StandardNormal, &mut rng))
+            .collect();
         Self {
             d_model,
             layers,
@@ -95,6 +103,10 @@ impl ActivationSource for Synthetic {
             }
             out.extend(x);
         }
-        Ok(Some(Tensor::from_vec(out, (tokens, self.layers, self.d_model), &self.device)?))
+        Ok(Some(Tensor::from_vec(
+            out,
+            (tokens, self.layers, self.d_model),
+            &self.device,
+        )?))
     }
 }

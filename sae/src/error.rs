@@ -10,13 +10,22 @@ pub enum Error {
     #[error("cannot parse config {path}: {msg}")]
     ConfigParse { path: PathBuf, msg: String },
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("checkpoint {path}: {msg}")]
     Checkpoint { path: PathBuf, msg: String },
     #[error("data: {0}")]
     Data(String),
     #[error("step {step}: selector {a} and selector {b} chose different elements ({differ} of {k} differ)")]
-    SelectionMismatch { step: u64, a: String, b: String, differ: usize, k: usize },
+    SelectionMismatch {
+        step: u64,
+        a: String,
+        b: String,
+        differ: usize,
+        k: usize,
+    },
     #[error("step {step}: non-finite {what}")]
     NonFinite { step: u64, what: String },
     #[error("shape: {0}")]
@@ -35,9 +44,15 @@ pub type Result<T> = std::result::Result<T, Error>;
 
 impl Error {
     pub fn config(key: impl Into<String>, msg: impl Into<String>) -> Self {
-        Error::Config { key: key.into(), msg: msg.into() }
+        Error::Config {
+            key: key.into(),
+            msg: msg.into(),
+        }
     }
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 }

@@ -7,7 +7,10 @@ pub fn unit_square_norm_scales(x: &Tensor) -> Result<Vec<f64>> {
     let (_, layers, _) = x.dims3()?;
     let mean_sq: Vec<f64> = x.to_dtype(DType::F64)?.sqr()?.sum(2)?.mean(0)?.to_vec1()?;
     debug_assert_eq!(mean_sq.len(), layers);
-    Ok(mean_sq.iter().map(|m| if *m > 0.0 { 1.0 / m.sqrt() } else { 1.0 }).collect())
+    Ok(mean_sq
+        .iter()
+        .map(|m| if *m > 0.0 { 1.0 / m.sqrt() } else { 1.0 })
+        .collect())
 }
 
 /// Geometric median of the rows of `x` [B, d] by Weiszfeld's iteration, in f64 on the host.
@@ -17,18 +20,34 @@ pub fn geometric_median(x: &Tensor, iterations: usize) -> Result<Vec<f32>> {
     let rows: Vec<&[f64]> = data.chunks(d.max(1)).collect();
     let mut median = vec![0f64; d];
     for row in &rows {
-        median.iter_mut().zip(row.iter()).for_each(|(m, v)| *m += v / b as f64);
+        median
+            .iter_mut()
+            .zip(row.iter())
+            .for_each(|(m, v)| *m += v / b as f64);
     }
     for _ in 0..iterations {
         let mut num = vec![0f64; d];
         let mut den = 0f64;
         for row in &rows {
-            let dist = row.iter().zip(&median).map(|(a, m)| (a - m) * (a - m)).sum::<f64>().sqrt().max(1e-8);
+            let dist = row
+                .iter()
+                .zip(&median)
+                .map(|(a, m)| (a - m) * (a - m))
+                .sum::<f64>()
+                .sqrt()
+                .max(1e-8);
             den += 1.0 / dist;
-            num.iter_mut().zip(row.iter()).for_each(|(n, v)| *n += v / dist);
+            num.iter_mut()
+                .zip(row.iter())
+                .for_each(|(n, v)| *n += v / dist);
         }
         let next: Vec<f64> = num.iter().map(|n| n / den).collect();
-        let moved = next.iter().zip(&median).map(|(a, m)| (a - m) * (a - m)).sum::<f64>().sqrt();
+        let moved = next
+            .iter()
+            .zip(&median)
+            .map(|(a, m)| (a - m) * (a - m))
+            .sum::<f64>()
+            .sqrt();
         median = next;
         if moved < 1e-7 {
             break;

@@ -19,8 +19,15 @@ pub struct JsonlSink {
 impl JsonlSink {
     pub fn open(run_dir: &Path) -> Result<Self> {
         let path = run_dir.join("metrics.jsonl");
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| Error::io(&path, e))?;
-        Ok(Self { path, file: std::io::BufWriter::new(file) })
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, e))?;
+        Ok(Self {
+            path,
+            file: std::io::BufWriter::new(file),
+        })
     }
 }
 

@@ -52,10 +52,18 @@ pub struct Encoded {
 
 impl Sae {
     /// W_dec rows random unit vectors, W_enc = W_decᵀ, b_enc = 0, b_dec given (the geometric median).
-    pub fn init(shape: Shape, b_dec: &Tensor, decode: DecodeMode, seed: u64, device: &Device) -> Result<Self> {
+    pub fn init(
+        shape: Shape,
+        b_dec: &Tensor,
+        decode: DecodeMode,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Self> {
         let (n, d_in) = (shape.n, shape.d_in());
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let mut w: Vec<f32> = (0..n * d_in).map(|_| StandardNormal.sample(&mut rng)).collect();
+        let mut w: Vec<f32> = (0..n * d_in)
+            .map(|_| StandardNormal.sample(&mut rng))
+            .collect();
         for row in w.chunks_mut(d_in) {
             let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
             row.iter_mut().for_each(|v| *v /= norm);
@@ -75,10 +83,17 @@ impl Sae {
         decode: DecodeMode,
     ) -> Result<Self> {
         let (n, d_in) = (shape.n, shape.d_in());
-        let want = [("W_enc", w_enc, vec![d_in, n]), ("b_enc", b_enc, vec![n]), ("W_dec", w_dec, vec![n, d_in])];
+        let want = [
+            ("W_enc", w_enc, vec![d_in, n]),
+            ("b_enc", b_enc, vec![n]),
+            ("W_dec", w_dec, vec![n, d_in]),
+        ];
         for (name, t, dims) in want.iter().chain([("b_dec", b_dec, vec![d_in])].iter()) {
             if t.dims() != dims.as_slice() {
-                return Err(Error::Shape(format!("{name} has shape {:?}, expected {dims:?}", t.dims())));
+                return Err(Error::Shape(format!(
+                    "{name} has shape {:?}, expected {dims:?}",
+                    t.dims()
+                )));
             }
         }
         let sparse = match decode {
@@ -110,7 +125,10 @@ impl Sae {
         // only W_enc's gradient from the big matmul, and b_dec's from a cheap vector–matrix product.
         let w = self.w_enc.as_tensor();
         let shift = self.b_dec.as_tensor().unsqueeze(0)?.matmul(w)?;
-        let pre = x.matmul(w)?.broadcast_sub(&shift)?.broadcast_add(self.b_enc.as_tensor())?;
+        let pre = x
+            .matmul(w)?
+            .broadcast_sub(&shift)?
+            .broadcast_add(self.b_enc.as_tensor())?;
         Ok(pre.relu()?)
     }
 
@@ -121,7 +139,13 @@ impl Sae {
         let keep = (batch * self.shape.k).min(pre.elem_count());
         let Selected { indices, time } = select_flat(&pre.detach(), keep, selector, seed)?;
         let vals = pre.flatten_all()?.index_select(&indices, 0)?;
-        Ok(Encoded { pre, idx: indices, vals, batch, select_time: time })
+        Ok(Encoded {
+            pre,
+            idx: indices,
+            vals,
+            batch,
+            select_time: time,
+        })
     }
 
     /// Σ acts · W_dec over the latents in `range` (all when None), without b_dec.
@@ -147,7 +171,15 @@ impl Sae {
 
 /// The dense activation matrix [B, n] (zeros except the kept values; differentiable through `pre`).
 pub fn dense_acts(enc: &Encoded, n: usize) -> Result<Tensor> {
-    masked_dense(&enc.pre, &enc.pre.detach(), &enc.vals.detach(), &enc.idx, enc.batch, n, None)
+    masked_dense(
+        &enc.pre,
+        &enc.pre.detach(),
+        &enc.vals.detach(),
+        &enc.idx,
+        enc.batch,
+        n,
+        None,
+    )
 }
 
 /// `src` [B, n] kept at the selected positions and zeroed elsewhere. `scores` [B, n] is what the selection
@@ -172,7 +204,11 @@ pub fn masked_dense(
         Some(k) => scores.broadcast_ge(&picked.reshape((batch, k))?.min_keepdim(1)?)?,
     };
     let mask = (at_least * positive)?;
-    let want = picked.gt(0f64)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
+    let want = picked
+        .gt(0f64)?
+        .to_dtype(DType::F32)?
+        .sum_all()?
+        .to_scalar::<f32>()?;
     let have = mask.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
     if have == want {
         return Ok(mask.where_cond(src, &src.zeros_like()?)?);
@@ -198,7 +234,10 @@ fn sub_selection(idx: &Tensor, n: usize, start: usize, len: usize) -> Result<(Te
     }
     let device = idx.device();
     let count = pos.len();
-    Ok((Tensor::from_vec(pos, count, device)?, Tensor::from_vec(sub, count, device)?))
+    Ok((
+        Tensor::from_vec(pos, count, device)?,
+        Tensor::from_vec(sub, count, device)?,
+    ))
 }
 
 /// Σ over the batch of squared errors per token, averaged over tokens: dictionary_learning's L2 loss.
@@ -222,7 +261,9 @@ impl Sae {
         let keep = pre.gt(threshold)?.to_dtype(DType::F32)?;
         let acts = (pre * &keep)?;
         let l0 = keep.sum_all()?.to_scalar::<f32>()? as f64 / x.dim(0)? as f64;
-        let recon = acts.matmul(self.w_dec.as_tensor())?.broadcast_add(self.b_dec.as_tensor())?;
+        let recon = acts
+            .matmul(self.w_dec.as_tensor())?
+            .broadcast_add(self.b_dec.as_tensor())?;
         Ok((recon, l0))
     }
 }

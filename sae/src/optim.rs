@@ -49,7 +49,11 @@ impl Adam {
 /// from `decay_start · steps` to the end.
 pub fn lr_at(step: u64, base: f64, cfg: &TrainConfig) -> f64 {
     let s = step as f64;
-    let warm = if cfg.warmup_steps > 0 { ((s + 1.0) / cfg.warmup_steps as f64).min(1.0) } else { 1.0 };
+    let warm = if cfg.warmup_steps > 0 {
+        ((s + 1.0) / cfg.warmup_steps as f64).min(1.0)
+    } else {
+        1.0
+    };
     let total = cfg.steps as f64;
     let decay_from = cfg.decay_start * total;
     let decay = if cfg.decay_start < 1.0 && s >= decay_from {
@@ -89,7 +93,11 @@ pub fn normalize_rows(w_dec: &Var) -> Result<()> {
 pub fn clip_global_norm(grads: &mut [Tensor], max_norm: f64) -> Result<f64> {
     let mut sq = 0f64;
     for g in grads.iter() {
-        sq += g.sqr()?.sum_all()?.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        sq += g
+            .sqr()?
+            .sum_all()?
+            .to_dtype(candle_core::DType::F64)?
+            .to_scalar::<f64>()?;
     }
     let norm = sq.sqrt();
     if max_norm > 0.0 && norm > max_norm {

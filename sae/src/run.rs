@@ -9,7 +9,10 @@ use crate::{Error, Result};
 use activations::corpus::{Contexts, Corpus, Split};
 use activations::{ActivationSource, Gpt2, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
-use eval::{LoopConfig, Metrics, MetricsSink, Progress, RunDir, RunMeta, SinkOptions, StepContext, StepOutput};
+use eval::{
+    LoopConfig, Metrics, MetricsSink, Progress, RunDir, RunMeta, SinkOptions, StepContext,
+    StepOutput,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -46,9 +49,17 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     set_precision(cfg.train.precision);
     let run = match (&opts.out, opts.resume) {
         (Some(out), true) => RunDir::open_existing(out)?,
-        (None, true) => return Err(Error::config("--resume", "needs --out DIR naming the run to continue")),
+        (None, true) => {
+            return Err(Error::config(
+                "--resume",
+                "needs --out DIR naming the run to continue",
+            ))
+        }
         (Some(out), false) => RunDir::create_at(out)?,
-        (None, false) => RunDir::create(Path::new("runs"), &format!("{}-{}", cfg.name, cfg.selector.kind.name()))?,
+        (None, false) => RunDir::create(
+            Path::new("runs"),
+            &format!("{}-{}", cfg.name, cfg.selector.kind.name()),
+        )?,
     };
     let mut data = Data::open(&cfg, &device)?;
     let (trainer, start, pending) = if opts.resume {
@@ -66,7 +77,11 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         run.write_meta(&meta)?;
         run.write_config(&text, &cfg)?;
         let first = data.next_train(cfg.train.batch_size)?;
-        (Trainer::new(cfg.clone(), &first, &device)?, Progress::default(), Some(first))
+        (
+            Trainer::new(cfg.clone(), &first, &device)?,
+            Progress::default(),
+            Some(first),
+        )
     };
     let meta = run.read_meta()?;
     let sink_opts = SinkOptions::for_run(&run, &meta, &cfg.log);
@@ -80,7 +95,11 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     loop_cfg.final_eval = cfg.eval.enabled;
     loop_cfg.progress_metrics = vec!["loss".into(), "fvu".into(), "l0".into()];
     let stop = eval::StopSignal::ctrl_c().unwrap_or_default();
-    let mut job = SaeJob { trainer, data, pending };
+    let mut job = SaeJob {
+        trainer,
+        data,
+        pending,
+    };
     let summary = eval::train_loop::run(&mut job, &run, &sink, &loop_cfg, start, &stop)?;
     sink.finish()?;
     let stopped = summary.outcome == eval::Outcome::Stopped;
@@ -124,12 +143,36 @@ pub struct Splice {
 impl Data {
     pub fn open(cfg: &Config, device: &Device) -> Result<Self> {
         match &cfg.data {
-            DataConfig::Synthetic { d_model, layers, features, active_per_token, held_out_tokens } => {
-                let make = |stream| Synthetic::new(*d_model, *layers, *features, *active_per_token, cfg.seed, stream, device);
-                let heldout = make(cfg.seed ^ 0x4e1d_0u64).next_batch(*held_out_tokens)?;
-                Ok(Self { train: Box::new(make(cfg.seed)), heldout, splice: None })
+            DataConfig::Synthetic {
+                d_model,
+                layers,
+                features,
+                active_per_token,
+                held_out_tokens,
+            } => {
+                let make = |stream| {
+                    Synthetic::new(
+                        *d_model,
+                        *layers,
+                        *features,
+                        *active_per_token,
+                        cfg.seed,
+                        stream,
+                        device,
+                    )
+                };
+                let heldout = make(cfg.seed ^ 0x4e1d0_u64).next_batch(*held_out_tokens)?;
+                Ok(Self {
+                    train: Box::new(make(cfg.seed)),
+                    heldout,
+                    splice: None,
+                })
             }
-            DataConfig::Shards { dir, buffer_tokens, held_out_dir } => {
+            DataConfig::Shards {
+                dir,
+                buffer_tokens,
+                held_out_dir,
+            } => {
                 let open = |dir: &Path, repeat: bool| -> Result<activations::ShardReader> {
                     let probe = activations::ShardReader::open(dir, Default::default())?;
                     let row_bytes = probe.manifest().d_model * 4 * probe.hook_points().len().max(1);
@@ -146,23 +189,50 @@ impl Data {
                     Some(h) => open(h, false)?.next_batch(*buffer_tokens)?,
                     None => None,
                 };
-                Ok(Self { train: Box::new(open(dir, true)?), heldout, splice: None })
+                Ok(Self {
+                    train: Box::new(open(dir, true)?),
+                    heldout,
+                    splice: None,
+                })
             }
-            DataConfig::Model { model, hook, layers, corpus, context, dtype, held_out_tokens, buffer_tokens } => {
+            DataConfig::Model {
+                model,
+                hook,
+                layers,
+                corpus,
+                context,
+                dtype,
+                held_out_tokens,
+                buffer_tokens,
+            } => {
                 let dtype = activations::models::parse_dtype("data.dtype", dtype)?;
                 let model = Arc::new(activations::models::load_model(model, dtype, device)?);
                 let hooks: Vec<HookPoint> = layers
                     .iter()
-                    .map(|&l| if hook == "resid_pre" { HookPoint::ResidPre(l) } else { HookPoint::ResidPost(l) })
+                    .map(|&l| {
+                        if hook == "resid_pre" {
+                            HookPoint::ResidPre(l)
+                        } else {
+                            HookPoint::ResidPost(l)
+                        }
+                    })
                     .collect();
                 let corpus = Corpus::load(corpus)?;
                 let tokenizer = Gpt2Tokenizer::new()?;
                 let pack = |split| -> Result<Contexts> {
-                    Ok(Contexts::pack(&corpus.split(split, HELDOUT_FRACTION).tokenize(&tokenizer)?, *context, true)?)
+                    Ok(Contexts::pack(
+                        &corpus.split(split, HELDOUT_FRACTION).tokenize(&tokenizer)?,
+                        *context,
+                        true,
+                    )?)
                 };
                 let (train_ctx, held_ctx) = (pack(Split::Train)?, pack(Split::Heldout)?);
                 let ce_n = cfg.eval.ce_contexts.min(held_ctx.len());
-                let ce_tokens = Tensor::from_vec(held_ctx.tokens[..ce_n * context].to_vec(), (ce_n, *context), device)?;
+                let ce_tokens = Tensor::from_vec(
+                    held_ctx.tokens[..ce_n * context].to_vec(),
+                    (ce_n, *context),
+                    device,
+                )?;
                 let opts = |repeat, buffer| OnTheFlyOptions {
                     batch_contexts: BATCH_CONTEXTS,
                     drop_bos: true,
@@ -171,11 +241,29 @@ impl Data {
                     repeat,
                     dtype: DType::F32,
                 };
-                let mut held = OnTheFly::new(model.clone(), held_ctx, hooks.clone(), opts(false, *held_out_tokens))?;
+                let mut held = OnTheFly::new(
+                    model.clone(),
+                    held_ctx,
+                    hooks.clone(),
+                    opts(false, *held_out_tokens),
+                )?;
                 let heldout = held.next_batch(*held_out_tokens)?;
-                let train = OnTheFly::new(model.clone(), train_ctx, hooks.clone(), opts(true, *buffer_tokens))?;
-                let splice = (hooks.len() == 1 && ce_n > 0).then(|| Splice { model, hook: hooks[0], tokens: ce_tokens });
-                Ok(Self { train: Box::new(train), heldout, splice })
+                let train = OnTheFly::new(
+                    model.clone(),
+                    train_ctx,
+                    hooks.clone(),
+                    opts(true, *buffer_tokens),
+                )?;
+                let splice = (hooks.len() == 1 && ce_n > 0).then(|| Splice {
+                    model,
+                    hook: hooks[0],
+                    tokens: ce_tokens,
+                });
+                Ok(Self {
+                    train: Box::new(train),
+                    heldout,
+                    splice,
+                })
             }
         }
     }
@@ -184,7 +272,9 @@ impl Data {
     pub fn next_train(&mut self, batch: usize) -> Result<Tensor> {
         match self.train.next_batch(batch)? {
             Some(b) if b.dim(0)? == batch => with_layer_axis(b),
-            _ => Err(Error::Data(format!("the activation source ran out before a batch of {batch} tokens"))),
+            _ => Err(Error::Data(format!(
+                "the activation source ran out before a batch of {batch} tokens"
+            ))),
         }
     }
 }
@@ -227,7 +317,10 @@ impl eval::Trainer for SaeJob {
                 m.insert(format!("fvu_layer{l}"), *v);
             }
         }
-        Ok(StepOutput { tokens: batch as u64, metrics: m })
+        Ok(StepOutput {
+            tokens: batch as u64,
+            metrics: m,
+        })
     }
 
     fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<()> {
@@ -280,20 +373,27 @@ impl CeLosses {
 pub fn ce_loss_recovered(trainer: &Trainer, splice: &Splice) -> Result<CeLosses> {
     let model = &splice.model;
     let ce = |logits: Tensor| -> Result<f64> {
-        Ok(Gpt2::next_token_loss(&logits, &splice.tokens)?.to_dtype(DType::F64)?.to_scalar::<f64>()?)
+        Ok(Gpt2::next_token_loss(&logits, &splice.tokens)?
+            .to_dtype(DType::F64)?
+            .to_scalar::<f64>()?)
     };
     let clean = ce(model.forward_logits(&splice.tokens)?)?;
     let reconstruct = |h: &Tensor| -> candle_core::Result<Tensor> {
         let (b, t, d) = h.dims3()?;
         let body = h.narrow(1, 1, t - 1)?.reshape((b * (t - 1), 1, d))?;
-        let recon = splice_reconstruction(trainer, &body).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+        let recon = splice_reconstruction(trainer, &body)
+            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
         let recon = recon.reshape((b, t - 1, d))?.to_dtype(h.dtype())?;
         Tensor::cat(&[&h.narrow(1, 0, 1)?, &recon], 1)
     };
     let spliced = ce(model.forward_logits_patched(&splice.tokens, splice.hook, &reconstruct)?)?;
     let zero_out = |h: &Tensor| h.zeros_like();
     let zero = ce(model.forward_logits_patched(&splice.tokens, splice.hook, &zero_out)?)?;
-    Ok(CeLosses { clean, spliced, zero })
+    Ok(CeLosses {
+        clean,
+        spliced,
+        zero,
+    })
 }
 
 /// The SAE's reconstruction of raw activations [N, 1, d], in the raw scale.

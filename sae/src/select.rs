@@ -11,7 +11,12 @@ pub struct Selected {
     pub time: Duration,
 }
 
-pub fn select_flat(pre: &Tensor, keep: usize, selector: profk::Selector, seed: u64) -> Result<Selected> {
+pub fn select_flat(
+    pre: &Tensor,
+    keep: usize,
+    selector: profk::Selector,
+    seed: u64,
+) -> Result<Selected> {
     let opts = profk::TopKOptions {
         selector,
         mode: profk::Mode::Flat,
@@ -23,11 +28,19 @@ pub fn select_flat(pre: &Tensor, keep: usize, selector: profk::Selector, seed: u
     let sel = profk::topk(pre, keep, &opts)?;
     let indices = sel.indices.contiguous()?;
     sync(&indices)?;
-    Ok(Selected { indices, time: t0.elapsed() })
+    Ok(Selected {
+        indices,
+        time: t0.elapsed(),
+    })
 }
 
 /// Per-row selection of `keep` elements of `scores [B, n]`, returned as flat (row · n + col) indices.
-pub fn select_rows(scores: &Tensor, keep: usize, selector: profk::Selector, seed: u64) -> Result<Tensor> {
+pub fn select_rows(
+    scores: &Tensor,
+    keep: usize,
+    selector: profk::Selector,
+    seed: u64,
+) -> Result<Tensor> {
     let (b, n) = scores.dims2()?;
     let opts = profk::TopKOptions {
         selector,
@@ -44,7 +57,13 @@ pub fn select_rows(scores: &Tensor, keep: usize, selector: profk::Selector, seed
 }
 
 /// Runs `cfg.compare_with` on the same input and requires the identical set of elements.
-pub fn cross_check(pre: &Tensor, keep: usize, chosen: &Tensor, cfg: &SelectorConfig, step: u64) -> Result<()> {
+pub fn cross_check(
+    pre: &Tensor,
+    keep: usize,
+    chosen: &Tensor,
+    cfg: &SelectorConfig,
+    step: u64,
+) -> Result<()> {
     let other = select_flat(pre, keep, cfg.compare_with.selector(), step)?;
     let a: Vec<i64> = chosen.to_vec1()?;
     let b: Vec<i64> = other.indices.to_vec1()?;

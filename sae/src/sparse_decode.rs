@@ -24,7 +24,9 @@ pub fn sparse_decode(vals: &Tensor, idx: &Tensor, w: &Tensor, batch: usize) -> R
 pub fn gather_decode(vals: &Tensor, idx: &Tensor, w: &Tensor, batch: usize) -> Result<Tensor> {
     let (n, d) = w.dims2()?;
     let (rows, cols) = split_flat(idx, n)?;
-    let picked = w.index_select(&cols, 0)?.broadcast_mul(&vals.unsqueeze(1)?)?;
+    let picked = w
+        .index_select(&cols, 0)?
+        .broadcast_mul(&vals.unsqueeze(1)?)?;
     let zeros = Tensor::zeros((batch, d), w.dtype(), w.device())?;
     Ok(zeros.index_add(&rows, &picked, 0)?)
 }
@@ -42,7 +44,9 @@ pub fn split_flat(idx: &Tensor, n: usize) -> Result<(Tensor, Tensor)> {
 pub fn dense_decode(vals: &Tensor, idx: &Tensor, w: &Tensor, batch: usize) -> Result<Tensor> {
     let (n, _) = w.dims2()?;
     let flat = Tensor::zeros(batch * n, vals.dtype(), vals.device())?;
-    let acts = flat.index_add(&idx.to_dtype(DType::I64)?, vals, 0)?.reshape((batch, n))?;
+    let acts = flat
+        .index_add(&idx.to_dtype(DType::I64)?, vals, 0)?
+        .reshape((batch, n))?;
     Ok(acts.matmul(w)?)
 }
 
@@ -63,7 +67,11 @@ fn slice_i64<'a>(s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [i64]
 }
 
 /// Positions of the selections grouped by `key(s)` in `0..buckets`: a counting sort (offsets, order).
-fn bucket(idx: &[i64], buckets: usize, key: impl Fn(i64) -> usize) -> candle_core::Result<(Vec<usize>, Vec<u32>)> {
+fn bucket(
+    idx: &[i64],
+    buckets: usize,
+    key: impl Fn(i64) -> usize,
+) -> candle_core::Result<(Vec<usize>, Vec<u32>)> {
     let mut offsets = vec![0usize; buckets + 1];
     for &i in idx {
         let b = key(i);
@@ -112,15 +120,17 @@ impl CustomOp3 for SparseDecode {
         let n = self.n as i64;
         let (offsets, order) = bucket(idx, self.batch, |i| (i / n) as usize)?;
         let mut out = vec![0f32; self.batch * d];
-        out.par_chunks_mut(d.max(1)).enumerate().for_each(|(b, row)| {
-            for &s in &order[offsets[b]..offsets[b + 1]] {
-                let v = vals[s as usize];
-                let col = (idx[s as usize] % n) as usize;
-                for (o, &wv) in row.iter_mut().zip(&w[col * d..(col + 1) * d]) {
-                    *o += v * wv;
+        out.par_chunks_mut(d.max(1))
+            .enumerate()
+            .for_each(|(b, row)| {
+                for &s in &order[offsets[b]..offsets[b + 1]] {
+                    let v = vals[s as usize];
+                    let col = (idx[s as usize] % n) as usize;
+                    for (o, &wv) in row.iter_mut().zip(&w[col * d..(col + 1) * d]) {
+                        *o += v * wv;
+                    }
                 }
-            }
-        });
+            });
         Ok((CpuStorage::F32(out), Shape::from((self.batch, d))))
     }
 
@@ -168,7 +178,10 @@ impl CustomOp3 for DecodeGradValues {
             .map(|&i| {
                 let (row, col) = ((i / n) as usize, (i % n) as usize);
                 let g = &grad[row * d..(row + 1) * d];
-                g.iter().zip(&w[col * d..(col + 1) * d]).map(|(a, b)| a * b).sum()
+                g.iter()
+                    .zip(&w[col * d..(col + 1) * d])
+                    .map(|(a, b)| a * b)
+                    .sum()
             })
             .collect();
         let len = out.len();
@@ -202,15 +215,17 @@ impl CustomOp3 for DecodeGradWeights {
         let n = self.n as i64;
         let (offsets, order) = bucket(idx, self.n, |i| (i % n) as usize)?;
         let mut out = vec![0f32; self.n * d];
-        out.par_chunks_mut(d.max(1)).enumerate().for_each(|(c, row)| {
-            for &s in &order[offsets[c]..offsets[c + 1]] {
-                let v = vals[s as usize];
-                let r = (idx[s as usize] / n) as usize;
-                for (o, &g) in row.iter_mut().zip(&grad[r * d..(r + 1) * d]) {
-                    *o += v * g;
+        out.par_chunks_mut(d.max(1))
+            .enumerate()
+            .for_each(|(c, row)| {
+                for &s in &order[offsets[c]..offsets[c + 1]] {
+                    let v = vals[s as usize];
+                    let r = (idx[s as usize] / n) as usize;
+                    for (o, &g) in row.iter_mut().zip(&grad[r * d..(r + 1) * d]) {
+                        *o += v * g;
+                    }
                 }
-            }
-        });
+            });
         Ok((CpuStorage::F32(out), Shape::from((self.n, d))))
     }
 }

@@ -5,7 +5,9 @@ use crate::aux::{aux_loss, DeadTracker};
 use crate::config::{Arch, Config};
 use crate::init::{geometric_median, unit_square_norm_scales};
 use crate::model::{Sae, Shape};
-use crate::optim::{clip_global_norm, collect_grads, lr_at, normalize_rows, project_decoder_grad, Adam};
+use crate::optim::{
+    clip_global_norm, collect_grads, lr_at, normalize_rows, project_decoder_grad, Adam,
+};
 use crate::select::{cross_check, sync};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
@@ -59,7 +61,11 @@ impl Trainer {
             k: cfg.sae.k,
             groups: cfg.sae.group_sizes.clone(),
         };
-        let scales = if cfg.sae.normalize_input { unit_square_norm_scales(first)? } else { vec![1.0; layers] };
+        let scales = if cfg.sae.normalize_input {
+            unit_square_norm_scales(first)?
+        } else {
+            vec![1.0; layers]
+        };
         let x = scale_and_stack(first, &scales)?;
         let median = geometric_median(&x, 100)?;
         let b_dec = Tensor::from_vec(median, shape.d_in(), device)?;
@@ -70,12 +76,24 @@ impl Trainer {
     pub fn with_sae(cfg: Config, sae: Sae, scales: Vec<f64>) -> Result<Self> {
         let adam = Adam::new(&sae.vars(), &cfg.train)?;
         let dead = DeadTracker::new(sae.shape.n, cfg.sae.aux.dead_tokens, sae.device())?;
-        Ok(Self { cfg, sae, adam, dead, threshold: -1.0, scales, step: 0, tokens: 0 })
+        Ok(Self {
+            cfg,
+            sae,
+            adam,
+            dead,
+            threshold: -1.0,
+            scales,
+            step: 0,
+            tokens: 0,
+        })
     }
 
     /// Raw activations [B, L, d] → scaled, stacked model inputs [B, L·d] on the model's device.
     pub fn prepare(&self, raw: &Tensor) -> Result<Tensor> {
-        scale_and_stack(&raw.to_device(self.sae.device())?.to_dtype(DType::F32)?, &self.scales)
+        scale_and_stack(
+            &raw.to_device(self.sae.device())?.to_dtype(DType::F32)?,
+            &self.scales,
+        )
     }
 
     fn k_aux(&self) -> usize {
@@ -94,11 +112,19 @@ impl Trainer {
         let fwd = arch::forward(&self.sae, &x, selector, seed)?;
         let keep = fwd.enc.idx.elem_count();
         let sel = &self.cfg.selector;
-        if sel.compare && self.step % sel.compare_every == 0 {
+        if sel.compare && self.step.is_multiple_of(sel.compare_every) {
             cross_check(&fwd.enc.pre.detach(), keep, &fwd.enc.idx, sel, self.step)?;
         }
         let (dead_mask, n_dead) = self.dead.dead()?;
-        let aux = aux_loss(&self.sae, &fwd.enc, &x, &fwd.recon, (&dead_mask, n_dead), self.k_aux(), selector, seed)?;
+        let aux = aux_loss(
+            &self.sae,
+            &fwd.enc,
+            &x,
+            &fwd.recon,
+            (&dead_mask, n_dead),
+            self.k_aux(),
+            (selector, seed),
+        )?;
         let loss = match &aux {
             Some(a) => (&fwd.loss + (a * self.cfg.sae.aux.coefficient)?)?,
             None => fwd.loss.clone(),
@@ -108,12 +134,16 @@ impl Trainer {
         grads[2] = project_decoder_grad(self.sae.w_dec.as_tensor(), &grads[2])?;
         let grad_norm = clip_global_norm(&mut grads, self.cfg.train.grad_clip)?;
         if !grad_norm.is_finite() {
-            return Err(Error::NonFinite { step: self.step, what: "gradient norm".into() });
+            return Err(Error::NonFinite {
+                step: self.step,
+                what: "gradient norm".into(),
+            });
         }
         let lr = lr_at(self.step, self.cfg.lr(), &self.cfg.train);
         self.adam.step(&vars, &grads, lr)?;
         normalize_rows(&self.sae.w_dec)?;
-        self.dead.update(&fwd.enc, self.sae.shape.n, self.sae.sparse)?;
+        self.dead
+            .update(&fwd.enc, self.sae.shape.n, self.sae.sparse)?;
         if self.step >= self.cfg.sae.threshold.start_step {
             self.update_threshold(&fwd.enc.vals)?;
         }
@@ -156,12 +186,20 @@ impl Trainer {
     fn update_threshold(&mut self, vals: &Tensor) -> Result<()> {
         let vals = vals.detach();
         let inf = Tensor::full(f32::INFINITY, vals.shape(), vals.device())?;
-        let min = vals.gt(0f64)?.where_cond(&vals, &inf)?.min(0)?.to_scalar::<f32>()? as f64;
+        let min = vals
+            .gt(0f64)?
+            .where_cond(&vals, &inf)?
+            .min(0)?
+            .to_scalar::<f32>()? as f64;
         if !min.is_finite() {
             return Ok(());
         }
         let beta = self.cfg.sae.threshold.beta;
-        self.threshold = if self.threshold < 0.0 { min } else { beta * self.threshold + (1.0 - beta) * min };
+        self.threshold = if self.threshold < 0.0 {
+            min
+        } else {
+            beta * self.threshold + (1.0 - beta) * min
+        };
         Ok(())
     }
 
@@ -170,7 +208,12 @@ impl Trainer {
     pub fn evaluate(&self, raw: &Tensor) -> Result<EvalStats> {
         let x = self.prepare(raw)?;
         let batch = x.dim(0)?;
-        let fwd = arch::forward(&self.sae, &x, self.cfg.selector.kind.selector(), self.cfg.seed)?;
+        let fwd = arch::forward(
+            &self.sae,
+            &x,
+            self.cfg.selector.kind.selector(),
+            self.cfg.seed,
+        )?;
         let recon = fwd.recon.detach();
         let (mse, fvu) = mse_fvu(&x, &recon)?;
         let l0 = positive_count(&fwd.enc.vals)? / batch as f64;
@@ -185,7 +228,15 @@ impl Trainer {
         } else {
             Vec::new()
         };
-        Ok(EvalStats { tokens: batch, mse, fvu, l0, fvu_threshold, l0_threshold, layer_fvu })
+        Ok(EvalStats {
+            tokens: batch,
+            mse,
+            fvu,
+            l0,
+            fvu_threshold,
+            l0_threshold,
+            layer_fvu,
+        })
     }
 }
 
@@ -213,12 +264,25 @@ pub fn scale_and_stack(raw: &Tensor, scales: &[f64]) -> Result<Tensor> {
 
 /// Mean squared error per element and fraction of variance unexplained.
 pub fn mse_fvu(x: &Tensor, recon: &Tensor) -> Result<(f64, f64)> {
-    let err = (x - recon)?.sqr()?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
+    let err = (x - recon)?
+        .sqr()?
+        .to_dtype(DType::F64)?
+        .sum_all()?
+        .to_scalar::<f64>()?;
     let centered = x.broadcast_sub(&x.mean_keepdim(0)?)?;
-    let var = centered.sqr()?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?;
+    let var = centered
+        .sqr()?
+        .to_dtype(DType::F64)?
+        .sum_all()?
+        .to_scalar::<f64>()?;
     Ok((err / x.elem_count() as f64, err / var.max(1e-30)))
 }
 
 fn positive_count(vals: &Tensor) -> Result<f64> {
-    Ok(vals.detach().gt(0f64)?.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
+    Ok(vals
+        .detach()
+        .gt(0f64)?
+        .to_dtype(DType::F64)?
+        .sum_all()?
+        .to_scalar::<f64>()?)
 }

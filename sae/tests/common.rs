@@ -10,7 +10,16 @@ pub fn randn(shape: &[usize], seed: u64) -> Tensor {
 }
 
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    (a - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap()
 }
 
 /// A synthetic-data config for quick runs.

@@ -8,12 +8,29 @@ use sae::model::{Sae, Shape};
 use sae::sparse_decode::{dense_decode, gather_decode, sparse_decode};
 
 fn to_f64(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    t.to_dtype(DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap()
 }
 
 /// Dense host reference: pre-activations, batch-global top-(B·k) by full sort, reconstruction, and the
 /// loss summed over prefixes `ends`.
-fn reference(x: &[f64], b: usize, d: usize, we: &[f64], be: &[f64], wd: &[f64], bd: &[f64], n: usize, k: usize, ends: &[usize]) -> (Vec<f64>, f64) {
+#[allow(clippy::too_many_arguments)] // a plain host reference, kept free of the crate's types
+fn reference(
+    x: &[f64],
+    b: usize,
+    d: usize,
+    we: &[f64],
+    be: &[f64],
+    wd: &[f64],
+    bd: &[f64],
+    n: usize,
+    k: usize,
+    ends: &[usize],
+) -> (Vec<f64>, f64) {
     let mut pre = vec![0f64; b * n];
     for r in 0..b {
         for j in 0..n {
@@ -50,7 +67,14 @@ fn reference(x: &[f64], b: usize, d: usize, we: &[f64], be: &[f64], wd: &[f64], 
 fn check_arch(arch: Arch, layers: usize, groups: Vec<usize>, decode: DecodeMode) {
     let (b, d_model, n, k) = (6, 5, 12, 3);
     let d = d_model * layers;
-    let shape = Shape { arch, d_model, layers, n, k, groups: groups.clone() };
+    let shape = Shape {
+        arch,
+        d_model,
+        layers,
+        n,
+        k,
+        groups: groups.clone(),
+    };
     let sae = Sae::from_tensors(
         shape,
         &randn(&[d, n], 1),
@@ -62,16 +86,40 @@ fn check_arch(arch: Arch, layers: usize, groups: Vec<usize>, decode: DecodeMode)
     .unwrap();
     let x = randn(&[b, d], 5);
     let fwd = sae::arch::forward(&sae, &x, profk::Selector::Profk, 0).unwrap();
-    let ends: Vec<usize> = if groups.is_empty() { vec![n] } else { sae::arch::matryoshka::prefix_ends(&groups) };
+    let ends: Vec<usize> = if groups.is_empty() {
+        vec![n]
+    } else {
+        sae::arch::matryoshka::prefix_ends(&groups)
+    };
     let (recon, loss) = reference(
-        &to_f64(&x), b, d, &to_f64(sae.w_enc.as_tensor()), &to_f64(sae.b_enc.as_tensor()),
-        &to_f64(sae.w_dec.as_tensor()), &to_f64(sae.b_dec.as_tensor()), n, k, &ends,
+        &to_f64(&x),
+        b,
+        d,
+        &to_f64(sae.w_enc.as_tensor()),
+        &to_f64(sae.b_enc.as_tensor()),
+        &to_f64(sae.w_dec.as_tensor()),
+        &to_f64(sae.b_dec.as_tensor()),
+        n,
+        k,
+        &ends,
     );
     let got = to_f64(&fwd.recon);
-    let err = got.iter().zip(&recon).map(|(a, b)| (a - b).abs()).fold(0f64, f64::max);
+    let err = got
+        .iter()
+        .zip(&recon)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f64, f64::max);
     assert!(err < 1e-4, "{arch:?} recon differs by {err}");
-    let l = fwd.loss.to_dtype(DType::F64).unwrap().to_scalar::<f64>().unwrap();
-    assert!((l - loss).abs() < 1e-4 * loss.max(1.0), "{arch:?} loss {l} vs reference {loss}");
+    let l = fwd
+        .loss
+        .to_dtype(DType::F64)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap();
+    assert!(
+        (l - loss).abs() < 1e-4 * loss.max(1.0),
+        "{arch:?} loss {l} vs reference {loss}"
+    );
 }
 
 #[test]
@@ -104,11 +152,26 @@ fn sparse_decode_forward_and_backward_equal_dense() {
     let probe = randn(&[b, d], 13);
     let run = |f: &dyn Fn(&Tensor, &Tensor, &Tensor, usize) -> sae::Result<Tensor>| {
         let out = f(vals.as_tensor(), &idx_t, w.as_tensor(), b).unwrap();
-        let g = (&out * &probe).unwrap().sum_all().unwrap().backward().unwrap();
-        (out, g.get(vals.as_tensor()).unwrap().clone(), g.get(w.as_tensor()).unwrap().clone())
+        let g = (&out * &probe)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .backward()
+            .unwrap();
+        (
+            out,
+            g.get(vals.as_tensor()).unwrap().clone(),
+            g.get(w.as_tensor()).unwrap().clone(),
+        )
     };
     let (o_ref, gv_ref, gw_ref) = run(&dense_decode);
-    for (name, f) in [("sparse", &sparse_decode as &dyn Fn(&Tensor, &Tensor, &Tensor, usize) -> sae::Result<Tensor>), ("gather", &gather_decode)] {
+    for (name, f) in [
+        (
+            "sparse",
+            &sparse_decode as &dyn Fn(&Tensor, &Tensor, &Tensor, usize) -> sae::Result<Tensor>,
+        ),
+        ("gather", &gather_decode),
+    ] {
         let (o, gv, gw) = run(f);
         assert!(max_abs_diff(&o, &o_ref) < 1e-5, "{name} forward");
         assert!(max_abs_diff(&gv, &gv_ref) < 1e-5, "{name} d values");
@@ -127,16 +190,44 @@ fn sparse_decode_rejects_out_of_range_index() {
 fn decoder_projection_and_normalization() {
     let w = Var::from_tensor(&randn(&[8, 6], 21)).unwrap();
     sae::optim::normalize_rows(&w).unwrap();
-    let norms: Vec<f32> = w.as_tensor().sqr().unwrap().sum(1).unwrap().to_vec1().unwrap();
+    let norms: Vec<f32> = w
+        .as_tensor()
+        .sqr()
+        .unwrap()
+        .sum(1)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     assert!(norms.iter().all(|v| (v - 1.0).abs() < 1e-5), "{norms:?}");
     let g = randn(&[8, 6], 22);
     let p = sae::optim::project_decoder_grad(w.as_tensor(), &g).unwrap();
-    let dots: Vec<f32> = (&p * w.as_tensor()).unwrap().sum(1).unwrap().to_vec1().unwrap();
-    assert!(dots.iter().all(|v| v.abs() < 1e-5), "parallel component left: {dots:?}");
+    let dots: Vec<f32> = (&p * w.as_tensor())
+        .unwrap()
+        .sum(1)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    assert!(
+        dots.iter().all(|v| v.abs() < 1e-5),
+        "parallel component left: {dots:?}"
+    );
     // The orthogonal part is untouched: g − p is parallel to w.
     let diff = (&g - &p).unwrap();
-    let cos: Vec<f32> = (&diff * w.as_tensor()).unwrap().sum(1).unwrap().to_vec1().unwrap();
-    let dn: Vec<f32> = diff.sqr().unwrap().sum(1).unwrap().sqrt().unwrap().to_vec1().unwrap();
+    let cos: Vec<f32> = (&diff * w.as_tensor())
+        .unwrap()
+        .sum(1)
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let dn: Vec<f32> = diff
+        .sqr()
+        .unwrap()
+        .sum(1)
+        .unwrap()
+        .sqrt()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     for (c, n) in cos.iter().zip(&dn) {
         assert!((c.abs() - n).abs() < 1e-4);
     }
@@ -151,16 +242,33 @@ fn geometric_median_resists_an_outlier() {
     rows.extend([1000.0, -1000.0]);
     let x = Tensor::from_vec(rows, (10, 2), &Device::Cpu).unwrap();
     let m = sae::init::geometric_median(&x, 200).unwrap();
-    assert!((m[0] - 1.04).abs() < 0.1 && (m[1] - 2.0).abs() < 0.1, "{m:?}");
+    assert!(
+        (m[0] - 1.04).abs() < 0.1 && (m[1] - 2.0).abs() < 0.1,
+        "{m:?}"
+    );
 }
 
 #[test]
 fn aux_loss_sparse_equals_dense() {
     let (b, d, n, k) = (8, 6, 16, 2);
-    let shape = Shape { arch: Arch::Batchtopk, d_model: d, layers: 1, n, k, groups: vec![] };
+    let shape = Shape {
+        arch: Arch::Batchtopk,
+        d_model: d,
+        layers: 1,
+        n,
+        k,
+        groups: vec![],
+    };
     let make = |mode| {
-        Sae::from_tensors(shape.clone(), &randn(&[d, n], 31), &randn(&[n], 32), &randn(&[n, d], 33), &randn(&[d], 34), mode)
-            .unwrap()
+        Sae::from_tensors(
+            shape.clone(),
+            &randn(&[d, n], 31),
+            &randn(&[n], 32),
+            &randn(&[n, d], 33),
+            &randn(&[d], 34),
+            mode,
+        )
+        .unwrap()
     };
     let x = randn(&[b, d], 35);
     let mut dead = vec![0u8; n];
@@ -172,12 +280,28 @@ fn aux_loss_sparse_equals_dense() {
     for mode in [DecodeMode::Sparse, DecodeMode::Dense] {
         let sae = make(mode);
         let fwd = sae::arch::forward(&sae, &x, profk::Selector::Profk, 0).unwrap();
-        let aux = sae::aux::aux_loss(&sae, &fwd.enc, &x, &fwd.recon, (&mask, n / 2), 3, profk::Selector::Profk, 0)
-            .unwrap()
-            .unwrap();
+        let aux = sae::aux::aux_loss(
+            &sae,
+            &fwd.enc,
+            &x,
+            &fwd.recon,
+            (&mask, n / 2),
+            3,
+            (profk::Selector::Profk, 0),
+        )
+        .unwrap()
+        .unwrap();
         let g = aux.backward().unwrap();
-        losses.push((aux.to_scalar::<f32>().unwrap(), g.get(sae.w_dec.as_tensor()).unwrap().clone()));
+        losses.push((
+            aux.to_scalar::<f32>().unwrap(),
+            g.get(sae.w_dec.as_tensor()).unwrap().clone(),
+        ));
     }
-    assert!((losses[0].0 - losses[1].0).abs() < 1e-5, "{} vs {}", losses[0].0, losses[1].0);
+    assert!(
+        (losses[0].0 - losses[1].0).abs() < 1e-5,
+        "{} vs {}",
+        losses[0].0,
+        losses[1].0
+    );
     assert!(max_abs_diff(&losses[0].1, &losses[1].1) < 1e-5);
 }

@@ -17,9 +17,21 @@ fn tiny_model_run_end_to_end() {
         .replace("every = 10", "every = 2\nprogress = false");
     let cfg = dir.path().join("tiny.toml");
     std::fs::write(&cfg, text).unwrap();
-    let s = train_sae(&RunOptions { config: cfg, out: Some(dir.path().join("run")), resume: false }).unwrap();
+    let s = train_sae(&RunOptions {
+        config: cfg,
+        out: Some(dir.path().join("run")),
+        resume: false,
+    })
+    .unwrap();
     let m = s.final_eval.unwrap();
-    for key in ["heldout_fvu", "heldout_l0", "ce_clean", "ce_sae", "ce_zero_ablation", "ce_loss_recovered"] {
+    for key in [
+        "heldout_fvu",
+        "heldout_l0",
+        "ce_clean",
+        "ce_sae",
+        "ce_zero_ablation",
+        "ce_loss_recovered",
+    ] {
         assert!(m[key].is_finite(), "{key} = {}", m[key]);
     }
     assert!((m["heldout_l0"] - 16.0).abs() < 1e-9);

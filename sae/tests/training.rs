@@ -9,7 +9,12 @@ use std::path::Path;
 fn run(dir: &Path, text: &str, resume: bool) -> sae::run::RunSummary {
     let cfg = dir.join("cfg.toml");
     std::fs::write(&cfg, text).unwrap();
-    train_sae(&RunOptions { config: cfg, out: Some(dir.join("run")), resume }).unwrap()
+    train_sae(&RunOptions {
+        config: cfg,
+        out: Some(dir.join("run")),
+        resume,
+    })
+    .unwrap()
 }
 
 fn weights(dir: &Path) -> std::collections::HashMap<String, candle_core::Tensor> {
@@ -18,7 +23,11 @@ fn weights(dir: &Path) -> std::collections::HashMap<String, candle_core::Tensor>
 
 #[test]
 fn resume_reaches_the_same_weights() {
-    for (arch, extra, layers) in [("batchtopk", "", 1), ("matryoshka", "group_sizes = [16, 48]", 1), ("crosscoder", "", 2)] {
+    for (arch, extra, layers) in [
+        ("batchtopk", "", 1),
+        ("matryoshka", "group_sizes = [16, 48]", 1),
+        ("crosscoder", "", 2),
+    ] {
         let text = synthetic_config(arch, extra, layers);
         let a = tempfile::tempdir().unwrap();
         run(a.path(), &text, false);
@@ -32,7 +41,11 @@ fn resume_reaches_the_same_weights() {
         assert_eq!(s.step, 12);
         let (wa, wb) = (weights(a.path()), weights(b.path()));
         for name in ["W_enc", "b_enc", "W_dec", "b_dec", "threshold"] {
-            assert_eq!(max_abs_diff(&wa[name], &wb[name]), 0.0, "{arch}: {name} differs after resume");
+            assert_eq!(
+                max_abs_diff(&wa[name], &wb[name]),
+                0.0,
+                "{arch}: {name} differs after resume"
+            );
         }
     }
 }
@@ -41,7 +54,10 @@ fn resume_reaches_the_same_weights() {
 fn training_reduces_loss_and_exports_saelens_layout() {
     let text = synthetic_config("batchtopk", "", 1)
         .replace("steps = 12", "steps = 60")
-        .replace("[log]", "[selector]\ncompare = true\ncompare_with = \"sort\"\ncompare_every = 5\n[log]");
+        .replace(
+            "[log]",
+            "[selector]\ncompare = true\ncompare_with = \"sort\"\ncompare_every = 5\n[log]",
+        );
     let dir = tempfile::tempdir().unwrap();
     let s = run(dir.path(), &text, false);
     let m = s.final_eval.unwrap();
@@ -57,7 +73,16 @@ fn training_reduces_loss_and_exports_saelens_layout() {
     assert_eq!(w["b_dec"].dims(), &[16]);
     assert_eq!(w["threshold"].dims(), &[64]);
     let records = std::fs::read_to_string(dir.path().join("run/metrics.jsonl")).unwrap();
-    for key in ["\"mse\"", "\"fvu\"", "\"l0\"", "\"dead_fraction\"", "\"aux_loss\"", "\"threshold\"", "\"step_ms\"", "\"select_ms\""] {
+    for key in [
+        "\"mse\"",
+        "\"fvu\"",
+        "\"l0\"",
+        "\"dead_fraction\"",
+        "\"aux_loss\"",
+        "\"threshold\"",
+        "\"step_ms\"",
+        "\"select_ms\"",
+    ] {
         assert!(records.contains(key), "metrics.jsonl lacks {key}");
     }
 }

@@ -11,7 +11,9 @@ use candle_core::Tensor;
 
 pub fn forward(sae: &Sae, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Forward> {
     let enc = sae.encode(x, selector, seed)?;
-    let recon = sae.decode_latents(&enc, None)?.broadcast_add(sae.b_dec.as_tensor())?;
+    let recon = sae
+        .decode_latents(&enc, None)?
+        .broadcast_add(sae.b_dec.as_tensor())?;
     let loss = l2_loss(x, &recon)?;
     Ok(Forward { loss, recon, enc })
 }
@@ -29,6 +31,15 @@ pub fn layer_fvu(x: &Tensor, recon: &Tensor, layers: usize) -> Result<Vec<f64>> 
     let x = x.reshape((b, layers, d))?;
     let r = recon.reshape((b, layers, d))?;
     let err: Vec<f32> = (&x - &r)?.sqr()?.sum(2)?.sum(0)?.to_vec1()?;
-    let var: Vec<f32> = x.broadcast_sub(&x.mean_keepdim(0)?)?.sqr()?.sum(2)?.sum(0)?.to_vec1()?;
-    Ok(err.iter().zip(&var).map(|(e, v)| *e as f64 / (*v as f64).max(1e-30)).collect())
+    let var: Vec<f32> = x
+        .broadcast_sub(&x.mean_keepdim(0)?)?
+        .sqr()?
+        .sum(2)?
+        .sum(0)?
+        .to_vec1()?;
+    Ok(err
+        .iter()
+        .zip(&var)
+        .map(|(e, v)| *e as f64 / (*v as f64).max(1e-30))
+        .collect())
 }

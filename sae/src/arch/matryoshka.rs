@@ -8,7 +8,12 @@ use candle_core::Tensor;
 
 pub fn forward(sae: &Sae, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Forward> {
     let enc = sae.encode(x, selector, seed)?;
-    let mut recon = sae.b_dec.as_tensor().unsqueeze(0)?.broadcast_as(x.shape())?.contiguous()?;
+    let mut recon = sae
+        .b_dec
+        .as_tensor()
+        .unsqueeze(0)?
+        .broadcast_as(x.shape())?
+        .contiguous()?;
     let mut loss: Option<Tensor> = None;
     let mut start = 0;
     for &len in &sae.shape.groups {

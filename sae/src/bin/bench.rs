@@ -35,21 +35,21 @@ struct Args {
     aux: bool,
 }
 
-fn config(n: usize, b: usize, k: usize, sel: SelectorKind, prec: Precision, decode: DecodeMode, cuda: bool, dead: u64) -> Config {
+/// A BatchTopK config of n latents, k, batch b; `dead` tokens make a latent dead (0: all dead, aux-k on).
+fn config(n: usize, b: usize, k: usize, cuda: bool, dead: u64) -> Config {
+    let device = if cuda { "cuda" } else { "cpu" };
     let text = format!(
-        "name = \"bench\"\ndevice = \"{}\"\n[data]\nsource = \"synthetic\"\nd_model = 8\nfeatures = 8\nactive_per_token = 1\n\
-         [sae]\nlatents = {n}\nk = {k}\n[sae.aux]\ndead_tokens = {dead}\n[train]\nbatch_size = {b}\nsteps = 1000\n",
-        if cuda { "cuda" } else { "cpu" }
+        "name = \"bench\"\ndevice = \"{device}\"\n[data]\nsource = \"synthetic\"\nd_model = 8\nfeatures = 8\n\
+         active_per_token = 1\n[sae]\nlatents = {n}\nk = {k}\n[sae.aux]\ndead_tokens = {dead}\n\
+         [train]\nbatch_size = {b}\nsteps = 1000\n"
     );
-    let mut cfg = Config::from_toml(&text).expect("bench config");
-    cfg.selector.kind = sel;
-    cfg.train.precision = prec;
-    cfg.sae.decode = decode;
-    cfg
+    Config::from_toml(&text).expect("bench config")
 }
 
 fn parse<T: serde::de::DeserializeOwned>(list: &str) -> anyhow::Result<Vec<T>> {
-    list.split(',').map(|s| Ok(serde_json::from_str(&format!("\"{}\"", s.trim()))?)).collect()
+    list.split(',')
+        .map(|s| Ok(serde_json::from_str(&format!("\"{}\"", s.trim()))?))
+        .collect()
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,10 +62,14 @@ fn main() -> anyhow::Result<()> {
     let selectors: Vec<SelectorKind> = parse(&a.selectors)?;
     let precisions: Vec<Precision> = parse(&a.precisions)?;
     let decodes: Vec<DecodeMode> = parse(&a.decodes)?;
-    println!("| n | B | precision | selector | decode | aux | step ms | select ms | select share |");
+    println!(
+        "| n | B | precision | selector | decode | aux | step ms | select ms | select share |"
+    );
     println!("|---|---|---|---|---|---|---|---|---|");
     for shape in a.shapes.split(',') {
-        let (n, b) = shape.split_once('x').ok_or_else(|| anyhow::anyhow!("shape {shape}: expected NxB"))?;
+        let (n, b) = shape
+            .split_once('x')
+            .ok_or_else(|| anyhow::anyhow!("shape {shape}: expected NxB"))?;
         let (n, b): (usize, usize) = (n.trim().parse()?, b.trim().parse()?);
         let x = Tensor::randn(0f32, 1f32, (b, 1, a.d), &device)?;
         for &prec in &precisions {
@@ -75,8 +79,15 @@ fn main() -> anyhow::Result<()> {
             }
             for &decode in &decodes {
                 for &sel in &selectors {
-                    for aux in if a.aux { vec![false, true] } else { vec![false] } {
-                        let cfg = config(n, b, a.k, sel, prec, decode, cuda, if aux { 0 } else { u64::MAX / 2 });
+                    for aux in if a.aux {
+                        vec![false, true]
+                    } else {
+                        vec![false]
+                    } {
+                        let mut cfg = config(n, b, a.k, cuda, if aux { 0 } else { u64::MAX / 2 });
+                        cfg.selector.kind = sel;
+                        cfg.train.precision = prec;
+                        cfg.sae.decode = decode;
                         let mut t = sae::Trainer::new(cfg, &x, &device)?;
                         let mut times = Vec::new();
                         let mut sel_ms = Vec::new();
