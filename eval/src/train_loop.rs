@@ -126,7 +126,7 @@ pub fn run<T: Trainer>(
 
     while progress.step < cfg.total_steps {
         let done_after = progress.step + 1;
-        let log = done_after % log_every == 0 || done_after == cfg.total_steps;
+        let log = done_after.is_multiple_of(log_every) || done_after == cfg.total_steps;
         let t0 = Instant::now();
         let out = trainer.step(StepContext {
             step: progress.step,
@@ -151,7 +151,11 @@ pub fn run<T: Trainer>(
             ));
         }
         let at_end = progress.step == cfg.total_steps;
-        if cfg.eval_every > 0 && progress.step % cfg.eval_every == 0 && !at_end && !stopping {
+        if cfg.eval_every > 0
+            && progress.step.is_multiple_of(cfg.eval_every)
+            && !at_end
+            && !stopping
+        {
             let metrics = bar.suspend(|| trainer.eval(&progress))?;
             sink.log(Record::eval(
                 progress.step,
@@ -160,7 +164,8 @@ pub fn run<T: Trainer>(
                 metrics,
             ));
         }
-        let periodic = cfg.checkpoint_every > 0 && progress.step % cfg.checkpoint_every == 0;
+        let periodic =
+            cfg.checkpoint_every > 0 && progress.step.is_multiple_of(cfg.checkpoint_every);
         if periodic || at_end || stopping {
             progress.wall_s = wall(began.elapsed());
             let dir = save_checkpoint(trainer, run_dir, &progress, cfg.keep_checkpoints)?;

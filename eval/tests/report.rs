@@ -110,3 +110,16 @@ fn cli_writes_a_report_and_names_a_missing_run_dir() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a run directory"));
 }
+
+#[test]
+fn a_single_run_with_timing_gets_its_charts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = synthetic_run(tmp.path(), "tiny", "sort", 2.0, 1);
+    let html = render(&[RunData::load(&run).unwrap()]).unwrap();
+    assert!(html.contains("Median step time, selection inside it"));
+    assert!(html.contains("Step time"));
+    assert!(
+        !html.contains("Speed-up of profk"),
+        "nothing to compare with"
+    );
+}

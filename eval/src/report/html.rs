@@ -410,7 +410,7 @@ fn group_digits(n: u64) -> String {
     let digits = n.to_string();
     let mut grouped = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             grouped.push('\u{202f}');
         }
         grouped.push(c);
@@ -452,7 +452,7 @@ mod tests {
 
     #[test]
     fn numbers_and_escaping() {
-        assert_eq!(number(3.14159), "3.142");
+        assert_eq!(number(1.23456), "1.235");
         assert_eq!(number(123.456), "123.5");
         assert_eq!(number(f64::NAN), "NaN");
         assert_eq!(number(0.0), "0");

@@ -208,7 +208,7 @@ pub fn part_of_total_bars(
             "chart {title:?} has nothing to show"
         )));
     }
-    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    let width = bars.len().max(1) as f64;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
@@ -216,63 +216,58 @@ pub fn part_of_total_bars(
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 17))
             .margin(12)
-            .x_label_area_size(42)
+            .x_label_area_size(30)
             .y_label_area_size(64)
-            .build_cartesian_2d(
-                (0..bars.len().saturating_sub(1)).into_segmented(),
-                0.0..top * 1.15,
-            )
+            .build_cartesian_2d(0.0..width, 0.0..top * 1.15)
             .map_err(plot_err)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
+            .x_labels(0)
             .y_desc(y_desc)
             .y_label_formatter(&|v| short_number(*v))
-            .x_labels(bars.len().max(1))
-            .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
-                _ => String::new(),
-            })
             .light_line_style(RGBColor(0xee, 0xee, 0xee))
             .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
             .label_style(("sans-serif", 12))
             .axis_desc_style(("sans-serif", 13))
             .draw()
             .map_err(plot_err)?;
-        let rect = |i: usize, value: f64, style: ShapeStyle, margin: u32| {
-            let mut r = Rectangle::new(
-                [
-                    (SegmentValue::Exact(i), 0.0),
-                    (SegmentValue::Exact(i + 1), value),
-                ],
-                style,
-            );
-            r.set_margin(0, 0, margin, margin);
-            r
+        let rect = |i: usize, value: f64, style: ShapeStyle| {
+            let x = i as f64;
+            Rectangle::new([(x + 0.2, 0.0), (x + 0.8, value)], style)
         };
         let totals = bars.iter().enumerate().filter_map(|(i, b)| {
             b.2.filter(|v| v.is_finite())
-                .map(|v| rect(i, v, b.1.mix(0.35).filled(), 22))
+                .map(|v| rect(i, v, b.1.mix(0.35).filled()))
         });
         chart.draw_series(totals).map_err(plot_err)?;
         let parts = bars.iter().enumerate().filter_map(|(i, b)| {
             b.3.filter(|v| v.is_finite())
-                .map(|v| rect(i, v, b.1.filled(), 22))
+                .map(|v| rect(i, v, b.1.filled()))
         });
         chart.draw_series(parts).map_err(plot_err)?;
+        let centered = |anchor: VPos| {
+            ("sans-serif", 12)
+                .into_font()
+                .color(&BLACK)
+                .pos(Pos::new(HPos::Center, anchor))
+        };
         let values = bars.iter().enumerate().filter_map(|(i, b)| {
             b.2.filter(|v| v.is_finite()).map(|v| {
                 Text::new(
                     short_number(v),
-                    (SegmentValue::CenterOf(i), v + top * 0.01),
-                    ("sans-serif", 12)
-                        .into_font()
-                        .color(&BLACK)
-                        .pos(Pos::new(HPos::Center, VPos::Bottom)),
+                    (i as f64 + 0.5, v + top * 0.01),
+                    centered(VPos::Bottom),
                 )
             })
         });
         chart.draw_series(values).map_err(plot_err)?;
+        // Run names under the axis: outside the plotting area, so drawn on the whole canvas.
+        for (i, bar) in bars.iter().enumerate() {
+            let (x, y) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+            root.draw(&Text::new(bar.0.clone(), (x, y + 8), centered(VPos::Top)))
+                .map_err(plot_err)?;
+        }
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
