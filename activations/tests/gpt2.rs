@@ -31,11 +31,28 @@ fn all_hooks(n_layer: usize) -> Vec<HookPoint> {
     hooks
 }
 
+/// The CPU, and the first GPU when the build has one.
+fn devices() -> Vec<Device> {
+    let mut v = vec![Device::Cpu];
+    if let Ok(d) = Device::cuda_if_available(0) {
+        if !d.is_cpu() {
+            v.push(d);
+        }
+    }
+    v
+}
+
 #[test]
 fn forward_matches_float64_reference() {
-    let model = Gpt2::load(fixture().to_str().unwrap(), DType::F32, &Device::Cpu).unwrap();
+    for device in devices() {
+        forward_matches_reference_on(&device);
+    }
+}
+
+fn forward_matches_reference_on(device: &Device) {
+    let model = Gpt2::load(fixture().to_str().unwrap(), DType::F32, device).unwrap();
     let r = reference();
-    let tokens = &r["tokens"];
+    let tokens = &r["tokens"].to_device(device).unwrap();
     let hooks = all_hooks(model.config().n_layer);
     let acts = model.forward_hooks(tokens, &hooks).unwrap();
     for (h, a) in hooks.iter().zip(&acts) {
@@ -44,12 +61,16 @@ fn forward_matches_float64_reference() {
             HookPoint::ResidPost(l) => format!("resid_post.{l}"),
             HookPoint::LnFinal => "ln_final".into(),
         };
-        let err = max_rel_err(a, &r[&key]);
-        assert!(err < 1e-5, "{h}: error {err}");
+        let err = max_rel_err(&a.to_device(&Device::Cpu).unwrap(), &r[&key]);
+        assert!(err < 1e-5, "{device:?} {h}: error {err}");
     }
-    let logits = model.forward_logits(tokens).unwrap();
+    let logits = model
+        .forward_logits(tokens)
+        .unwrap()
+        .to_device(&Device::Cpu)
+        .unwrap();
     let err = max_rel_err(&logits, &r["logits"]);
-    assert!(err < 1e-5, "logits: error {err}");
+    assert!(err < 1e-5, "{device:?} logits: error {err}");
 
     // Chunked causal attention (uneven last chunk) computes the same function.
     for chunk in [1, 5, 64] {
@@ -64,10 +85,14 @@ fn forward_matches_float64_reference() {
     let hook = HookPoint::ResidPost(0);
     let same = model
         .forward_logits_patched(tokens, hook, &|x: &Tensor| Ok(x.clone()))
+        .unwrap()
+        .to_device(&Device::Cpu)
         .unwrap();
     assert_eq!(max_rel_err(&same, &logits), 0.0);
     let zeroed = model
         .forward_logits_patched(tokens, hook, &|x: &Tensor| x.zeros_like())
+        .unwrap()
+        .to_device(&Device::Cpu)
         .unwrap();
     assert!(max_rel_err(&zeroed, &logits) > 1e-2);
 }

@@ -71,11 +71,20 @@ impl Module for Conv1D {
         // One 2-D GEMM over all tokens rather than a batched one.
         let dims = x.dims();
         let d_in = dims[dims.len() - 1];
+        let d_out = self.weight.dim(1)?;
         let n = x.elem_count() / d_in;
         let y = x.reshape((n, d_in))?.matmul(&self.weight)?;
+        let y = if x.device().is_cpu() {
+            y.broadcast_add(&self.bias)?
+        } else {
+            // On CUDA a broadcast add takes a strided kernel with 64-bit index division per
+            // element; a rank-1 GEMM (ones x bias) and a contiguous add cost far less.
+            let ones = Tensor::ones((n, 1), y.dtype(), y.device())?;
+            (y + ones.matmul(&self.bias.reshape((1, d_out))?)?)?
+        };
         let mut out_dims = dims.to_vec();
-        *out_dims.last_mut().expect("non-empty dims") = self.weight.dim(1)?;
-        y.broadcast_add(&self.bias)?.reshape(out_dims)
+        *out_dims.last_mut().expect("non-empty dims") = d_out;
+        y.reshape(out_dims)
     }
 }
 
@@ -114,7 +123,7 @@ impl Block {
         })
     }
 
-    fn attention(&self, x: &Tensor, mask: &Tensor, opts: AttentionOptions) -> Result<Tensor> {
+    fn attention(&self, x: &Tensor, masks: &MaskCache, opts: AttentionOptions) -> Result<Tensor> {
         let (b, t, d) = x.dims3()?;
         let (h, hd) = (self.n_head, d / self.n_head);
         // [b, t, 3d] -> [3, b, h, t, hd] in one copy; q, k, v are then contiguous slices.
@@ -127,43 +136,102 @@ impl Block {
         let q = (qkv.get(0)? * (1.0 / (hd as f64).sqrt()))?;
         let k = qkv.get(1)?;
         let v = qkv.get(2)?;
-        let y = match opts.chunk {
-            // Causal attention by query chunks: chunk i only sees keys 0..end(i), which skips
-            // most of the masked upper triangle (62% of the score traffic at t = 1024, chunk 256).
-            Some(chunk) if chunk < t && !opts.differentiable => {
-                let mut parts = Vec::with_capacity(t.div_ceil(chunk));
-                for start in (0..t).step_by(chunk) {
-                    let len = chunk.min(t - start);
-                    let keys = start + len;
-                    let m = mask
-                        .narrow(0, start, len)?
-                        .narrow(1, 0, keys)?
-                        .contiguous()?;
-                    let q_c = q.narrow(2, start, len)?;
-                    let scores = q_c.matmul(&k.narrow(2, 0, keys)?.t()?)?.broadcast_add(&m)?;
-                    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-                    parts.push(probs.matmul(&v.narrow(2, 0, keys)?)?);
-                }
-                Tensor::cat(&parts, 2)?
-            }
-            _ => {
-                let scores = q.matmul(&k.t()?)?.broadcast_add(mask)?;
-                let probs = if opts.differentiable {
-                    candle_nn::ops::softmax(&scores, D::Minus1)?
-                } else {
-                    candle_nn::ops::softmax_last_dim(&scores)?
-                };
-                probs.matmul(&v)?
-            }
+        // Causal attention by query chunks: chunk i only sees keys 0..end(i), which skips most of
+        // the masked upper triangle (62% of the score traffic at t = 1024, chunk 256).
+        let chunk = match opts.chunk {
+            Some(c) if c < t && !opts.differentiable => c,
+            _ => t,
+        };
+        let mut parts = Vec::with_capacity(t.div_ceil(chunk));
+        for start in (0..t).step_by(chunk) {
+            let len = chunk.min(t - start);
+            let keys = start + len;
+            let m = masks.get(b, h, t, start, len)?;
+            let q_c = if len == t {
+                q.clone()
+            } else {
+                q.narrow(2, start, len)?
+            };
+            let (k_c, v_c) = if keys == t {
+                (k.clone(), v.clone())
+            } else {
+                (k.narrow(2, 0, keys)?, v.narrow(2, 0, keys)?)
+            };
+            let scores = q_c.matmul(&k_c.t()?)?.broadcast_add(&m)?;
+            let probs = if opts.differentiable {
+                candle_nn::ops::softmax(&scores, D::Minus1)?
+            } else {
+                candle_nn::ops::softmax_last_dim(&scores)?
+            };
+            parts.push(probs.matmul(&v_c)?);
+        }
+        let y = if parts.len() == 1 {
+            parts.pop().expect("one part")
+        } else {
+            Tensor::cat(&parts, 2)?
         };
         let y = y.transpose(1, 2)?.contiguous()?.reshape((b, t, d))?;
         Ok(self.attn_proj.forward(&y)?)
     }
 
-    fn forward(&self, x: &Tensor, mask: &Tensor, opts: AttentionOptions) -> Result<Tensor> {
-        let x = (x + self.attention(&self.ln_1.forward(x)?, mask, opts)?)?;
+    fn forward(&self, x: &Tensor, masks: &MaskCache, opts: AttentionOptions) -> Result<Tensor> {
+        let x = (x + self.attention(&self.ln_1.forward(x)?, masks, opts)?)?;
         let m = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu()?; // gelu_new (tanh form)
         Ok((&x + self.mlp_proj.forward(&m)?)?)
+    }
+}
+
+/// Causal masks (0 on and below the diagonal, -inf above) for query rows `start..start + len`
+/// against keys `0..start + len`. On the CPU they are [len, keys] and broadcast; on CUDA they are
+/// stored expanded to [b, h, len, keys] so the add is a contiguous one (see `Conv1D::forward`).
+#[derive(Debug)]
+struct MaskCache {
+    masks: Mutex<HashMap<(usize, usize, usize, usize, usize), Tensor>>,
+    device: Device,
+    dtype: DType,
+}
+
+impl MaskCache {
+    fn new(device: &Device, dtype: DType) -> Self {
+        Self {
+            masks: Mutex::new(HashMap::new()),
+            device: device.clone(),
+            dtype,
+        }
+    }
+
+    fn get(&self, b: usize, h: usize, t: usize, start: usize, len: usize) -> Result<Tensor> {
+        let device = &self.device;
+        let expand = !device.is_cpu();
+        let key = if expand {
+            (b, h, t, start, len)
+        } else {
+            (0, 0, t, start, len)
+        };
+        let mut masks = self
+            .masks
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("causal-mask cache poisoned".into()))?;
+        if let Some(m) = masks.get(&key) {
+            return Ok(m.clone());
+        }
+        let keys = start + len;
+        let values: Vec<f32> = (0..len * keys)
+            .map(|i| {
+                let (row, col) = (start + i / keys, i % keys);
+                if col > row {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mut mask = Tensor::from_vec(values, (len, keys), device)?.to_dtype(self.dtype)?;
+        if expand {
+            mask = mask.broadcast_as((b, h, len, keys))?.contiguous()?;
+        }
+        masks.insert(key, mask.clone());
+        Ok(mask)
     }
 }
 
@@ -177,8 +245,7 @@ pub struct Gpt2 {
     ln_f: LayerNorm,
     differentiable: bool,
     attention_chunk: Option<usize>,
-    /// Causal masks by sequence length: [t, t], 0 on and below the diagonal, -inf above.
-    masks: Mutex<HashMap<usize, Tensor>>,
+    masks: MaskCache,
 }
 
 impl Gpt2 {
@@ -207,6 +274,7 @@ impl Gpt2 {
             .collect::<Result<Vec<_>>>()?;
         let ln_f = LayerNorm::new(vb.pp("ln_f"), cfg.n_embd, cfg.layer_norm_epsilon)?;
         let differentiable = wte.is_variable();
+        let masks = MaskCache::new(wte.device(), wte.dtype());
         Ok(Self {
             cfg,
             wte,
@@ -215,7 +283,7 @@ impl Gpt2 {
             ln_f,
             differentiable,
             attention_chunk: Some(DEFAULT_ATTENTION_CHUNK),
-            masks: Mutex::new(HashMap::new()),
+            masks,
         })
     }
 
@@ -265,28 +333,6 @@ impl Gpt2 {
         }
         norm(&mut out, "ln_f", &self.ln_f);
         out
-    }
-
-    fn causal_mask(&self, t: usize) -> Result<Tensor> {
-        let mut masks = self
-            .masks
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("causal-mask cache poisoned".into()))?;
-        if let Some(m) = masks.get(&t) {
-            return Ok(m.clone());
-        }
-        let values: Vec<f32> = (0..t * t)
-            .map(|i| {
-                if i % t > i / t {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let mask = Tensor::from_vec(values, (t, t), self.device())?.to_dtype(self.dtype())?;
-        masks.insert(t, mask.clone());
-        Ok(mask)
     }
 
     fn embed(&self, tokens: &Tensor) -> Result<Tensor> {
@@ -340,8 +386,6 @@ impl Gpt2 {
             }
             Ok(x)
         };
-        let (_, t) = tokens.dims2()?;
-        let mask = self.causal_mask(t)?;
         let mut x = self.embed(tokens)?;
         let opts = AttentionOptions {
             differentiable: self.differentiable,
@@ -349,7 +393,7 @@ impl Gpt2 {
         };
         for (l, block) in self.blocks.iter().take(depth).enumerate() {
             x = visit(HookPoint::ResidPre(l), x)?;
-            x = block.forward(&x, &mask, opts)?;
+            x = block.forward(&x, &self.masks, opts)?;
             x = visit(HookPoint::ResidPost(l), x)?;
         }
         if depth < n_layer {

@@ -66,6 +66,12 @@ pub struct ExtractConfig {
     /// Leave out each context's first position (the BOS token).
     #[serde(default = "default_true")]
     pub drop_bos: bool,
+    /// Query-chunk length of the causal attention (0: whole sequences; default 256).
+    #[serde(default)]
+    pub attention_chunk: Option<usize>,
+    /// Let f32 matrix products on the GPU use TF32 tensor cores (as PyTorch's `allow_tf32`).
+    #[serde(default)]
+    pub allow_tf32: bool,
     /// Threads that hash and write shards while the model runs.
     #[serde(default = "default_writers")]
     pub writer_threads: usize,
@@ -210,7 +216,11 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     let model_dtype = parse_dtype("model_dtype", &cfg.model_dtype)?;
     let dtype = parse_dtype("dtype", &cfg.dtype)?;
     let device = parse_device(&cfg.device)?;
-    let model = load_model(&cfg.model, model_dtype, &device)?;
+    candle_core::cuda::set_gemm_reduced_precision_f32(cfg.allow_tf32);
+    let mut model = load_model(&cfg.model, model_dtype, &device)?;
+    if let Some(chunk) = cfg.attention_chunk {
+        model.set_attention_chunk(Some(chunk));
+    }
     let mcfg = model.config().clone();
     for h in &cfg.hook_points {
         h.validate(mcfg.n_layer)
@@ -258,7 +268,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         "model": cfg.model, "model_dtype": cfg.model_dtype, "weights": model_fingerprint(&model)?,
         "device": if device.is_cpu() { "cpu" } else { "cuda" }, "hooks": cfg.hook_points,
         "dtype": cfg.dtype, "tokens_per_shard": per_shard, "batch_contexts": cfg.batch_contexts,
-        "drop_bos": cfg.drop_bos, "context_len": t, "prepend_bos": cfg.corpus.prepend_bos,
+        "drop_bos": cfg.drop_bos, "attention_chunk": cfg.attention_chunk, "tf32": cfg.allow_tf32, "context_len": t, "prepend_bos": cfg.corpus.prepend_bos,
         "total": total, "corpus": corpus_info,
     });
     let fingerprint = hex::encode(Sha256::digest(decisive.to_string().as_bytes()));
