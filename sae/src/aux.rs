@@ -30,11 +30,8 @@ impl DeadTracker {
             let positive = enc.vals.detach().gt(0f64)?.to_dtype(DType::F64)?;
             Tensor::zeros(n, DType::F64, enc.vals.device())?.index_add(&cols, &positive, 0)?
         } else {
-            crate::model::dense_acts(enc, n)?
-                .detach()
-                .gt(0f64)?
-                .to_dtype(DType::F64)?
-                .sum(0)?
+            let acts = crate::model::dense_acts(enc, n)?.detach();
+            acts.max(0)?.gt(0f64)?.to_dtype(DType::F64)?
         };
         let grown = (&self.since_fired + enc.batch as f64)?;
         let zero = Tensor::zeros(n, DType::F64, enc.vals.device())?;

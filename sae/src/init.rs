@@ -13,8 +13,13 @@ pub fn unit_square_norm_scales(x: &Tensor) -> Result<Vec<f64>> {
         .collect())
 }
 
-/// Geometric median of the rows of `x` [B, d] by Weiszfeld's iteration, in f64 on the host.
+/// Rows of the batch used for the geometric median: plenty for an initial bias.
+const MEDIAN_ROWS: usize = 4096;
+
+/// Geometric median of the rows of `x` [B, d] (at most the first 4096) by Weiszfeld's iteration, in f64 on
+/// the host.
 pub fn geometric_median(x: &Tensor, iterations: usize) -> Result<Vec<f32>> {
+    let x = x.narrow(0, 0, x.dim(0)?.min(MEDIAN_ROWS))?;
     let (b, d) = x.dims2()?;
     let data: Vec<f64> = x.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?;
     let rows: Vec<&[f64]> = data.chunks(d.max(1)).collect();

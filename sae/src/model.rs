@@ -7,6 +7,7 @@ use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
+use std::cell::OnceCell;
 use std::time::Duration;
 
 /// The architecture and its shape: `d_in = layers · d_model` inputs, `n` latents, `k` per token.
@@ -48,6 +49,8 @@ pub struct Encoded {
     pub vals: Tensor,
     pub batch: usize,
     pub select_time: Duration,
+    /// The dense activation matrix, built on first use.
+    pub dense: OnceCell<Tensor>,
 }
 
 impl Sae {
@@ -145,6 +148,7 @@ impl Sae {
             vals,
             batch,
             select_time: time,
+            dense: OnceCell::new(),
         })
     }
 
@@ -171,15 +175,12 @@ impl Sae {
 
 /// The dense activation matrix [B, n] (zeros except the kept values; differentiable through `pre`).
 pub fn dense_acts(enc: &Encoded, n: usize) -> Result<Tensor> {
-    masked_dense(
-        &enc.pre,
-        &enc.pre.detach(),
-        &enc.vals.detach(),
-        &enc.idx,
-        enc.batch,
-        n,
-        None,
-    )
+    if let Some(acts) = enc.dense.get() {
+        return Ok(acts.clone());
+    }
+    let (pre, picked) = (enc.pre.detach(), enc.vals.detach());
+    let acts = masked_dense(&enc.pre, &pre, &picked, &enc.idx, enc.batch, n, None)?;
+    Ok(enc.dense.get_or_init(|| acts).clone())
 }
 
 /// `src` [B, n] kept at the selected positions and zeroed elsewhere. `scores` [B, n] is what the selection
