@@ -37,8 +37,9 @@ fn main() -> Result<()> {
                 .iter()
                 .map(|p| RunDir::open_existing(p))
                 .collect::<eval::Result<Vec<_>>>()?;
-            eval::report::write_report(&dirs, &out)
+            let data = eval::report::write_report(&dirs, &out)
                 .with_context(|| format!("writing the report {}", out.display()))?;
+            print!("{}", eval::report::summary_text(&data));
             println!("wrote {} ({} runs)", out.display(), dirs.len());
             Ok(())
         }

@@ -5,6 +5,7 @@
 mod html;
 pub mod plots;
 pub mod summary;
+mod text;
 
 use crate::atomic::write_atomic;
 use crate::error::{Error, Result};
@@ -48,11 +49,12 @@ impl RunData {
     }
 }
 
-/// Opens each run directory and writes the report to `out` (atomically).
-pub fn write_report(runs: &[RunDir], out: &Path) -> Result<()> {
+/// Opens each run directory and writes the report to `out` (atomically); returns what it read.
+pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<RunData>> {
     let data = runs.iter().map(RunData::load).collect::<Result<Vec<_>>>()?;
     let html = render(&data)?;
-    write_atomic(out, html.as_bytes())
+    write_atomic(out, html.as_bytes())?;
+    Ok(data)
 }
 
 /// The report page for `runs`.
@@ -61,6 +63,11 @@ pub fn render(runs: &[RunData]) -> Result<String> {
         return Err(Error::Report("no runs to report on".into()));
     }
     html::page(runs, &labels(runs))
+}
+
+/// The run table and Prof-K's speed-ups as plain text (what `eval report` prints).
+pub fn summary_text(runs: &[RunData]) -> String {
+    text::summary_text(runs, &labels(runs))
 }
 
 /// Short unique labels: the selector when that tells runs apart, else config/selector, else the name.
