@@ -172,10 +172,14 @@ pub fn run<T: Trainer>(
             last_checkpoint = Some(dir);
         }
         if stopping {
-            bar.abandon_with_message(format!(
-                "stopped at step {}; continue with --resume",
-                progress.step
-            ));
+            bar.finish_and_clear();
+            eprintln!(
+                "stopped at step {} (checkpoint {}); continue with --resume",
+                progress.step,
+                last_checkpoint
+                    .as_ref()
+                    .map_or_else(String::new, |d: &PathBuf| d.display().to_string())
+            );
             sink.flush()?;
             return Ok(LoopSummary {
                 outcome: Outcome::Stopped,
@@ -329,7 +333,7 @@ fn progress_bar(cfg: &LoopConfig, position: u64) -> ProgressBar {
     }
     let bar = ProgressBar::new(cfg.total_steps);
     let style = ProgressStyle::with_template(
-        "{elapsed_precise} [{bar:30.cyan/blue}] {pos}/{len} steps, ETA {eta} {msg}",
+        "{pos}/{len} steps [{elapsed_precise}, ETA {eta}] {bar:20.cyan/blue} {wide_msg}",
     )
     .unwrap_or_else(|_| ProgressStyle::default_bar())
     .progress_chars("=> ");
