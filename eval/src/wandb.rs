@@ -10,8 +10,9 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The bridge script, embedded so that a binary run from any directory finds it.
 pub const BRIDGE_SCRIPT: &str = include_str!("../../tools/wandb_bridge.py");
@@ -134,25 +135,38 @@ pub fn wandb_run_id(name: &str, created_utc: &str) -> String {
 /// The live bridge, owned by the metrics writer thread.
 pub(crate) struct Bridge {
     tx: Sender<String>,
-    thread: JoinHandle<()>,
+    /// Disconnects when the bridge thread ends.
+    done: Receiver<()>,
+    thread: Option<JoinHandle<()>>,
+    log_path: PathBuf,
 }
+
+/// How long the end of a run waits for W&B to finish (an online upload, a hung `wandb.init`).
+const FINISH_WAIT: Duration = Duration::from_secs(120);
 
 impl Bridge {
     pub(crate) fn start(options: WandbOptions) -> Bridge {
         let (tx, rx) = mpsc::channel();
+        let (done_tx, done) = mpsc::channel::<()>();
+        let log_path = options.dir.join(BRIDGE_LOG_FILE);
         let thread = std::thread::Builder::new()
             .name("wandb-bridge".into())
-            .spawn(move || run_bridge(&options, rx));
-        match thread {
-            Ok(thread) => Bridge { tx, thread },
+            .spawn(move || {
+                run_bridge(&options, rx);
+                drop(done_tx);
+            });
+        let thread = match thread {
+            Ok(thread) => Some(thread),
             Err(e) => {
                 warn(&format!("could not start its thread ({e})"));
-                let (tx, _) = mpsc::channel();
-                Bridge {
-                    tx,
-                    thread: std::thread::spawn(|| {}),
-                }
+                None
             }
+        };
+        Bridge {
+            tx,
+            done,
+            thread,
+            log_path,
         }
     }
 
@@ -161,10 +175,24 @@ impl Bridge {
         let _ = self.tx.send(line);
     }
 
-    /// Closes the bridge's input and waits for it to finish the W&B run.
+    /// Closes the bridge's input and waits (a bounded time) for it to finish the W&B run. A bridge
+    /// still busy after that keeps running on its own: it holds the rest of the run's records.
     pub(crate) fn finish(self) {
         drop(self.tx);
-        let _ = self.thread.join();
+        let Some(thread) = self.thread else {
+            return;
+        };
+        match self.done.recv_timeout(FINISH_WAIT) {
+            Err(RecvTimeoutError::Timeout) => eprintln!(
+                "warning: Weights & Biases has not finished after {} s; not waiting longer \
+                 (see {}; `python3 tools/wandb_bridge.py replay RUN_DIR` logs the run again)",
+                FINISH_WAIT.as_secs(),
+                self.log_path.display()
+            ),
+            _ => {
+                let _ = thread.join();
+            }
+        }
     }
 }
 
