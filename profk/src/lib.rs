@@ -15,5 +15,6 @@ pub mod select;
 pub use error::{Error, Result};
 pub use options::{Mode, NanPolicy, Order, Selector, TopKOptions};
 pub use select::{
-    plan_for, topk, topk_gather, topk_with_plan, Plan, SelectStats, TopK, MAX_ATTEMPTS,
+    cpu_plan_for, plan_for, topk, topk_gather, topk_with_plan, Plan, SelectStats, TopK,
+    MAX_ATTEMPTS,
 };

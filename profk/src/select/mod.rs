@@ -110,12 +110,24 @@ impl From<params::Params> for Plan {
 }
 
 /// The plan Prof-K uses for rows of `n` with budget `eps` per row, or `None` when exact selection is
-/// cheaper (short rows, k close to n). Exact parameters, memoized per configuration.
+/// cheaper (short rows, k close to n). Exact parameters with the default sample size, memoized per
+/// configuration.
 pub fn plan_for(n: usize, k: usize, eps: f64) -> Result<Option<Plan>> {
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
     }
-    let p = params::cached(n as u64, k as u64, eps, Method::Exact)?;
+    worth_sampling(n, params::cached(n as u64, k as u64, eps, Method::Exact)?)
+}
+
+/// [`plan_for`] with the CPU's sample size (see `cpu::plan`).
+pub fn cpu_plan_for(n: usize, k: usize, eps: f64) -> Result<Option<Plan>> {
+    if k == 0 || n < PROFK_MIN_N {
+        return Ok(None);
+    }
+    worth_sampling(n, cpu::plan::params(n as u64, k as u64, eps)?)
+}
+
+fn worth_sampling(n: usize, p: params::Params) -> Result<Option<Plan>> {
     // A sample plus a buffer over half the row would do the work of a full selection twice.
     if p.is_full_selection() || p.sample.saturating_add(p.capacity) >= n as u64 / 2 {
         return Ok(None);
@@ -165,7 +177,11 @@ impl Selection {
 /// i64, in `[0, n)` and distinct.
 pub fn topk(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<TopK> {
     let sel = validate(x, k, opts)?;
-    let plan = plan_for(sel.n, k, row_budget(opts, sel.rows))?;
+    let eps = row_budget(opts, sel.rows);
+    let plan = match x.device() {
+        Device::Cpu => cpu_plan_for(sel.n, k, eps)?,
+        _ => plan_for(sel.n, k, eps)?,
+    };
     dispatch(x, &sel, opts, plan)
 }
 

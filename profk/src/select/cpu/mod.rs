@@ -2,6 +2,7 @@
 //! and assembles values and indices.
 
 mod filter;
+pub(crate) mod plan;
 mod profk;
 mod radix;
 pub(crate) mod rank;
