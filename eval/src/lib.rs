@@ -41,7 +41,8 @@
 //!                                     Progress::default(), &stop)?;
 //! assert_eq!(summary.progress.step, 20);
 //! sink.finish()?;
-//! eval::report::write_report(&[run.clone()], &run.report_path())?;
+//! let page = eval::report::write_run_report(&run)?; // <run>/report.html
+//! assert!(page.exists());
 //! # Ok::<(), eval::Error>(())
 //! ```
 

@@ -57,6 +57,13 @@ pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<RunData>> {
     Ok(data)
 }
 
+/// Writes `<run>/report.html` for one finished run (what a trainer calls after `MetricsSink::finish`).
+pub fn write_run_report(run: &RunDir) -> Result<PathBuf> {
+    let out = run.report_path();
+    write_report(std::slice::from_ref(run), &out)?;
+    Ok(out)
+}
+
 /// The report page for `runs`.
 pub fn render(runs: &[RunData]) -> Result<String> {
     if runs.is_empty() {
