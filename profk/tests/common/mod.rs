@@ -188,7 +188,7 @@ pub fn check_against_reference(
         Mode::Rowwise => x.dims()[x.rank() - 1],
     };
     for (j, (&i, &v)) in idx.iter().zip(&vals).enumerate() {
-        let row = if k == 0 { 0 } else { j / k };
+        let row = j.checked_div(k).unwrap_or(0);
         let expect = flat[row * n + i as usize];
         ensure!(
             expect.to_bits() == v.to_bits() || (expect.is_nan() && v.is_nan()),
