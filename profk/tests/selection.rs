@@ -18,3 +18,4 @@ test_device!(
 );
 test_device!(gather, common::gather);
 test_device!(many_rows, common::many_rows);
+test_device!(approximate_mode, common::approximate_mode);

@@ -708,3 +708,36 @@ pub fn failure_rates_match_theory(dev: &Device) -> Result<()> {
     }
     Ok(())
 }
+
+/// Approximate mode skips the redraw after an overflow: the answer may miss elements, but it is still
+/// k distinct in-range indices of the input with their own values, in the requested order; with a
+/// sound plan it is exact.
+pub fn approximate_mode(dev: &Device) -> Result<()> {
+    let n = 20_000;
+    let x = tensor(&normal(n, 61), &[n], DType::F32, dev)?;
+    let data: Vec<f64> = x.to_dtype(DType::F64)?.to_vec1()?;
+    let opts = TopKOptions {
+        approximate: true,
+        ..TopKOptions::default()
+    };
+    check(&x, 40, &opts)?;
+    let tight = profk::Plan {
+        sample: 200,
+        t: 20,
+        capacity: 100,
+    };
+    let got = profk::topk_with_plan(&x, 40, &opts, tight)?;
+    let idx: Vec<i64> = got.indices.to_vec1()?;
+    let vals: Vec<f32> = got.values.to_vec1()?;
+    let mut seen = std::collections::HashSet::new();
+    for (j, (&i, &v)) in idx.iter().zip(&vals).enumerate() {
+        ensure!(
+            (0..n as i64).contains(&i) && seen.insert(i),
+            "index {i} repeated or out of range"
+        );
+        ensure!(data[i as usize] == f64::from(v), "value {j}");
+        ensure!(j == 0 || vals[j - 1] >= v, "not descending at {j}");
+    }
+    ensure!(idx.len() == 40 && got.stats.attempts >= 1);
+    Ok(())
+}
