@@ -1,6 +1,8 @@
 //! Page assembly: sections, tables and charts, with all text escaped.
 
-use super::plots::{line_chart, part_of_total_bars, selector_color, LineStyle, Series};
+use super::plots::{
+    line_chart, part_of_total_bars, selector_color, LineStyle, Series, SMOOTH_ABOVE,
+};
 use super::summary::{metric_names, ratio_over_steps, speed_ups, summarize, RunSummary, SpeedUp};
 use super::RunData;
 use crate::error::Result;
@@ -40,6 +42,12 @@ struct Figure {
 
 impl Figure {
     fn lines(svg: String, series: &[Series], note: &'static str) -> Figure {
+        let smoothed = series.iter().any(|s| s.points.len() > SMOOTH_ABOVE);
+        let note = if note == NOISY_NOTE && !smoothed {
+            ""
+        } else {
+            note
+        };
         Figure {
             svg,
             legend: series.iter().map(|s| (s.label.clone(), s.color)).collect(),

@@ -11,6 +11,9 @@ pub const HEIGHT: u32 = 350;
 /// Longer series are averaged into this many points: the SVG stays small, the shape stays.
 const MAX_POINTS: usize = 600;
 
+/// Noisy series longer than this get a rolling median drawn over them.
+pub const SMOOTH_ABOVE: usize = 60;
+
 /// How the lines of a chart are drawn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LineStyle {
@@ -161,7 +164,7 @@ where
         for (i, s) in series.iter().enumerate() {
             let color = s.color;
             match style {
-                LineStyle::Noisy if s.points.len() > 60 => {
+                LineStyle::Noisy if s.points.len() > SMOOTH_ABOVE => {
                     let faint =
                         LineSeries::new(s.points.iter().copied(), color.mix(0.3).stroke_width(1));
                     chart.draw_series(faint).map_err(plot_err)?;
@@ -285,11 +288,14 @@ fn bounds(values: impl Iterator<Item = f64>) -> Option<Range<f64>> {
 fn pad_range(r: Range<f64>, from_zero_if_positive: bool) -> Range<f64> {
     let span = r.end - r.start;
     if span <= f64::EPSILON * r.end.abs().max(1.0) {
-        let d = if r.start == 0.0 {
-            1.0
-        } else {
-            r.start.abs() * 0.1
-        };
+        if r.start == 0.0 {
+            return if from_zero_if_positive {
+                0.0..1.0
+            } else {
+                -1.0..1.0
+            };
+        }
+        let d = r.start.abs() * 0.1;
         return (r.start - d)..(r.end + d);
     }
     let start = if from_zero_if_positive && r.start >= 0.0 && r.start < 0.5 * r.end {
