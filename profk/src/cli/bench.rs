@@ -135,12 +135,13 @@ fn run_cpu(args: &CpuBenchArgs, dtype: &str) -> anyhow::Result<()> {
                 };
                 let select_ms = baseline(Selector::Select, args.skip_select)?;
                 let sort_ms = baseline(Selector::Sort, args.skip_sort)?;
-                let cell = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+                let cell = |v: Option<f64>| v.map_or("-".to_string(), ms);
                 let ratio =
                     |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.0}x", v / profk_ms));
                 println!(
-                "| 2^{:.1} | {k} | {profk_ms:.1} | {} | {} | {} | {} | {} | {} | {} | {attempts} | {} | {} | {} | {:.1}/{:.1}/{:.1} |",
+                "| 2^{:.1} | {k} | {} | {} | {} | {} | {} | {} | {} | {} | {attempts} | {} | {} | {} | {}/{}/{} |",
                 (n as f64).log2(),
+                ms(profk_ms),
                 cell(select_ms),
                 cell(sort_ms),
                 cell(plain),
@@ -151,14 +152,23 @@ fn run_cpu(args: &CpuBenchArgs, dtype: &str) -> anyhow::Result<()> {
                 warm.stats.sample,
                 warm.stats.threshold_rank,
                 warm.stats.capacity,
-                stage_ms(last.time_sample),
-                stage_ms(last.time_filter),
-                stage_ms(last.time_select),
+                ms(stage_ms(last.time_sample)),
+                ms(stage_ms(last.time_filter)),
+                ms(stage_ms(last.time_select)),
             );
             }
         }
     }
     Ok(())
+}
+
+/// Milliseconds: three decimals below 10 ms, one above.
+fn ms(v: f64) -> String {
+    if v < 10.0 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.1}")
+    }
 }
 
 /// Median wall time of `reps` calls, in milliseconds.

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Elements counted per branch-free step: small, so that a block holding a passing element costs
 /// little to walk again.
-const BLOCK: usize = 64;
+const BLOCK: usize = 16;
 /// Elements per parallel task of a long row.
 const CHUNK: usize = 1 << 18;
 /// Stores a chunk makes before it reports them to the shared counter.

@@ -26,25 +26,39 @@ pub fn stream(seed: u64, row: u64, attempt: u32) -> ChaCha8Rng {
     rng
 }
 
-/// `sample` distinct indices of `0..n` in ascending order, every subset equally likely.
+/// Rows up to this length deduplicate the sample with a bitmap (n / 8 bytes) instead of a sort.
+const BITMAP_MAX_N: u64 = 1 << 22;
+
+/// `sample` distinct indices of `0..n`, every subset equally likely.
 ///
-/// A sparse sample draws the missing count of uniform indices, merges them in and drops repeats, until
-/// none is missing. Each round is symmetric under any relabelling of `0..n` and the stop depends only
-/// on the count, so the final set is uniform among all sets of its size: sampling without
-/// replacement, exactly, at the cost of a sort. Dense samples use `rand`'s exact sampler instead.
-/// Ascending order also turns the gather into a forward sweep.
+/// Short rows draw uniform indices and keep each one not seen before (a bitmap remembers them):
+/// sequential sampling without replacement. Long rows draw the missing count of uniform indices, merge
+/// them in and drop repeats until none is missing; each round is symmetric under any relabelling of
+/// `0..n` and the stop depends only on the count, so the final set is uniform among all sets of its
+/// size, and it comes out sorted, which turns the gather into a forward sweep. Dense samples use
+/// `rand`'s exact sampler.
 pub fn draw(rng: &mut ChaCha8Rng, n: u64, sample: u64) -> Vec<u64> {
     assert!(sample <= n, "sample of {sample} from {n}");
     if sample.saturating_mul(8) > n {
-        let mut idx: Vec<u64> = rand::seq::index::sample(rng, n as usize, sample as usize)
+        return rand::seq::index::sample(rng, n as usize, sample as usize)
             .into_iter()
             .map(|i| i as u64)
             .collect();
-        idx.sort_unstable();
-        return idx;
     }
     let uniform = Uniform::new(0, n).expect("a sparse sample has n > 0");
     let mut idx: Vec<u64> = Vec::with_capacity(sample as usize);
+    if n <= BITMAP_MAX_N {
+        let mut seen = vec![0u64; n.div_ceil(64) as usize];
+        while (idx.len() as u64) < sample {
+            let i = uniform.sample(rng);
+            let (word, bit) = ((i / 64) as usize, 1u64 << (i % 64));
+            if seen[word] & bit == 0 {
+                seen[word] |= bit;
+                idx.push(i);
+            }
+        }
+        return idx;
+    }
     while (idx.len() as u64) < sample {
         let missing = sample - idx.len() as u64;
         idx.extend((0..missing).map(|_| uniform.sample(rng)));
@@ -85,13 +99,18 @@ mod tests {
     #[test]
     fn draws_are_distinct_in_range_and_reproducible() {
         let a = draw(&mut stream(1, 0, 0), 1000, 200);
-        assert_eq!(a.len(), 200);
-        assert!(a.windows(2).all(|w| w[0] < w[1]) && *a.last().unwrap() < 1000);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 200);
+        assert!(*sorted.last().unwrap() < 1000);
         assert_eq!(a, draw(&mut stream(1, 0, 0), 1000, 200));
         assert_ne!(a, draw(&mut stream(1, 0, 1), 1000, 200));
         assert_ne!(a, draw(&mut stream(1, 1, 0), 1000, 200));
         let sparse = draw(&mut stream(2, 0, 0), 100, 12);
-        assert!(sparse.len() == 12 && sparse.windows(2).all(|w| w[0] < w[1]) && sparse[11] < 100);
+        assert!(sparse.len() == 12 && sparse.iter().all(|&i| i < 100));
+        let long = draw(&mut stream(2, 0, 0), BITMAP_MAX_N + 1, 1000);
+        assert!(long.len() == 1000 && long.windows(2).all(|w| w[0] < w[1]));
     }
 
     /// Sparse draws of 2 from 40: all 780 pairs occur, and each index is drawn with probability
@@ -102,7 +121,8 @@ mod tests {
         let mut hits = [0u32; 40];
         let mut rng = stream(3, 0, 0);
         for _ in 0..20_000 {
-            let d = draw(&mut rng, 40, 2);
+            let mut d = draw(&mut rng, 40, 2);
+            d.sort_unstable();
             hits[d[0] as usize] += 1;
             hits[d[1] as usize] += 1;
             pairs.insert(d);
