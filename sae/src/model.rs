@@ -127,12 +127,10 @@ impl Sae {
         // (x − b_dec)·W_enc written as x·W_enc − b_dec·W_enc: x carries no gradient, so backward computes
         // only W_enc's gradient from the big matmul, and b_dec's from a cheap vector–matrix product.
         let w = self.w_enc.as_tensor();
-        let shift = self.b_dec.as_tensor().unsqueeze(0)?.matmul(w)?;
-        let pre = x
-            .matmul(w)?
-            .broadcast_sub(&shift)?
-            .broadcast_add(self.b_enc.as_tensor())?;
-        Ok(pre.relu()?)
+        // The two biases fold into one [n] vector: one B×n node (and gradient) fewer.
+        let shift = self.b_dec.as_tensor().unsqueeze(0)?.matmul(w)?.squeeze(0)?;
+        let bias = (self.b_enc.as_tensor() - shift)?;
+        Ok(x.matmul(w)?.broadcast_add(&bias)?.relu()?)
     }
 
     /// Encoder plus the batch-global selection of B·k activations.
