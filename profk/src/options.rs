@@ -11,7 +11,7 @@ pub enum Selector {
     Sort,
     /// Partial selection (quickselect on CPU) plus a sort of the k.
     Select,
-    /// Radix select (the approach of torch.topk); on CPU the same as `Select`.
+    /// Radix select (the approach of torch.topk): histograms of the key digits, memory O(k).
     Radix,
 }
 
