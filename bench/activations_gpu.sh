@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# Extraction tokens/s on the GPU for a GPT-2-XL-shaped random model, beside HF transformers.
-# Runs on the GPU machine with a stripped CUDA build of `extract` at .devbin/extract.xz:
-#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bin extract
-#   mkdir -p .devbin && strip -o .devbin/extract target-gpu/release/extract && xz -f -T2 .devbin/extract
-#   bash bench/activations_gpu.sh   (on the GPU machine)
-# Shards are written (and deleted after each run) under ${SCRATCH:-/tmp/act-bench}.
+# Extraction tokens/s on the GPU for a GPT-2-XL-shaped random model, beside HF transformers,
+# plus the crate's tests on CUDA and per-op timings. Runs on the GPU machine with stripped CUDA
+# builds at .devbin/act/{extract,forward_bench,gpt2,shards}.xz:
+#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bin extract --example forward_bench
+#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh test --release -p activations --features cuda --no-run
+#   (strip each into .devbin/act/ and xz it), then on the GPU machine: bash bench/activations_gpu.sh
+# Shards go to RAM (${SCRATCH:-/dev/shm/act-bench}) unless a run names a disk directory.
 set -uo pipefail
-BIN=/tmp/extract
-xz -dc .devbin/extract.xz > "$BIN" && chmod +x "$BIN"
-SCRATCH=${SCRATCH:-/tmp/act-bench}
+B=/tmp/actbin; mkdir -p "$B"
+for f in .devbin/act/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
+# Test binaries locate fixtures by the path they were built at.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+SCRATCH=${SCRATCH:-/dev/shm/act-bench}
 mkdir -p "$SCRATCH"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
-run() { # dtype hook tokens chunk label [tf32]
-  local cfg="$SCRATCH/cfg.toml" out="$SCRATCH/out"
+echo "## tests on CUDA"
+(cd activations && "$B/gpt2" 2>&1 | tail -3 && "$B/shards" 2>&1 | tail -3)
+echo "## disk write bandwidth (1 GiB, fsync)"
+dd if=/dev/zero of=/tmp/dd.bin bs=16M count=64 conv=fsync 2>&1 | tail -1; rm -f /tmp/dd.bin
+echo "## per-op timings"
+"$B/forward_bench" --device cuda --dtype bf16 --depth 24 --iters 3
+"$B/forward_bench" --device cuda --dtype f32 --depth 24 --iters 3 | grep forward
+run() { # dtype hook tokens chunk label tf32 out_root
+  local cfg="$SCRATCH/cfg.toml" out="${7:-$SCRATCH}/out"
   cat > "$cfg" <<TOML
 model = "random:xl"
 model_dtype = "$1"
@@ -24,7 +34,7 @@ tokens_per_shard = 262144
 batch_contexts = 16
 drop_bos = true
 attention_chunk = $4
-allow_tf32 = ${6:-false}
+allow_tf32 = $6
 writer_threads = 4
 [corpus]
 path = "default"
@@ -33,7 +43,7 @@ max_tokens = $3
 repeat = true
 TOML
   local line
-  if ! line=$("$BIN" "$cfg" --quiet 2>"$SCRATCH/err" | tail -1) || [ -z "$line" ]; then
+  if ! line=$("$B/extract" "$cfg" --quiet 2>"$SCRATCH/err" | tail -1) || [ -z "$line" ]; then
     echo "| extract $5 | $1 | $2 | FAILED: $(tail -3 "$SCRATCH/err" | tr '\n' ' ') |"
     rm -rf "$out"; return
   fi
@@ -42,16 +52,17 @@ TOML
   printf '| extract (candle) %s | gpt2-xl random | %s | %s | 16 x 1024 | %.3g |\n' "$5" "$1" "$2" "$rate"
   rm -rf "$out"
 }
-echo "| tool | model | dtype | hook | batch x ctx | tokens/s (shards written) |"
+echo "## extraction (shards written)"
+echo "| tool | model | dtype | hook | batch x ctx | tokens/s |"
 echo "|---|---|---|---|---|---|"
-run bf16 blocks.24.hook_resid_pre 1572864 256 "chunk 256"
-run bf16 blocks.24.hook_resid_pre 1048576 0 "no chunking"
-run bf16 ln_final 786432 256 "chunk 256"
-run f32 blocks.24.hook_resid_pre 524288 256 "chunk 256"
-run f32 blocks.24.hook_resid_pre 524288 256 "chunk 256, TF32" true
-run f32 ln_final 262144 256 "chunk 256"
-run f32 ln_final 262144 256 "chunk 256, TF32" true
-line=$("$BIN" configs/tiny-extract.toml --out "$SCRATCH/tiny" --quiet | tail -1)
-echo "| extract (candle), CPU of the GPU machine | tiny (4 x 128), hook blocks.2 | f32 | $line |"
-rm -rf "$SCRATCH/tiny"
-python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 48 --dtypes bf16 f32
+run bf16 blocks.24.hook_resid_pre 1048576 256 "chunk 256, shards in RAM" false
+run bf16 blocks.24.hook_resid_pre 1048576 256 "chunk 256, shards on disk" false /tmp
+run bf16 blocks.24.hook_resid_pre 524288 0 "no chunking, shards in RAM" false
+run bf16 ln_final 524288 256 "chunk 256, shards in RAM" false
+run f32 blocks.24.hook_resid_pre 262144 256 "chunk 256, shards in RAM" false
+run f32 blocks.24.hook_resid_pre 262144 256 "chunk 256, TF32, shards in RAM" true
+run f32 ln_final 262144 256 "chunk 256, TF32, shards in RAM" true
+line=$("$B/extract" configs/tiny-extract.toml --out "$SCRATCH/tiny" --quiet | tail -1)
+echo "| extract (candle), 16 CPU cores of the GPU machine | tiny (4 x 128), hook blocks.2 | f32 | $line |"
+rm -rf "$SCRATCH"
+python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 48 --dtypes bf16 f32 --iters 5
