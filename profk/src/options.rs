@@ -59,7 +59,9 @@ pub struct TopKOptions {
     pub by_magnitude: bool,
     /// Failure budget of one attempt (split over the rows in row-wise mode).
     pub eps: f64,
-    /// Skip the count check: faster, exact with probability ≥ 1 − eps.
+    /// Skip the overflow check: an attempt with R > M returns the top k of the candidates it stored
+    /// instead of redrawing (exact with probability ≥ 1 − eps). R < k is still redrawn, so k distinct
+    /// in-range indices always come back.
     pub approximate: bool,
     /// Seed of the sampler; the output never depends on it.
     pub seed: u64,
