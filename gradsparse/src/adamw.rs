@@ -6,8 +6,10 @@
 //! every step this is exactly candle-nn's dense AdamW:
 //! `m ← β1·m + (1−β1)·g`, `v ← β2·v + (1−β2)·g²`, `θ ← θ·(1 − lr·λ) − lr·m̂ / (√v̂ + ε)`.
 use crate::error::Result;
+use crate::feedback::ErrorFeedback;
 use crate::flatops;
 use crate::layout::FlatLayout;
+use crate::select::Selection;
 use candle_core::{DType, Device, Tensor, Var};
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +67,45 @@ impl SparseAdamW {
         self.v = v.to_dtype(DType::F32)?.to_device(&device)?.copy()?;
         self.step = step;
         Ok(())
+    }
+
+    /// Takes the selected coordinates out of the error-feedback state and applies them: on CUDA one
+    /// fused launch, on the CPU [`ErrorFeedback::release`] then [`SparseAdamW::apply`].
+    pub fn apply_selection(
+        &mut self,
+        vars: &[Var],
+        feedback: &mut ErrorFeedback,
+        selection: &Selection,
+        lr: f64,
+    ) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if self.m.device().is_cuda() {
+            self.step += 1;
+            let t = self.step as i32;
+            let p = &self.params;
+            let params: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+            let state = crate::cuda::ApplyState {
+                residual: feedback.residual(),
+                velocity: feedback.velocity(),
+                m: &self.m,
+                v: &self.v,
+                params: &params,
+                layout: feedback.layout(),
+            };
+            let step = crate::cuda::ApplyStep {
+                beta1: p.beta1,
+                beta2: p.beta2,
+                scale_m: 1.0 / (1.0 - p.beta1.powi(t)),
+                scale_v: 1.0 / (1.0 - p.beta2.powi(t)),
+                eps: p.eps,
+                lr,
+                weight_decay: p.weight_decay,
+            };
+            return crate::cuda::sparse_apply(&state, &selection.indices, &selection.values, &step);
+        }
+        feedback.release(selection)?;
+        let layout = feedback.layout().clone();
+        self.apply(vars, &layout, &selection.indices, &selection.values, lr)
     }
 
     /// Applies gradient values `grad` (f32, [k]) at the ascending flat `indices` (i64, [k]) of

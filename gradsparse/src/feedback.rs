@@ -23,6 +23,8 @@ pub struct ErrorFeedback {
     velocity: Option<Tensor>,
     momentum: f64,
     scratch: Scratch,
+    #[cfg(feature = "cuda")]
+    chunks: Option<crate::cuda::Chunks>,
 }
 
 impl ErrorFeedback {
@@ -34,12 +36,19 @@ impl ErrorFeedback {
             .map(|_| Tensor::zeros(n, DType::F32, device))
             .transpose()?;
         let scratch = Scratch::new(layout.max_len(), device)?;
+        #[cfg(feature = "cuda")]
+        let chunks = match device {
+            Device::Cuda(d) => Some(crate::cuda::Chunks::new(&layout, &d.cuda_stream())?),
+            _ => None,
+        };
         Ok(Self {
             layout,
             residual,
             velocity,
             momentum: momentum.unwrap_or(0.0),
             scratch,
+            #[cfg(feature = "cuda")]
+            chunks,
         })
     }
 
@@ -80,6 +89,19 @@ impl ErrorFeedback {
                     ),
                 });
             }
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(chunks) = &self.chunks {
+            let momentum = self.momentum as f32;
+            return crate::cuda::accumulate(
+                chunks,
+                &self.residual,
+                self.velocity.as_ref(),
+                momentum,
+                grads,
+            );
+        }
+        for (span, grad) in self.layout.spans().iter().zip(grads) {
             match &self.velocity {
                 None => self.scratch.add_into(&self.residual, span.offset, grad)?,
                 Some(velocity) => {

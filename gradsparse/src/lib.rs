@@ -7,6 +7,8 @@
 pub mod adamw;
 pub mod checkpoint;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod data;
 pub mod error;
 pub mod feedback;

@@ -157,6 +157,11 @@ impl Trainer {
         &self.device
     }
 
+    /// Switches the selector (benchmarks compare selectors on one trainer).
+    pub fn set_selector(&mut self, choice: SelectorChoice) {
+        self.choice = choice;
+    }
+
     /// Completed steps.
     pub fn step_count(&self) -> u64 {
         self.step
