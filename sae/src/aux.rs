@@ -61,30 +61,24 @@ pub fn aux_loss(
     if n_dead == 0 || k_aux == 0 {
         return Ok(None);
     }
+    // Only the dead latents compete: select among their columns, [B, n_dead].
+    let flags: Vec<u8> = mask.to_vec1()?;
+    let cols: Vec<u32> = (0..flags.len() as u32)
+        .filter(|&j| flags[j as usize] != 0)
+        .collect();
+    let n_dead = cols.len();
     let keep = k_aux.min(n_dead);
-    let pre = enc.pre.detach();
-    let neg = Tensor::full(f32::NEG_INFINITY, pre.shape(), pre.device())?;
-    let scores = mask
-        .unsqueeze(0)?
-        .broadcast_as(pre.shape())?
-        .where_cond(&pre, &neg)?;
+    let cols = Tensor::from_vec(cols, n_dead, enc.pre.device())?;
+    let src = enc.pre.index_select(&cols, 1)?;
+    let scores = src.detach();
     let flat = select_rows(&scores, keep, selector, seed)?;
-    let vals = enc.pre.flatten_all()?.index_select(&flat, 0)?;
-    let w = sae.w_dec.as_tensor();
+    let vals = src.flatten_all()?.index_select(&flat, 0)?;
+    let w = sae.w_dec.as_tensor().index_select(&cols, 0)?;
     let aux_recon = if sae.sparse {
-        sparse_decode(&vals, &flat, w, enc.batch)?
+        sparse_decode(&vals, &flat, &w, enc.batch)?
     } else {
-        let n = sae.shape.n;
-        masked_dense(
-            &enc.pre,
-            &scores,
-            &vals.detach(),
-            &flat,
-            enc.batch,
-            n,
-            Some(keep),
-        )?
-        .matmul(w)?
+        let picked = vals.detach();
+        masked_dense(&src, &scores, &picked, &flat, enc.batch, n_dead, Some(keep))?.matmul(&w)?
     };
     let residual = (x - recon)?.detach();
     let l2 = (&residual - aux_recon)?.sqr()?.sum(1)?.mean(0)?;

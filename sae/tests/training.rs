@@ -28,7 +28,9 @@ fn resume_reaches_the_same_weights() {
         ("matryoshka", "group_sizes = [16, 48]", 1),
         ("crosscoder", "", 2),
     ] {
-        let text = synthetic_config(arch, extra, layers);
+        // Dead latents after two silent steps, so the aux-k loss runs on both sides of the resume.
+        let text =
+            synthetic_config(arch, extra, layers).replace("dead_tokens = 512", "dead_tokens = 128");
         let a = tempfile::tempdir().unwrap();
         run(a.path(), &text, false);
         let b = tempfile::tempdir().unwrap();
@@ -54,6 +56,7 @@ fn resume_reaches_the_same_weights() {
 fn training_reduces_loss_and_exports_saelens_layout() {
     let text = synthetic_config("batchtopk", "", 1)
         .replace("steps = 12", "steps = 60")
+        .replace("dead_tokens = 512", "dead_tokens = 64")
         .replace(
             "[log]",
             "[selector]\ncompare = true\ncompare_with = \"sort\"\ncompare_every = 5\n[log]",
@@ -85,6 +88,14 @@ fn training_reduces_loss_and_exports_saelens_layout() {
     ] {
         assert!(records.contains(key), "metrics.jsonl lacks {key}");
     }
+    let aux_ran = records.lines().any(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        v["metrics"]["aux_loss"].as_f64().is_some_and(|a| a > 0.0)
+    });
+    assert!(
+        aux_ran,
+        "no step had dead latents, so the aux-k loss never ran"
+    );
 }
 
 #[test]
