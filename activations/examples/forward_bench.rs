@@ -28,6 +28,9 @@ struct Args {
     iters: usize,
 }
 
+/// One timed op: name, shape, and the call.
+type Op<'a> = Box<dyn Fn() -> anyhow::Result<Tensor> + 'a>;
+
 /// Median seconds of `f` over `iters` runs after one warm-up, synchronizing the device.
 fn time(
     dev: &Device,
@@ -85,7 +88,7 @@ fn main() -> anyhow::Result<()> {
     let scores = Tensor::randn(0f32, 1.0, (b, h, 256, t), &dev)?.to_dtype(dtype)?;
     let mask = Tensor::zeros((256, t), dtype, &dev)?;
     let mask_full = mask.broadcast_as((b, h, 256, t))?.contiguous()?;
-    let ops: Vec<(&str, String, Box<dyn Fn() -> anyhow::Result<Tensor>>)> = vec![
+    let ops: Vec<(&str, String, Op)> = vec![
         (
             "matmul x W (c_attn)",
             format!("[{n},{d}]x[{d},{}]", 3 * d),

@@ -77,7 +77,7 @@ impl Gpt2Config {
 
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::config("config.json", m));
-        if self.n_head == 0 || self.n_embd % self.n_head != 0 {
+        if self.n_head == 0 || !self.n_embd.is_multiple_of(self.n_head) {
             return bad(format!(
                 "n_embd {} is not a multiple of n_head {}",
                 self.n_embd, self.n_head

@@ -24,8 +24,7 @@ impl HookPoint {
         }
     }
 
-    /// The point's position in the stream: after how many blocks it is read (ResidPre(l) = l,
-    /// ResidPost(l) = l + 1), with the final layer norm after all blocks.
+    /// An error naming the point if the model has no layer `l` for it.
     pub fn validate(&self, n_layer: usize) -> Result<()> {
         match *self {
             HookPoint::ResidPre(l) | HookPoint::ResidPost(l) if l >= n_layer => {

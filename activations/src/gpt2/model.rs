@@ -184,9 +184,13 @@ impl Block {
 /// Causal masks (0 on and below the diagonal, -inf above) for query rows `start..start + len`
 /// against keys `0..start + len`. On the CPU they are [len, keys] and broadcast; on CUDA they are
 /// stored expanded to [b, h, len, keys] so the add is a contiguous one (see `Conv1D::forward`).
+/// (batch, heads, sequence length, first query row, query rows); batch and heads are 0 when the
+/// mask is broadcast rather than expanded.
+type MaskKey = (usize, usize, usize, usize, usize);
+
 #[derive(Debug)]
 struct MaskCache {
-    masks: Mutex<HashMap<(usize, usize, usize, usize, usize), Tensor>>,
+    masks: Mutex<HashMap<MaskKey, Tensor>>,
     device: Device,
     dtype: DType,
 }
