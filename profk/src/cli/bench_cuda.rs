@@ -1,5 +1,5 @@
 //! `profk bench --device cuda`: the CUDA check and timing table (see profk::cuda::bench).
-use anyhow::{bail, Context};
+use anyhow::bail;
 
 /// Options of the CUDA benchmark.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -10,12 +10,15 @@ pub struct CudaBenchArgs {
     /// One k per size instead of the full grid.
     #[arg(long)]
     pub quick: bool,
-    /// With --check: also one row of 2^32 + 4097 elements (needs ~40 GB of device memory).
+    /// Check one row of 2^32 + 4097 elements against the CPU path (~40 GB of device memory).
     #[arg(long)]
     pub big: bool,
     /// Time Prof-K with stages left out instead of the grid.
     #[arg(long)]
     pub stages: bool,
+    /// Only the checks, no timing table.
+    #[arg(long)]
+    pub no_table: bool,
     /// Element type of the inputs: f32, f16 or bf16.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
@@ -23,13 +26,11 @@ pub struct CudaBenchArgs {
 
 #[cfg(feature = "cuda")]
 pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
     use candle_core::{DType, Device};
     let dev = Device::new_cuda(0).context("opening CUDA device 0")?;
     if args.check {
-        let mut fails = profk::cuda::bench::check(&dev)?;
-        if args.big {
-            fails.extend(profk::cuda::bench::check_big(&dev)?);
-        }
+        let fails = profk::cuda::bench::check(&dev)?;
         if !fails.is_empty() {
             for f in &fails {
                 eprintln!("MISMATCH {f}");
@@ -38,12 +39,22 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
         }
         println!("check: every CUDA selector equals the CPU path");
     }
+    if args.big {
+        let fails = profk::cuda::bench::check_big(&dev)?;
+        if !fails.is_empty() {
+            bail!("CUDA differs from the CPU path on {}", fails.join(", "));
+        }
+        println!("check: n = 2^32 + 4097 equals the CPU path");
+    }
     let dtype = match args.dtype.as_str() {
         "f32" => DType::F32,
         "f16" => DType::F16,
         "bf16" => DType::BF16,
         other => bail!("--dtype {other}: expected f32, f16 or bf16"),
     };
+    if args.no_table {
+        return Ok(());
+    }
     let mut table = String::new();
     if args.stages {
         profk::cuda::bench::run_stages(&dev, &mut table)?;
@@ -56,5 +67,7 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
 
 #[cfg(not(feature = "cuda"))]
 pub fn run(_args: &CudaBenchArgs) -> anyhow::Result<()> {
-    bail!("this profk was built without CUDA: rebuild with --features cuda (tools/cuda-toolchain.sh)")
+    bail!(
+        "this profk was built without CUDA: rebuild with --features cuda (tools/cuda-toolchain.sh)"
+    )
 }

@@ -118,7 +118,13 @@ mod tests {
         assert_eq!(std::mem::size_of::<RowRun>(), ROW_RUN_BYTES);
         assert_eq!(std::mem::size_of::<SelSrc>(), 56);
         assert_eq!(std::mem::size_of::<SelArgs>(), 56 + 24 + 16 + 24 + 8);
-        assert_eq!(std::mem::size_of::<FilterArgs>(), 8 * 3 + 16 + 8 * 9 + 8 + 16);
-        assert_eq!(std::mem::size_of::<SampleArgs>(), 8 * 3 + 8 + 16 + 8 + 16 + 16);
+        assert_eq!(
+            std::mem::size_of::<FilterArgs>(),
+            8 * 3 + 16 + 8 * 9 + 8 + 16
+        );
+        assert_eq!(
+            std::mem::size_of::<SampleArgs>(),
+            8 * 3 + 8 + 16 + 8 + 16 + 16
+        );
     }
 }

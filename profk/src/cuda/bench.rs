@@ -149,6 +149,17 @@ fn case(label: String, dims: Vec<usize>, k: usize, mode: Mode, dist: Dist) -> Ca
 /// Median milliseconds per call over `reps` calls (CUDA events around each call, inputs rotated,
 /// no host synchronization inside a call), attempts of the last call, aux bytes.
 pub fn time(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> Result<(f64, u32, usize)> {
+    let t = time_host(xs, k, opts, reps)?;
+    Ok((t.0, t.1, t.2))
+}
+
+/// [`time`] plus the median host milliseconds spent queuing one call.
+pub fn time_host(
+    xs: &[Tensor],
+    k: usize,
+    opts: &TopKOptions,
+    reps: usize,
+) -> Result<(f64, u32, usize, f64)> {
     let Device::Cuda(dev) = xs[0].device() else {
         return Err(crate::Error::Param("timing needs a CUDA tensor".into()));
     };
@@ -162,11 +173,14 @@ pub fn time(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> Result<
         super::topk_deferred(x, k, opts)?.status.read()?;
     }
     let mut times = Vec::with_capacity(reps);
+    let mut hosts = Vec::with_capacity(reps);
     let mut last = None;
     for i in 0..reps {
         let (a, b) = (ev()?, ev()?);
         a.record(&stream).map_err(super::launch::drv)?;
+        let host = std::time::Instant::now();
         let d = super::topk_deferred(&xs[i % xs.len()], k, opts)?;
+        hosts.push(host.elapsed().as_secs_f64() * 1e3);
         b.record(&stream).map_err(super::launch::drv)?;
         times.push(a.elapsed_ms(&b).map_err(super::launch::drv)? as f64);
         last = Some(d);
@@ -174,7 +188,13 @@ pub fn time(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> Result<
     let d = last.expect("reps > 0");
     let stats = d.status.read()?;
     times.sort_by(f64::total_cmp);
-    Ok((times[times.len() / 2], stats.attempts, d.status.aux_bytes))
+    hosts.sort_by(f64::total_cmp);
+    Ok((
+        times[times.len() / 2],
+        stats.attempts,
+        d.status.aux_bytes,
+        hosts[hosts.len() / 2],
+    ))
 }
 
 /// Prints the timing table; `selectors` picks the columns.
@@ -234,30 +254,82 @@ pub fn run_grid(dev: &Device, quick: bool, dtype: DType, out: &mut String) -> Re
 pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
     use super::skip;
     let shapes = [
-        case("2^24".into(), vec![1 << 24], 1 << 13, Mode::Rowwise, Dist::Normal),
-        case("2^28".into(), vec![1 << 28], 1 << 13, Mode::Rowwise, Dist::Normal),
-        case("2^30".into(), vec![1 << 30], 1 << 13, Mode::Rowwise, Dist::Normal),
-        case("flat 8192x2^17".into(), vec![8192, 1 << 17], 262144, Mode::Flat, Dist::Normal),
-        case("1024x2^18".into(), vec![1024, 1 << 18], 64, Mode::Rowwise, Dist::Normal),
-        case("masked 8192x32768".into(), vec![8192, 32768], 64, Mode::Rowwise, Dist::Masked),
+        case(
+            "2^24".into(),
+            vec![1 << 24],
+            1 << 13,
+            Mode::Rowwise,
+            Dist::Normal,
+        ),
+        case(
+            "2^28".into(),
+            vec![1 << 28],
+            1 << 13,
+            Mode::Rowwise,
+            Dist::Normal,
+        ),
+        case(
+            "2^30".into(),
+            vec![1 << 30],
+            1 << 13,
+            Mode::Rowwise,
+            Dist::Normal,
+        ),
+        case(
+            "flat 8192x2^17".into(),
+            vec![8192, 1 << 17],
+            262144,
+            Mode::Flat,
+            Dist::Normal,
+        ),
+        case(
+            "1024x2^18".into(),
+            vec![1024, 1 << 18],
+            64,
+            Mode::Rowwise,
+            Dist::Normal,
+        ),
+        case(
+            "masked 8192x32768".into(),
+            vec![8192, 32768],
+            64,
+            Mode::Rowwise,
+            Dist::Masked,
+        ),
     ];
     let variants = [
         ("full", 0),
         ("- redraw launches", skip::REDRAW),
         ("- redraw, fallback launches", skip::REDRAW | skip::FALLBACK),
-        ("- redraw, fallback, buffer top-k", skip::REDRAW | skip::FALLBACK | skip::BUFFER),
-        ("sample + filter only", skip::REDRAW | skip::FALLBACK | skip::BUFFER | skip::OUTPUT),
+        (
+            "- redraw, fallback, buffer top-k",
+            skip::REDRAW | skip::FALLBACK | skip::BUFFER,
+        ),
+        (
+            "sample + filter only",
+            skip::REDRAW | skip::FALLBACK | skip::BUFFER | skip::OUTPUT,
+        ),
     ];
-    writeln!(out, "| shape | k | variant | ms | floor ms |").ok();
-    writeln!(out, "|---|---|---|---|---|").ok();
+    writeln!(out, "| shape | k | variant | ms | floor ms | host ms |").ok();
+    writeln!(out, "|---|---|---|---|---|---|").ok();
     for c in shapes {
         let n: usize = c.dims.iter().product();
-        let xs: Vec<Tensor> = (0..3).map(|_| input(&c.dims, c.dist, DType::F32, dev)).collect::<Result<_>>()?;
+        let xs: Vec<Tensor> = (0..3)
+            .map(|_| input(&c.dims, c.dist, DType::F32, dev))
+            .collect::<Result<_>>()?;
         let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
         for (name, mask) in variants {
-            let opts = TopKOptions { mode: c.mode, ..Default::default() };
-            let (ms, _, _) = skip::with(mask, || time(&xs, c.k, &opts, 20))?;
-            writeln!(out, "| {} | {} | {} | {:.3} | {:.3} |", c.label, c.k, name, ms, floor).ok();
+            let opts = TopKOptions {
+                mode: c.mode,
+                ..Default::default()
+            };
+            let (ms, _, _, host) = skip::with(mask, || time_host(&xs, c.k, &opts, 20))?;
+            writeln!(
+                out,
+                "| {} | {} | {} | {:.3} | {:.3} | {:.3} |",
+                c.label, c.k, name, ms, floor, host
+            )
+            .ok();
             eprintln!("{}", out.lines().last().unwrap_or(""));
         }
     }
@@ -375,9 +447,28 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
 
     let wide_x = input(&[3, 70_000], Dist::Normal, DType::F32, dev)?;
     for order in [Order::Desc, Order::Index] {
-        cases.push((format!("wide path {order:?}"), wide_x.clone(), 2000, TopKOptions { order, ..base.clone() }, None));
+        cases.push((
+            format!("wide path {order:?}"),
+            wide_x.clone(),
+            2000,
+            TopKOptions {
+                order,
+                ..base.clone()
+            },
+            None,
+        ));
     }
-    cases.push(("wide path overflow".into(), wide_x, 50, base.clone(), Some(Plan { sample: 20_000, t: 200, capacity: 60 })));
+    cases.push((
+        "wide path overflow".into(),
+        wide_x,
+        50,
+        base.clone(),
+        Some(Plan {
+            sample: 20_000,
+            t: 200,
+            capacity: 60,
+        }),
+    ));
 
     for (name, x, k, opts, plan) in cases {
         let wide = name.starts_with("wide path");
@@ -391,7 +482,10 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
                 Some(p) if sel == Selector::Profk => topk_with_plan(t, k, &o, p),
                 _ => topk(t, k, &o),
             };
-            let (want, got) = (run(&cpu), super::skip::with(if wide { super::skip::WIDE } else { 0 }, || run(&x)));
+            let (want, got) = (
+                run(&cpu),
+                super::skip::with(if wide { super::skip::WIDE } else { 0 }, || run(&x)),
+            );
             let same = match (&want, &got) {
                 (Ok(w), Ok(g)) => {
                     w.indices.to_vec1_flat()?
@@ -442,12 +536,25 @@ pub fn check_big(dev: &Device) -> Result<Vec<String>> {
     let n = (1usize << 32) + 4097;
     let x = input(&[n], Dist::Normal, DType::F32, dev)?;
     let cpu = x.to_device(&Device::Cpu)?;
-    let want = topk(&cpu, 1000, &TopKOptions::default())?.indices.to_vec1::<i64>()?;
+    let want = topk(&cpu, 1000, &TopKOptions::default())?
+        .indices
+        .to_vec1::<i64>()?;
     let mut fails = Vec::new();
     for sel in [Selector::Profk, Selector::Radix] {
-        let got = topk(&x, 1000, &TopKOptions { selector: sel, ..Default::default() })?;
+        let got = topk(
+            &x,
+            1000,
+            &TopKOptions {
+                selector: sel,
+                ..Default::default()
+            },
+        )?;
         let same = got.indices.to_device(&Device::Cpu)?.to_vec1::<i64>()? == want;
-        eprintln!("check n = 2^32 + 4097 {sel:?}: {} (attempts {})", if same { "ok" } else { "MISMATCH" }, got.stats.attempts);
+        eprintln!(
+            "check n = 2^32 + 4097 {sel:?}: {} (attempts {})",
+            if same { "ok" } else { "MISMATCH" },
+            got.stats.attempts
+        );
         if !same {
             fails.push(format!("n = 2^32 + 4097 {sel:?}"));
         }

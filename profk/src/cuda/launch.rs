@@ -4,8 +4,8 @@
 //! (like a caching allocator): no allocation, event creation or event record per buffer, which would
 //! otherwise cost more host time than the kernels of a small call take on the device.
 use candle_core::cuda::cudarc::driver::{
-    result, sys::CUdevice_attribute, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
-    PushKernelArg,
+    result, sys::CUdevice_attribute, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    LaunchConfig, PushKernelArg,
 };
 use std::collections::HashMap;
 use std::marker::PhantomData;
@@ -25,7 +25,11 @@ pub struct Dev<T> {
 impl<T> Dev<T> {
     /// A range the caller owns elsewhere.
     pub fn at(ptr: u64, len: usize) -> Self {
-        Self { ptr, len, _t: PhantomData }
+        Self {
+            ptr,
+            len,
+            _t: PhantomData,
+        }
     }
 }
 
@@ -66,15 +70,30 @@ impl Arena {
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(drv)? as u32;
         let key = stream.cu_stream() as usize;
-        let chunks = cache().lock().unwrap_or_else(|e| e.into_inner()).remove(&key).into_iter().collect();
-        Ok(Self { stream, sms, bytes: 0, key, chunks, off: 0 })
+        let chunks = cache()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+            .into_iter()
+            .collect();
+        Ok(Self {
+            stream,
+            sms,
+            bytes: 0,
+            key,
+            chunks,
+            off: 0,
+        })
     }
 
     /// Uninitialized device memory for `len` elements (at least one).
     pub fn alloc<T>(&mut self, len: usize) -> Result<Dev<T>> {
         let bytes = (len.max(1) * std::mem::size_of::<T>()).next_multiple_of(ALIGN);
         self.bytes += bytes;
-        let fits = self.chunks.last().is_some_and(|c| self.off + bytes <= c.slice.len());
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|c| self.off + bytes <= c.slice.len());
         if !fits {
             let total: usize = self.chunks.iter().map(|c| c.slice.len()).sum();
             let size = bytes.max(total).max(1 << 20);
@@ -87,15 +106,26 @@ impl Arena {
         let c = self.chunks.last().expect("a chunk fits");
         let ptr = c.ptr + self.off as u64;
         self.off += bytes;
-        Ok(Dev { ptr, len: len.max(1), _t: PhantomData })
+        Ok(Dev {
+            ptr,
+            len: len.max(1),
+            _t: PhantomData,
+        })
     }
 
     /// Zeroed device memory.
     pub fn zeros<T>(&mut self, len: usize) -> Result<Dev<T>> {
         let d = self.alloc::<T>(len)?;
         // SAFETY: the range lies inside a live workspace chunk; the memset is ordered on the stream.
-        unsafe { result::memset_d8_async(d.ptr, 0, d.len * std::mem::size_of::<T>(), self.stream.cu_stream()) }
-            .map_err(drv)?;
+        unsafe {
+            result::memset_d8_async(
+                d.ptr,
+                0,
+                d.len * std::mem::size_of::<T>(),
+                self.stream.cu_stream(),
+            )
+        }
+        .map_err(drv)?;
         Ok(d)
     }
 
@@ -104,7 +134,14 @@ impl Arena {
     }
 
     /// Launches `name` with one struct argument.
-    pub fn launch_struct<A: DeviceRepr>(&self, family: Family, name: &str, grid: u64, block: u32, args: &A) -> Result<()> {
+    pub fn launch_struct<A: DeviceRepr>(
+        &self,
+        family: Family,
+        name: &str,
+        grid: u64,
+        block: u32,
+        args: &A,
+    ) -> Result<()> {
         let f = self.func(family, name)?;
         let mut b = self.stream.launch_builder(&f);
         b.arg(args);
@@ -114,7 +151,14 @@ impl Arena {
     }
 
     /// Launches `name` with scalar arguments (pointers as u64, `int` parameters as i32).
-    pub fn launch_args(&self, family: Family, name: &str, grid: u64, block: u32, args: &[Arg]) -> Result<()> {
+    pub fn launch_args(
+        &self,
+        family: Family,
+        name: &str,
+        grid: u64,
+        block: u32,
+        args: &[Arg],
+    ) -> Result<()> {
         let f = self.func(family, name)?;
         let mut b = self.stream.launch_builder(&f);
         for a in args {
@@ -131,7 +175,9 @@ impl Arena {
 
     /// A grid-stride launch over `total` items: enough blocks to fill the device, never more than needed.
     pub fn grid_for(&self, total: u64, block: u32, per_sm: u32) -> u64 {
-        total.div_ceil(block as u64).clamp(1, (self.sms * per_sm) as u64)
+        total
+            .div_ceil(block as u64)
+            .clamp(1, (self.sms * per_sm) as u64)
     }
 }
 
@@ -150,7 +196,10 @@ impl Drop for Arena {
             })
         };
         if let Some(w) = keep {
-            cache().lock().unwrap_or_else(|e| e.into_inner()).insert(self.key, w);
+            cache()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(self.key, w);
         }
     }
 }
@@ -162,7 +211,11 @@ pub enum Arg {
 }
 
 fn cfg(grid: u64, block: u32) -> LaunchConfig {
-    LaunchConfig { grid_dim: (grid.clamp(1, i32::MAX as u64) as u32, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (grid.clamp(1, i32::MAX as u64) as u32, 1, 1),
+        block_dim: (block, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 pub fn drv(e: impl std::fmt::Debug) -> Error {

@@ -17,18 +17,18 @@ mod select;
 mod sort;
 
 use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr};
-use launch::Dev;
 use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};
 use candle_core::op::BackpropOp;
 use candle_core::{DType, Device, Storage, Tensor};
+use launch::Dev;
 use std::time::Instant;
 
 use crate::select::{Plan, SelectStats, Selection as RowsSpec, TopK};
 use crate::{Error, NanPolicy, Order, Result, Selector, TopKOptions};
+use abi::RowList;
 use abi::{RowRun, GLOBAL_BYTES, ROW_FALLBACK, ROW_OK, ROW_PENDING, ROW_RUN_BYTES};
 use launch::{Arena, Arg};
 use module::Family;
-use abi::RowList;
 use select::{SelState, Selection, Source};
 
 pub use launch::Arena as CallArena;
@@ -106,7 +106,7 @@ impl DeviceStatus {
         let word = |b: &[u8], i: usize| {
             u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
         };
-        let (nan_count, nan_first_inv) = (word(&g, 0), word(&g, 1));
+        let (nan_count, nan_first_inv) = (word(g, 0), word(g, 1));
         if self.nan == NanPolicy::Error && nan_count > 0 {
             return Err(Error::NaN {
                 count: nan_count as usize,
@@ -167,12 +167,17 @@ pub(crate) fn topk(
 /// tensors on candle's stream; read the status when (and if) the statistics or the NaN check matter.
 pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferred> {
     let spec = RowsSpec::new(x.dims(), k, opts.mode)?;
-    let eps = match opts.mode {
-        crate::Mode::Flat => opts.eps,
-        crate::Mode::Rowwise => opts.eps / spec.rows.max(1) as f64,
-    };
+    let eps = row_budget(opts, spec.rows);
     let plan = crate::select::plan_for(spec.n, k, eps)?;
     topk_deferred_spec(x, &spec, opts, plan)
+}
+
+/// The failure budget of one row: row-wise mode splits ε over the rows.
+fn row_budget(opts: &TopKOptions, rows: usize) -> f64 {
+    match opts.mode {
+        crate::Mode::Flat => opts.eps,
+        crate::Mode::Rowwise => opts.eps / rows.max(1) as f64,
+    }
 }
 
 fn suffix(dtype: DType) -> Result<(&'static str, u32)> {
@@ -216,17 +221,27 @@ fn topk_deferred_spec(
     let base = match x.dtype() {
         DType::F32 => cs.as_cuda_slice::<f32>()?.device_ptr(&arena.stream).0,
         DType::F16 => cs.as_cuda_slice::<half::f16>()?.device_ptr(&arena.stream).0,
-        _ => cs.as_cuda_slice::<half::bf16>()?.device_ptr(&arena.stream).0,
+        _ => {
+            cs.as_cuda_slice::<half::bf16>()?
+                .device_ptr(&arena.stream)
+                .0
+        }
     };
     let input = Input {
         ptr: base + layout.start_offset() as u64 * elem,
         suffix,
         mag: opts.by_magnitude,
     };
-    let record = arena.stream.alloc_zeros::<u8>(spec.rows * ROW_RUN_BYTES + GLOBAL_BYTES).map_err(launch::drv)?;
+    let record = arena
+        .stream
+        .alloc_zeros::<u8>(spec.rows * ROW_RUN_BYTES + GLOBAL_BYTES)
+        .map_err(launch::drv)?;
     let record_ptr = record.device_ptr(&arena.stream).0;
     let run = Dev::<u8>::at(record_ptr, spec.rows * ROW_RUN_BYTES);
-    let global = Dev::<u8>::at(record_ptr + (spec.rows * ROW_RUN_BYTES) as u64, GLOBAL_BYTES);
+    let global = Dev::<u8>::at(
+        record_ptr + (spec.rows * ROW_RUN_BYTES) as u64,
+        GLOBAL_BYTES,
+    );
     let plan = if opts.selector == Selector::Profk {
         plan
     } else {
@@ -309,11 +324,7 @@ fn nan_scan(
         &format!("nan_scan_{}", input.suffix),
         arena.grid_for(total, 256, 16),
         256,
-        &[
-            Arg::U64(input.ptr),
-            Arg::U64(total),
-            Arg::U64(global.ptr),
-        ],
+        &[Arg::U64(input.ptr), Arg::U64(total), Arg::U64(global.ptr)],
     )
 }
 
@@ -341,23 +352,53 @@ fn profk(
     let sample_len = if fused_sample { 0 } else { rows * s as usize };
     let skeys = arena.alloc::<u32>(sample_len)?;
     let sidx = arena.alloc::<u64>(sample_len)?;
-    let buf = filter::Buffer { keys: arena.alloc::<u32>(rows * cap as usize)?, idx: arena.alloc::<u64>(rows * cap as usize)?, cap };
+    let buf = filter::Buffer {
+        keys: arena.alloc::<u32>(rows * cap as usize)?,
+        idx: arena.alloc::<u64>(rows * cap as usize)?,
+        cap,
+    };
     // A timing variant without the buffer top-k leaves the slots unwritten: zero them, they are gathered.
-    let out = if skip::has(skip::BUFFER) { arena.zeros::<u64>(rows * k as usize)? } else { arena.alloc::<u64>(rows * k as usize)? };
-    let attempts = if opts.approximate || skip::has(skip::REDRAW) { 1 } else { DEVICE_ATTEMPTS };
+    let out = if skip::has(skip::BUFFER) {
+        arena.zeros::<u64>(rows * k as usize)?
+    } else {
+        arena.alloc::<u64>(rows * k as usize)?
+    };
+    let attempts = if opts.approximate || skip::has(skip::REDRAW) {
+        1
+    } else {
+        DEVICE_ATTEMPTS
+    };
     // Row lists by status, rebuilt after every filter pass: later launches touch only their rows.
     let lists = row_lists(arena, rows)?;
     let arena_ro: &Arena = arena;
     let all = RowList::default();
-    let list = |status: u32| RowList { ids: lists.0.ptr + 4 * status as u64 * rows as u64, count: lists.1.ptr + 4 * status as u64 };
-    let sample_src = Source::List { keys: &skeys, idx: &sidx, cap: s, run: None };
+    let list = |status: u32| RowList {
+        ids: lists.0.ptr + 4 * status as u64 * rows as u64,
+        count: lists.1.ptr + 4 * status as u64,
+    };
+    let sample_src = Source::List {
+        keys: &skeys,
+        idx: &sidx,
+        cap: s,
+        run: None,
+    };
     for attempt in 1..=attempts {
         let pending = if attempt == 1 { all } else { list(ROW_PENDING) };
         if fused_sample {
-            sample::draw_and_select(arena_ro, input, shape, s, plan.t, opts.seed, attempt, pending, &state.sel)?;
+            sample::draw_and_select(
+                arena_ro, input, shape, s, plan.t, opts.seed, attempt, pending, &state.sel,
+            )?;
         } else {
-            sample::draw(arena_ro, input, shape, s, opts.seed, attempt, pending, &skeys, &sidx)?;
-            let sel = Selection { arena: arena_ro, input, shape: *shape, state: &state, rows: pending };
+            sample::draw(
+                arena_ro, input, shape, s, opts.seed, attempt, pending, &skeys, &sidx,
+            )?;
+            let sel = Selection {
+                arena: arena_ro,
+                input,
+                shape: *shape,
+                state: &state,
+                rows: pending,
+            };
             sel.threshold(&sample_src, plan.t, narrow)?;
             if narrow {
                 sel.finalize_min(&sample_src)?;
@@ -382,8 +423,19 @@ fn profk(
         )?;
         Selection::classify(arena_ro, run, shape.rows, &lists.0, &lists.1)?;
     }
-    let ok = Selection { arena: arena_ro, input, shape: *shape, state: &state, rows: list(ROW_OK) };
-    let buffer_src = Source::List { keys: &buf.keys, idx: &buf.idx, cap, run: Some(run) };
+    let ok = Selection {
+        arena: arena_ro,
+        input,
+        shape: *shape,
+        state: &state,
+        rows: list(ROW_OK),
+    };
+    let buffer_src = Source::List {
+        keys: &buf.keys,
+        idx: &buf.idx,
+        cap,
+        run: Some(run),
+    };
     if skip::has(skip::BUFFER) {
     } else if block_buffer {
         ok.block_topk(&buffer_src, &out, k)?;
@@ -391,7 +443,13 @@ fn profk(
         ok.threshold(&buffer_src, k, true)?;
         ok.compact(&buffer_src, &out, k, run)?;
     }
-    let fb = Selection { arena: arena_ro, input, shape: *shape, state: &state, rows: list(ROW_FALLBACK) };
+    let fb = Selection {
+        arena: arena_ro,
+        input,
+        shape: *shape,
+        state: &state,
+        rows: list(ROW_FALLBACK),
+    };
     if !skip::has(skip::FALLBACK) {
         fb.threshold(&Source::Dense, k, true)?;
         fb.compact(&Source::Dense, &out, k, run)?;
@@ -404,12 +462,7 @@ fn row_lists(arena: &mut Arena, rows: usize) -> Result<(Dev<u32>, Dev<u32>)> {
 }
 
 /// `sort`: CUB radix sort of every row, then the first k.
-fn sort_baseline(
-    arena: &mut Arena,
-    input: &Input,
-    shape: &Shape,
-    k: u64,
-) -> Result<Dev<u64>> {
+fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Result<Dev<u64>> {
     let (rows, n) = (shape.rows as usize, shape.n as usize);
     let total = shape.rows * shape.n;
     let grid = arena.grid_for(total, 256, 16);
@@ -489,7 +542,11 @@ fn output(
     let narrow = shape.kb + shape.ib <= 64 && !skip::has(skip::WIDE);
     let desc = order == Order::Desc;
     if k <= BLOCK_SORT_MAX && (narrow || !desc) && !skip::has(skip::OUTPUT) {
-        let (threads, name) = if k <= 512 { (128, "sort_gather_512") } else { (256, "sort_gather_4096") };
+        let (threads, name) = if k <= 512 {
+            (128, "sort_gather_512")
+        } else {
+            (256, "sort_gather_4096")
+        };
         let grid = shape.rows.clamp(1, 16 * arena.sms as u64);
         let launch = |vals: u64, idx: u64| {
             arena.launch_args(
@@ -519,7 +576,10 @@ fn output(
     let grid = arena.grid_for(total, 256, 16);
     let (sorted, ib) = match order {
         _ if skip::has(skip::OUTPUT) => (*slots, -1),
-        Order::Index => (sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?, -1),
+        Order::Index => (
+            sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?,
+            -1,
+        ),
         Order::Desc if narrow => {
             let c = arena.alloc::<u64>(total as usize)?;
             arena.launch_args(
@@ -538,7 +598,10 @@ fn output(
                     Arg::U64(total),
                 ],
             )?;
-            (sort::sort_keys_u64(arena, c, rows, ku, true, shape.kb + shape.ib)?, shape.ib as i32)
+            (
+                sort::sort_keys_u64(arena, c, rows, ku, true, shape.kb + shape.ib)?,
+                shape.ib as i32,
+            )
         }
         Order::Desc => {
             let by_index = sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?;

@@ -2,10 +2,10 @@
 
 use super::abi::{RowList, SampleArgs};
 use super::launch::{drv, Arena, Dev};
-use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use super::module::Family;
 use super::{Input, Shape};
 use crate::Result;
+use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 
 /// Half the bit width of the Feistel domain: the smallest even width 2h with 2^(2h) >= n.
 fn half_bits(n: u64) -> i32 {
@@ -29,7 +29,16 @@ pub fn block_variant(len: u64) -> (u32, &'static str) {
 
 /// The sample's arguments; `keys`/`idx` are null when the fused kernel keeps the sample in registers.
 #[allow(clippy::too_many_arguments)]
-fn args(input: &Input, shape: &Shape, s: u64, seed: u64, attempt: u32, rows: RowList, keys: u64, idx: u64) -> SampleArgs {
+fn args(
+    input: &Input,
+    shape: &Shape,
+    s: u64,
+    seed: u64,
+    attempt: u32,
+    rows: RowList,
+    keys: u64,
+    idx: u64,
+) -> SampleArgs {
     SampleArgs {
         x: input.ptr,
         n: shape.n,
@@ -62,13 +71,28 @@ pub fn draw_and_select(
 ) -> Result<()> {
     let a = args(input, shape, s, seed, attempt, rows, 0, 0);
     let (threads, variant) = block_variant(s);
-    let f = arena.func(Family::Sample, &format!("sample_select{variant}_{}", input.suffix))?;
-    let (selp, t32, ib, tb) = (sel.ptr, t as u32, shape.ib as i32, (shape.kb + shape.ib) as i32);
+    let f = arena.func(
+        Family::Sample,
+        &format!("sample_select{variant}_{}", input.suffix),
+    )?;
+    let (selp, t32, ib, tb) = (
+        sel.ptr,
+        t as u32,
+        shape.ib as i32,
+        (shape.kb + shape.ib) as i32,
+    );
     let mut b = arena.stream.launch_builder(&f);
     b.arg(&a).arg(&selp).arg(&t32).arg(&ib).arg(&tb);
     let grid = shape.rows.clamp(1, (2048 / threads * 2 * arena.sms) as u64) as u32;
     // SAFETY: (SampleArgs, RowSel*, u32, int, int) is the kernel's signature.
-    unsafe { b.launch(LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }) }.map_err(drv)?;
+    unsafe {
+        b.launch(LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }
+    .map_err(drv)?;
     Ok(())
 }
 

@@ -41,7 +41,6 @@ pub enum Source<'a> {
     },
 }
 
-
 pub struct Selection<'a> {
     pub arena: &'a Arena,
     pub input: &'a Input,
@@ -99,13 +98,24 @@ impl Selection<'_> {
 
     /// Builds the lists of pending, passed and failed rows from the filter's outcomes (3 × rows ids
     /// and 3 counts, in that order).
-    pub fn classify(arena: &Arena, run: &Dev<u8>, rows: u64, lists: &Dev<u32>, counts: &Dev<u32>) -> Result<()> {
+    pub fn classify(
+        arena: &Arena,
+        run: &Dev<u8>,
+        rows: u64,
+        lists: &Dev<u32>,
+        counts: &Dev<u32>,
+    ) -> Result<()> {
         arena.launch_args(
             Family::Select,
             "classify_rows",
             1,
             1024,
-            &[Arg::U64(run.ptr), Arg::U64(rows), Arg::U64(lists.ptr), Arg::U64(counts.ptr)],
+            &[
+                Arg::U64(run.ptr),
+                Arg::U64(rows),
+                Arg::U64(lists.ptr),
+                Arg::U64(counts.ptr),
+            ],
         )
     }
 
@@ -171,21 +181,24 @@ impl Selection<'_> {
         let (o, tb) = (out.ptr, (self.shape.kb + self.shape.ib) as i32);
         let mut b = a.stream.launch_builder(&f);
         b.arg(&args).arg(&o).arg(&k).arg(&tb);
-        let grid = self.shape.rows.clamp(1, (2048 / threads * 2 * a.sms) as u64) as u32;
+        let grid = self
+            .shape
+            .rows
+            .clamp(1, (2048 / threads * 2 * a.sms) as u64) as u32;
         // SAFETY: (SelArgs, u64*, u64, int) is the kernel's signature.
-        unsafe { b.launch(LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 }) }
-            .map_err(drv)?;
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: (grid, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(drv)?;
         Ok(())
     }
 
     /// Writes the row-local indices of the selected elements into `out` (k per row, any order).
-    pub fn compact(
-        &self,
-        src: &Source,
-        out: &Dev<u64>,
-        k: u64,
-        run: &Dev<u8>,
-    ) -> Result<()> {
+    pub fn compact(&self, src: &Source, out: &Dev<u64>, k: u64, run: &Dev<u8>) -> Result<()> {
         let a = self.arena;
         let args = self.args(src, true);
         let grid = a.grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);

@@ -41,22 +41,58 @@ fn check(code: i32, what: &str) -> Result<()> {
 }
 
 /// Sorts `rows` rows of `len` u64 keys on bits [0, end_bit) into a new buffer.
-pub fn sort_keys_u64(arena: &mut Arena, keys: Dev<u64>, rows: usize, len: usize, descending: bool, end_bit: u32) -> Result<Dev<u64>> {
+pub fn sort_keys_u64(
+    arena: &mut Arena,
+    keys: Dev<u64>,
+    rows: usize,
+    len: usize,
+    descending: bool,
+    end_bit: u32,
+) -> Result<Dev<u64>> {
     let out = arena.alloc::<u64>(rows * len)?;
     let s = arena.stream.cu_stream() as *mut c_void;
-    let (r, l, d, e) = (rows as i64, len as i64, descending as i32, end_bit.max(1) as i32);
+    let (r, l, d, e) = (
+        rows as i64,
+        len as i64,
+        descending as i32,
+        end_bit.max(1) as i32,
+    );
     let (inp, outp) = (keys.ptr as *const u64, out.ptr as *mut u64);
     let mut bytes = 0usize;
     // SAFETY: size query only (null temporary storage); pointers are live workspace ranges.
-    check(unsafe { profk_sort_keys_u64(std::ptr::null_mut(), &mut bytes, inp, outp, r, l, d, e, s) }, "sort size query")?;
+    check(
+        unsafe { profk_sort_keys_u64(std::ptr::null_mut(), &mut bytes, inp, outp, r, l, d, e, s) },
+        "sort size query",
+    )?;
     let temp = arena.alloc::<u8>(bytes)?;
     // SAFETY: temporary storage of the queried size, on the same stream.
-    check(unsafe { profk_sort_keys_u64(temp.ptr as *mut c_void, &mut bytes, inp, outp, r, l, d, e, s) }, "sort")?;
+    check(
+        unsafe {
+            profk_sort_keys_u64(
+                temp.ptr as *mut c_void,
+                &mut bytes,
+                inp,
+                outp,
+                r,
+                l,
+                d,
+                e,
+                s,
+            )
+        },
+        "sort",
+    )?;
     Ok(out)
 }
 
 /// Stable sort of u32 keys descending carrying u64 values; returns the sorted values.
-pub fn sort_pairs_desc(arena: &mut Arena, keys: Dev<u32>, vals: Dev<u64>, rows: usize, len: usize) -> Result<Dev<u64>> {
+pub fn sort_pairs_desc(
+    arena: &mut Arena,
+    keys: Dev<u32>,
+    vals: Dev<u64>,
+    rows: usize,
+    len: usize,
+) -> Result<Dev<u64>> {
     let kout = arena.alloc::<u32>(rows * len)?;
     let vout = arena.alloc::<u64>(rows * len)?;
     let s = arena.stream.cu_stream() as *mut c_void;
@@ -66,11 +102,40 @@ pub fn sort_pairs_desc(arena: &mut Arena, keys: Dev<u32>, vals: Dev<u64>, rows: 
     let mut bytes = 0usize;
     // SAFETY: as in sort_keys_u64.
     check(
-        unsafe { profk_sort_pairs_desc_u32_u64(std::ptr::null_mut(), &mut bytes, kin, ko, vin, vo, r, l, 0, s) },
+        unsafe {
+            profk_sort_pairs_desc_u32_u64(
+                std::ptr::null_mut(),
+                &mut bytes,
+                kin,
+                ko,
+                vin,
+                vo,
+                r,
+                l,
+                0,
+                s,
+            )
+        },
         "pair sort size query",
     )?;
     let temp = arena.alloc::<u8>(bytes)?;
     // SAFETY: as in sort_keys_u64.
-    check(unsafe { profk_sort_pairs_desc_u32_u64(temp.ptr as *mut c_void, &mut bytes, kin, ko, vin, vo, r, l, 0, s) }, "pair sort")?;
+    check(
+        unsafe {
+            profk_sort_pairs_desc_u32_u64(
+                temp.ptr as *mut c_void,
+                &mut bytes,
+                kin,
+                ko,
+                vin,
+                vo,
+                r,
+                l,
+                0,
+                s,
+            )
+        },
+        "pair sort",
+    )?;
     Ok(vout)
 }
