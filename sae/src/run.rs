@@ -108,6 +108,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
         let t = &job.trainer;
         write_saelens(&sae_dir, &t.cfg, &t.sae, t.threshold, &t.scales)?;
+        eval::report::write_report(std::slice::from_ref(&run), &run.report_path())?;
     }
     Ok(RunSummary {
         run_dir: run.path().to_path_buf(),
