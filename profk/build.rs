@@ -21,11 +21,16 @@ fn main() {
         return;
     }
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let cuda_home = env::var("CUDA_HOME").or_else(|_| env::var("CUDA_PATH")).ok().map(PathBuf::from);
-    let nvcc = env::var("NVCC").map(PathBuf::from).unwrap_or_else(|_| match &cuda_home {
-        Some(home) => home.join("bin/nvcc"),
-        None => PathBuf::from("nvcc"),
-    });
+    let cuda_home = env::var("CUDA_HOME")
+        .or_else(|_| env::var("CUDA_PATH"))
+        .ok()
+        .map(PathBuf::from);
+    let nvcc = env::var("NVCC")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| match &cuda_home {
+            Some(home) => home.join("bin/nvcc"),
+            None => PathBuf::from("nvcc"),
+        });
     let mut includes = Vec::new();
     if let Some(home) = &cuda_home {
         // The pip wheels keep CCCL (CUB, Thrust) under include/cccl.
@@ -36,7 +41,8 @@ fn main() {
         }
     }
     let common = |cmd: &mut Command| {
-        cmd.args(["-std=c++17", "-O3", ARCH, "-Xptxas=-warn-spills"]).args(&includes);
+        cmd.args(["-std=c++17", "-O3", ARCH, "-Xptxas=-warn-spills"])
+            .args(&includes);
     };
 
     let mut jobs: Vec<(String, Command)> = FATBINS
@@ -44,7 +50,9 @@ fn main() {
         .map(|name| {
             let mut cmd = Command::new(&nvcc);
             common(&mut cmd);
-            cmd.arg("--fatbin").arg("-o").arg(out.join(format!("{name}.fatbin")));
+            cmd.arg("--fatbin")
+                .arg("-o")
+                .arg(out.join(format!("{name}.fatbin")));
             cmd.arg(Path::new("kernels").join(format!("{name}.cu")));
             (name.to_string(), cmd)
         })
@@ -52,7 +60,9 @@ fn main() {
     let obj = out.join("cub_sort.o");
     let mut cub = Command::new(&nvcc);
     common(&mut cub);
-    cub.args(["-c", "-Xcompiler", "-fPIC", "-o"]).arg(&obj).arg("kernels/cub_sort.cu");
+    cub.args(["-c", "-Xcompiler", "-fPIC", "-o"])
+        .arg(&obj)
+        .arg("kernels/cub_sort.cu");
     jobs.push(("cub_sort".into(), cub));
 
     // nvcc is slow and single-threaded: the five compilations run side by side.
@@ -60,7 +70,9 @@ fn main() {
         .into_iter()
         .map(|(name, mut cmd)| {
             std::thread::spawn(move || {
-                let status = cmd.status().unwrap_or_else(|e| panic!("cannot run nvcc for {name}: {e}"));
+                let status = cmd
+                    .status()
+                    .unwrap_or_else(|e| panic!("cannot run nvcc for {name}: {e}"));
                 assert!(status.success(), "nvcc failed on kernels/{name}.cu");
             })
         })
@@ -71,14 +83,22 @@ fn main() {
 
     let lib = out.join("libprofk_cub.a");
     let _ = std::fs::remove_file(&lib);
-    let status = Command::new("ar").arg("crs").arg(&lib).arg(&obj).status().expect("cannot run ar");
+    let status = Command::new("ar")
+        .arg("crs")
+        .arg(&lib)
+        .arg(&obj)
+        .status()
+        .expect("cannot run ar");
     assert!(status.success(), "ar failed");
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static=profk_cub");
     if let Some(home) = &cuda_home {
         for dir in ["lib", "lib64"] {
             if home.join(dir).is_dir() {
-                println!("cargo:rustc-link-search=native={}", home.join(dir).display());
+                println!(
+                    "cargo:rustc-link-search=native={}",
+                    home.join(dir).display()
+                );
             }
         }
     }
