@@ -35,8 +35,9 @@ impl Adam {
         let bc1 = 1.0 - self.beta1.powi(self.t as i32);
         let bc2 = 1.0 - self.beta2.powi(self.t as i32);
         for (i, (var, g)) in vars.iter().zip(grads).enumerate() {
-            self.m[i] = ((&self.m[i] * self.beta1)? + (g * (1.0 - self.beta1))?)?;
-            self.v[i] = ((&self.v[i] * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?;
+            let g = g.detach();
+            self.m[i] = ((&self.m[i] * self.beta1)? + (&g * (1.0 - self.beta1))?)?.detach();
+            self.v[i] = ((&self.v[i] * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?.detach();
             let denom = ((&self.v[i] / bc2)?.sqrt()? + self.eps)?;
             let update = ((&self.m[i] / bc1)? / denom)?;
             var.set(&(var.as_tensor() - (update * lr)?)?)?;
@@ -68,7 +69,9 @@ pub fn lr_at(step: u64, base: f64, cfg: &TrainConfig) -> f64 {
 pub fn collect_grads(vars: &[&Var], grads: &GradStore) -> Result<Vec<Tensor>> {
     vars.iter()
         .map(|v| match grads.get(v.as_tensor()) {
-            Some(g) => Ok(g.clone()),
+            // Detached: a gradient computed from tracked tensors would chain every step's graph into
+            // the Adam moments.
+            Some(g) => Ok(g.detach()),
             None => Ok(v.as_tensor().zeros_like()?),
         })
         .collect()
