@@ -28,7 +28,7 @@ def model_of(name):
     d, layers, heads = SIZES[name]
     cfg = GPT2Config(n_embd=d, n_layer=layers, n_head=heads, n_positions=1024, vocab_size=50257)
     torch.manual_seed(0)
-    return GPT2LMHeadModel(cfg, attn_implementation="sdpa").cuda()
+    return GPT2LMHeadModel(cfg).cuda()
 
 
 def flatten_params(model):

@@ -246,15 +246,9 @@ impl Trainer {
             self.feedback
                 .select(density, self.cfg.sparsify.scope, &self.choice, step)?;
         let before_apply = self.sync()?;
-        self.feedback.release(&selection)?;
         let lr = self.cfg.lr_at(step);
-        self.optimizer.apply(
-            &self.vars,
-            self.feedback.layout(),
-            &selection.indices,
-            &selection.values,
-            lr,
-        )?;
+        self.optimizer
+            .apply_selection(&self.vars, &mut self.feedback, &selection, lr)?;
         let end = self.sync()?;
         self.step += 1;
         Ok(StepReport {
