@@ -146,3 +146,20 @@ fn check_same(a: &Tensor, b: &Tensor) -> std::result::Result<(), String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_same;
+    use candle_core::{Device, Tensor};
+
+    #[test]
+    fn compare_rejects_different_index_sets() {
+        let t = |v: &[i64]| Tensor::new(v, &Device::Cpu).unwrap();
+        assert!(check_same(&t(&[1, 4, 9]), &t(&[1, 4, 9])).is_ok());
+        let err = check_same(&t(&[1, 4, 9]), &t(&[1, 5, 9])).unwrap_err();
+        assert!(err.contains("position 1: 4 vs 5"), "{err}");
+        assert!(check_same(&t(&[1, 4]), &t(&[1, 4, 9]))
+            .unwrap_err()
+            .contains("2 vs 3"));
+    }
+}
