@@ -47,6 +47,8 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         DeviceKind::Cuda => Device::new_cuda(0)?,
     };
     set_precision(cfg.train.precision);
+    // The model and data load before the run directory exists: a missing model leaves nothing behind.
+    let mut data = Data::open(&cfg, &device)?;
     let run = match (&opts.out, opts.resume) {
         (Some(out), true) => RunDir::open_existing(out)?,
         (None, true) => {
@@ -61,7 +63,6 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
             &format!("{}-{}", cfg.name, cfg.selector.kind.name()),
         )?,
     };
-    let mut data = Data::open(&cfg, &device)?;
     let (trainer, start, pending) = if opts.resume {
         let ckpt = eval::train_loop::resume_point(&run)?;
         let trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
