@@ -9,8 +9,9 @@
 //! added into it in place, tensor by tensor, so a global selection runs on one tensor without ever
 //! concatenating the gradients into a fresh buffer: the per-step traffic is one read of each gradient
 //! and one read-modify-write of the residual, the minimum without fusing the add into the selection.
+//! (On CUDA one launch covers all parameters, see `crate::cuda`.)
 use crate::error::{Error, Result};
-use crate::flatops::{self, Scratch};
+use crate::flatops;
 use crate::layout::FlatLayout;
 use crate::select::{self, Scope, Selection, SelectorChoice};
 use candle_core::{DType, Device, Tensor};
@@ -22,7 +23,6 @@ pub struct ErrorFeedback {
     residual: Tensor,
     velocity: Option<Tensor>,
     momentum: f64,
-    scratch: Scratch,
     #[cfg(feature = "cuda")]
     chunks: Option<crate::cuda::Chunks>,
 }
@@ -35,7 +35,6 @@ impl ErrorFeedback {
         let velocity = momentum
             .map(|_| Tensor::zeros(n, DType::F32, device))
             .transpose()?;
-        let scratch = Scratch::new(layout.max_len(), device)?;
         #[cfg(feature = "cuda")]
         let chunks = match device {
             Device::Cuda(d) => Some(crate::cuda::Chunks::new(&layout, &d.cuda_stream())?),
@@ -46,7 +45,6 @@ impl ErrorFeedback {
             residual,
             velocity,
             momentum: momentum.unwrap_or(0.0),
-            scratch,
             #[cfg(feature = "cuda")]
             chunks,
         })
@@ -103,12 +101,12 @@ impl ErrorFeedback {
         }
         for (span, grad) in self.layout.spans().iter().zip(grads) {
             match &self.velocity {
-                None => self.scratch.add_into(&self.residual, span.offset, grad)?,
+                None => flatops::add_into(&self.residual, span.offset, grad)?,
                 Some(velocity) => {
                     let u = velocity.narrow(0, span.offset, span.len)?;
                     let u = ((u * self.momentum)? + grad.flatten_all()?.to_dtype(DType::F32)?)?;
                     flatops::copy_into(velocity, span.offset, &u)?;
-                    self.scratch.add_into(&self.residual, span.offset, &u)?;
+                    flatops::add_into(&self.residual, span.offset, &u)?;
                 }
             }
         }

@@ -1,36 +1,48 @@
-//! In-place updates of flat f32 buffers through candle's public ops, so nothing full-sized is copied.
-//!
-//! `add_into` uses a scatter-add along a unit dimension: candle then runs one element per thread on
-//! CUDA and touches the destination in place (read grad + read/write destination, plus one u8 index
-//! per element), instead of allocating `residual + grad` and copying it back.
+//! In-place updates of flat f32 buffers, so nothing full-sized is copied. On CUDA the residual update
+//! goes through `crate::cuda` (one launch for all parameters); these are the CPU versions and the
+//! small scatters both paths share.
 use crate::error::Result;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{CpuStorage, Layout, Tensor};
 
-/// Scratch kept by a flat buffer's owner: a zero u8 index column as long as the largest parameter.
-#[derive(Clone, Debug)]
-pub struct Scratch {
-    zero_ids: Tensor,
-}
+/// `dst += src` in place, both contiguous f32 (a CPU op; CUDA uses the multi-tensor kernel).
+struct AddAssign;
 
-impl Scratch {
-    pub fn new(max_len: usize, device: &Device) -> Result<Self> {
-        Ok(Self {
-            zero_ids: Tensor::zeros((max_len.max(1), 1), DType::U8, device)?,
-        })
+impl candle_core::InplaceOp2 for AddAssign {
+    fn name(&self) -> &'static str {
+        "gradsparse-add-assign"
     }
 
-    /// `flat[offset .. offset + src.len] += src` in place.
-    pub fn add_into(&self, flat: &Tensor, offset: usize, src: &Tensor) -> Result<()> {
-        let n = src.elem_count();
-        if n == 0 {
-            return Ok(());
+    fn cpu_fwd(
+        &self,
+        dst: &mut CpuStorage,
+        dl: &Layout,
+        src: &CpuStorage,
+        sl: &Layout,
+    ) -> candle_core::Result<()> {
+        let (CpuStorage::F32(d), CpuStorage::F32(s)) = (dst, src) else {
+            candle_core::bail!("add-assign expects f32 storage");
+        };
+        let (Some((d0, d1)), Some((s0, s1))) = (dl.contiguous_offsets(), sl.contiguous_offsets())
+        else {
+            candle_core::bail!("add-assign expects contiguous tensors");
+        };
+        for (x, y) in d[d0..d1].iter_mut().zip(&s[s0..s1]) {
+            *x += y;
         }
-        let dst = flat.narrow(0, offset, n)?.reshape((n, 1))?;
-        let src = src.to_dtype(flat.dtype())?.reshape((n, 1))?.contiguous()?;
-        let ids = self.zero_ids.narrow(0, 0, n)?;
-        dst.scatter_add_set(&ids, &src, 1)?;
         Ok(())
     }
+}
+
+/// `flat[offset .. offset + src.len] += src` in place.
+pub fn add_into(flat: &Tensor, offset: usize, src: &Tensor) -> Result<()> {
+    let n = src.elem_count();
+    if n == 0 {
+        return Ok(());
+    }
+    let dst = flat.narrow(0, offset, n)?;
+    let src = src.to_dtype(flat.dtype())?.flatten_all()?.contiguous()?;
+    dst.inplace_op2(&src, &AddAssign)?;
+    Ok(())
 }
 
 /// `flat[offset .. offset + src.len] = src` in place.
