@@ -74,11 +74,11 @@ fn forward_matches_reference_on(device: &Device) {
 
     // Chunked causal attention (uneven last chunk) computes the same function.
     for chunk in [1, 5, 64] {
-        let mut chunked =
-            Gpt2::load(fixture().to_str().unwrap(), DType::F32, &Device::Cpu).unwrap();
+        let mut chunked = Gpt2::load(fixture().to_str().unwrap(), DType::F32, device).unwrap();
         chunked.set_attention_chunk(Some(chunk));
-        let err = max_rel_err(&chunked.forward_logits(tokens).unwrap(), &r["logits"]);
-        assert!(err < 1e-5, "chunk {chunk}: error {err}");
+        let out = chunked.forward_logits(tokens).unwrap();
+        let err = max_rel_err(&out.to_device(&Device::Cpu).unwrap(), &r["logits"]);
+        assert!(err < 1e-5, "{device:?} chunk {chunk}: error {err}");
     }
 
     // Identity patch changes nothing; a zero patch changes the logits.
