@@ -1,10 +1,9 @@
 //! Aux-k loss (Gao et al. 2024): the `k_aux` largest pre-activations of each token among the dead latents
 //! reconstruct the residual error `e = x − recon` (detached); the loss is normalized by the variance of `e`.
 //! It gives dead latents a gradient toward the directions the live ones miss.
-use crate::model::masked_dense;
 use crate::model::{Encoded, Sae};
 use crate::select::select_rows;
-use crate::sparse_decode::sparse_decode;
+use crate::sparse::{dense_decode, fired_latents};
 use crate::Result;
 use candle_core::{DType, Tensor};
 
@@ -24,15 +23,8 @@ impl DeadTracker {
     }
 
     /// Counts the batch's tokens for every latent and resets those among the kept activations (value > 0).
-    pub fn update(&mut self, enc: &Encoded, n: usize, sparse: bool) -> Result<()> {
-        let fired = if sparse {
-            let (_, cols) = crate::sparse_decode::split_flat(&enc.idx, n)?;
-            let positive = enc.vals.detach().gt(0f64)?.to_dtype(DType::F64)?;
-            Tensor::zeros(n, DType::F64, enc.vals.device())?.index_add(&cols, &positive, 0)?
-        } else {
-            let acts = crate::model::dense_acts(enc, n)?.detach();
-            acts.max(0)?.gt(0f64)?.to_dtype(DType::F64)?
-        };
+    pub fn update(&mut self, enc: &Encoded, n: usize) -> Result<()> {
+        let fired = fired_latents(&enc.idx, &enc.vals, n)?;
         let grown = (&self.since_fired + enc.batch as f64)?;
         let zero = Tensor::zeros(n, DType::F64, enc.vals.device())?;
         self.since_fired = fired.gt(0f64)?.where_cond(&zero, &grown)?;
@@ -47,10 +39,13 @@ impl DeadTracker {
     }
 }
 
-/// The normalized aux-k loss, or None when no latent is dead.
+/// The normalized aux-k loss, or None when no latent is dead. `scores` are the selection scores of
+/// `enc` (ReLU pre-activations [B, n]); on CUDA they are overwritten.
+#[allow(clippy::too_many_arguments)] // the step's tensors and the selector, each used once
 pub fn aux_loss(
     sae: &Sae,
     enc: &Encoded,
+    scores: Tensor,
     x: &Tensor,
     recon: &Tensor,
     dead: (&Tensor, usize),
@@ -61,24 +56,17 @@ pub fn aux_loss(
     if n_dead == 0 || k_aux == 0 {
         return Ok(None);
     }
-    // Only the dead latents compete: select among their columns, [B, n_dead].
-    let flags: Vec<u8> = mask.to_vec1()?;
-    let cols: Vec<u32> = (0..flags.len() as u32)
-        .filter(|&j| flags[j as usize] != 0)
-        .collect();
-    let n_dead = cols.len();
+    // Only the dead latents compete: the live columns score −1, below every dead one (scores ≥ 0), and
+    // each row keeps at most n_dead, so every pick is a dead latent.
     let keep = k_aux.min(n_dead);
-    let cols = Tensor::from_vec(cols, n_dead, enc.pre.device())?;
-    let src = enc.pre.index_select(&cols, 1)?;
-    let scores = src.detach();
+    let scores = mask_live(scores, mask)?;
     let flat = select_rows(&scores, keep, selector, seed)?;
-    let vals = src.flatten_all()?.index_select(&flat, 0)?;
-    let w = sae.w_dec.as_tensor().index_select(&cols, 0)?;
+    drop(scores);
+    let vals = sae.values_at(&enc.xc, &flat)?;
     let aux_recon = if sae.sparse {
-        sparse_decode(&vals, &flat, &w, enc.batch)?
+        sae.decode_pairs(&vals, &flat, enc.batch)?
     } else {
-        let picked = vals.detach();
-        masked_dense(&src, &scores, &picked, &flat, enc.batch, n_dead, Some(keep))?.matmul(&w)?
+        dense_decode(&vals, &flat, sae.w_dec.as_tensor(), enc.batch)?
     };
     let residual = (x - recon)?.detach();
     let l2 = (&residual - aux_recon)?.sqr()?.sum(1)?.mean(0)?;
@@ -92,4 +80,16 @@ pub fn aux_loss(
         return Ok(None);
     }
     Ok(Some((l2 / denom)?))
+}
+
+/// `scores` with the columns of live latents (mask 0) set to −1.
+fn mask_live(scores: Tensor, dead: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if scores.device().is_cuda() {
+        let scores = scores.contiguous()?;
+        crate::cuda::mask_live_inplace(&scores, &dead.to_dtype(DType::U8)?.contiguous()?)?;
+        return Ok(scores);
+    }
+    let dead = dead.to_dtype(scores.dtype())?.unsqueeze(0)?;
+    Ok(scores.broadcast_mul(&dead)?.broadcast_add(&(dead - 1.0)?)?)
 }

@@ -1,7 +1,8 @@
 //! Checkpoints. A checkpoint directory holds
 //! - `cfg.json` + `sae_weights.safetensors`: the SAE as SAELens loads it (input scaling folded in, the
 //!   batch selection exported as a JumpReLU threshold; see docs/saelens.md),
-//! - `training_state.safetensors`: raw parameters, Adam moments and the dead-latent counters,
+//! - `training_state.safetensors`: raw parameters in the training layout (W_enc as [n, d_in] rows), Adam
+//!   moments and the dead-latent counters,
 //! - `trainer_state.json`: step, tokens consumed (the data position), threshold, input scales, config.
 //!
 //! The training loop (eval::train_loop) writes the folder under a temporary name and renames it into place.
@@ -51,7 +52,7 @@ pub fn fold_scales(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<Exported
         n, d_model, layers, ..
     } = sae.shape;
     let dev = sae.device();
-    let w_enc = sae.w_enc.as_tensor().clone();
+    let w_enc = sae.w_enc_saelens()?;
     let b_enc = sae.b_enc.as_tensor().clone();
     let w_dec = sae.w_dec.as_tensor().clone();
     let b_dec = sae.b_dec.as_tensor().clone();
@@ -270,7 +271,7 @@ pub fn load_state(dir: &Path, cfg: Config, device: &Device) -> Result<Trainer> {
         groups: cfg.sae.group_sizes.clone(),
     };
     let [w_enc, b_enc, w_dec, b_dec] = PARAM_NAMES.map(get);
-    let sae = Sae::from_tensors(shape, &w_enc?, &b_enc?, &w_dec?, &b_dec?, cfg.sae.decode)?;
+    let sae = Sae::from_rows(shape, &w_enc?, &b_enc?, &w_dec?, &b_dec?, cfg.sae.decode)?;
     let mut trainer = Trainer::with_sae(cfg, sae, p.scales)?;
     for (i, name) in PARAM_NAMES.iter().enumerate() {
         trainer.adam.m[i] = get(&format!("adam_m.{name}"))?.to_dtype(DType::F32)?;

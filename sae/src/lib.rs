@@ -7,6 +7,8 @@ pub mod arch;
 pub mod aux;
 pub mod checkpoint;
 pub mod config;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod data;
 pub mod error;
 pub mod init;
@@ -15,7 +17,7 @@ pub mod model;
 pub mod optim;
 pub mod run;
 pub mod select;
-pub mod sparse_decode;
+pub mod sparse;
 pub mod trainer;
 
 pub use config::Config;

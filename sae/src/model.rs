@@ -2,7 +2,7 @@
 //! `pre = ReLU((x − b_dec)·W_enc + b_enc)`, then the B·k largest entries of `pre` over the whole batch.
 use crate::config::{Arch, DecodeMode};
 use crate::select::{select_flat, Selected};
-use crate::sparse_decode::sparse_decode;
+use crate::sparse::{gather_linear_to, sparse_decode, sparse_decode_to, GradSink};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::SeedableRng;
@@ -28,7 +28,8 @@ impl Shape {
     }
 }
 
-/// Trainable parameters. W_enc [d_in, n], b_enc [n], W_dec [n, d_in], b_dec [d_in].
+/// Trainable parameters. W_enc [n, d_in] (one contiguous row of encoder weights per latent, the transpose
+/// of SAELens' W_enc [d_in, n]), b_enc [n], W_dec [n, d_in], b_dec [d_in].
 pub struct Sae {
     pub shape: Shape,
     pub w_enc: Var,
@@ -37,15 +38,31 @@ pub struct Sae {
     pub b_dec: Var,
     /// Decode through the (index, value) pairs instead of a dense B×n matrix.
     pub sparse: bool,
+    /// Compute the selection scores (the dense encoder matmul) in bf16; the kept values are recomputed
+    /// in f32 all the same.
+    pub bf16_scores: bool,
+    /// Where the gradients of W_enc and W_dec go when set (training); through candle's autograd when
+    /// None.
+    pub sinks: Option<WeightSinks>,
+}
+
+/// The gradient sinks of the two dense weight matrices.
+#[derive(Clone, Debug, Default)]
+pub struct WeightSinks {
+    pub w_enc: GradSink,
+    pub w_dec: GradSink,
 }
 
 /// The outcome of the encoder on a batch.
 pub struct Encoded {
-    /// ReLU pre-activations [B, n] (differentiable).
-    pub pre: Tensor,
+    /// ReLU pre-activations [B, n], detached: what the selection ran on (f32, or bf16 with
+    /// `bf16_scores`).
+    pub scores: Tensor,
+    /// The centered input x − b_dec [B, d_in] (differentiable through b_dec).
+    pub xc: Tensor,
     /// Flat indices (row · n + col, i64, ascending) of the kept activations.
     pub idx: Tensor,
-    /// Their values, gathered from `pre` (differentiable).
+    /// Their values ReLU(xc·W_enc[col] + b_enc[col]), recomputed at the kept pairs only (differentiable).
     pub vals: Tensor,
     pub batch: usize,
     pub select_time: Duration,
@@ -72,11 +89,11 @@ impl Sae {
             row.iter_mut().for_each(|v| *v /= norm);
         }
         let w_dec = Tensor::from_vec(w, (n, d_in), device)?;
-        let w_enc = w_dec.t()?.contiguous()?;
         let b_enc = Tensor::zeros(n, DType::F32, device)?;
-        Self::from_tensors(shape, &w_enc, &b_enc, &w_dec, b_dec, decode)
+        Self::from_rows(shape, &w_dec, &b_enc, &w_dec, b_dec, decode)
     }
 
+    /// From tensors in SAELens' layout: W_enc [d_in, n].
     pub fn from_tensors(
         shape: Shape,
         w_enc: &Tensor,
@@ -86,12 +103,33 @@ impl Sae {
         decode: DecodeMode,
     ) -> Result<Self> {
         let (n, d_in) = (shape.n, shape.d_in());
+        if w_enc.dims() != [d_in, n] {
+            return Err(Error::Shape(format!(
+                "W_enc has shape {:?}, expected {:?}",
+                w_enc.dims(),
+                [d_in, n]
+            )));
+        }
+        Self::from_rows(shape, &w_enc.t()?, b_enc, w_dec, b_dec, decode)
+    }
+
+    /// From tensors in the internal layout: W_enc [n, d_in]. Every parameter is copied.
+    pub fn from_rows(
+        shape: Shape,
+        w_enc: &Tensor,
+        b_enc: &Tensor,
+        w_dec: &Tensor,
+        b_dec: &Tensor,
+        decode: DecodeMode,
+    ) -> Result<Self> {
+        let (n, d_in) = (shape.n, shape.d_in());
         let want = [
-            ("W_enc", w_enc, vec![d_in, n]),
+            ("W_enc (as [n, d_in])", w_enc, vec![n, d_in]),
             ("b_enc", b_enc, vec![n]),
             ("W_dec", w_dec, vec![n, d_in]),
+            ("b_dec", b_dec, vec![d_in]),
         ];
-        for (name, t, dims) in want.iter().chain([("b_dec", b_dec, vec![d_in])].iter()) {
+        for (name, t, dims) in want.iter() {
             if t.dims() != dims.as_slice() {
                 return Err(Error::Shape(format!(
                     "{name} has shape {:?}, expected {dims:?}",
@@ -99,18 +137,22 @@ impl Sae {
                 )));
             }
         }
-        let sparse = match decode {
-            DecodeMode::Sparse => true,
-            DecodeMode::Dense => false,
-            DecodeMode::Auto => w_dec.device().is_cpu(),
+        let sparse = decode != DecodeMode::Dense;
+        // A fresh copy of each (the optimizer updates parameters in place on CUDA).
+        let var = |t: &Tensor| -> Result<Var> {
+            Ok(Var::from_tensor(
+                &t.to_dtype(DType::F32)?.contiguous()?.copy()?,
+            )?)
         };
         Ok(Self {
             shape,
-            w_enc: Var::from_tensor(&w_enc.to_dtype(DType::F32)?.contiguous()?)?,
-            b_enc: Var::from_tensor(&b_enc.to_dtype(DType::F32)?)?,
-            w_dec: Var::from_tensor(&w_dec.to_dtype(DType::F32)?.contiguous()?)?,
-            b_dec: Var::from_tensor(&b_dec.to_dtype(DType::F32)?)?,
+            w_enc: var(w_enc)?,
+            b_enc: var(b_enc)?,
+            w_dec: var(w_dec)?,
+            b_dec: var(b_dec)?,
             sparse,
+            bf16_scores: false,
+            sinks: None,
         })
     }
 
@@ -118,30 +160,58 @@ impl Sae {
         [&self.w_enc, &self.b_enc, &self.w_dec, &self.b_dec]
     }
 
+    /// W_enc in SAELens' layout [d_in, n] (a transposed view).
+    pub fn w_enc_saelens(&self) -> Result<Tensor> {
+        Ok(self.w_enc.as_tensor().t()?)
+    }
+
     pub fn device(&self) -> &Device {
         self.w_enc.device()
     }
 
-    /// ReLU pre-activations [B, n] of inputs [B, d_in].
+    /// Detached ReLU pre-activations [B, n] of centered inputs `xc` [B, d_in]: one dense matmul (TF32
+    /// when enabled, bf16 with `bf16_scores`), then bias and ReLU in place on CUDA.
+    pub fn scores(&self, xc: &Tensor) -> Result<Tensor> {
+        let xc = xc.detach();
+        let w = self.w_enc.as_tensor().detach();
+        let b = self.b_enc.as_tensor().detach();
+        let pre = if self.bf16_scores {
+            xc.to_dtype(DType::BF16)?
+                .matmul(&w.to_dtype(DType::BF16)?.t()?)?
+        } else {
+            xc.matmul(&w.t()?)?
+        };
+        #[cfg(feature = "cuda")]
+        if pre.device().is_cuda() {
+            crate::cuda::bias_relu_inplace(&pre, &b)?;
+            return Ok(pre);
+        }
+        Ok(pre.broadcast_add(&b.to_dtype(pre.dtype())?)?.relu()?)
+    }
+
+    /// ReLU pre-activations [B, n] of inputs [B, d_in] (detached).
     pub fn pre_activations(&self, x: &Tensor) -> Result<Tensor> {
-        // (x − b_dec)·W_enc written as x·W_enc − b_dec·W_enc: x carries no gradient, so backward computes
-        // only W_enc's gradient from the big matmul, and b_dec's from a cheap vector–matrix product.
-        let w = self.w_enc.as_tensor();
-        // The two biases fold into one [n] vector: one B×n node (and gradient) fewer.
-        let shift = self.b_dec.as_tensor().unsqueeze(0)?.matmul(w)?.squeeze(0)?;
-        let bias = (self.b_enc.as_tensor() - shift)?;
-        Ok(x.matmul(w)?.broadcast_add(&bias)?.relu()?)
+        self.scores(&x.broadcast_sub(self.b_dec.as_tensor())?)
+    }
+
+    /// ReLU(xc·W_enc + b_enc) at the flat indices `idx`, differentiable wrt xc, W_enc and b_enc.
+    pub fn values_at(&self, xc: &Tensor, idx: &Tensor) -> Result<Tensor> {
+        let sink = self.sinks.as_ref().map(|s| &s.w_enc);
+        let (w, b) = (self.w_enc.as_tensor(), self.b_enc.as_tensor());
+        Ok(gather_linear_to(xc, w, b, idx, sink)?.relu()?)
     }
 
     /// Encoder plus the batch-global selection of B·k activations.
     pub fn encode(&self, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Encoded> {
-        let pre = self.pre_activations(x)?;
-        let batch = pre.dim(0)?;
-        let keep = (batch * self.shape.k).min(pre.elem_count());
-        let Selected { indices, time } = select_flat(&pre.detach(), keep, selector, seed)?;
-        let vals = pre.flatten_all()?.index_select(&indices, 0)?;
+        let xc = x.broadcast_sub(self.b_dec.as_tensor())?;
+        let scores = self.scores(&xc)?;
+        let batch = scores.dim(0)?;
+        let keep = (batch * self.shape.k).min(scores.elem_count());
+        let Selected { indices, time } = select_flat(&scores, keep, selector, seed)?;
+        let vals = self.values_at(&xc, &indices)?;
         Ok(Encoded {
-            pre,
+            scores,
+            xc,
             idx: indices,
             vals,
             batch,
@@ -156,7 +226,7 @@ impl Sae {
         let w = self.w_dec.as_tensor();
         let Some((start, len)) = range else {
             return if self.sparse {
-                sparse_decode(&enc.vals, &enc.idx, w, enc.batch)
+                self.decode_pairs(&enc.vals, &enc.idx, enc.batch)
             } else {
                 Ok(dense_acts(enc, n)?.matmul(w)?)
             };
@@ -167,54 +237,28 @@ impl Sae {
         }
         let (pos, sub_idx) = sub_selection(&enc.idx, n, start, len)?;
         let vals = enc.vals.index_select(&pos, 0)?;
-        sparse_decode(&vals, &sub_idx, &w, enc.batch)
+        let sink = self.sinks.as_ref().map(|s| &s.w_dec);
+        if sink.is_some() && (start, len) != (0, n) {
+            // A sink takes gradients of the whole W_dec; a prefix decodes through autograd.
+            return sparse_decode(&vals, &sub_idx, &w, enc.batch);
+        }
+        sparse_decode_to(&vals, &sub_idx, &w, enc.batch, sink)
+    }
+
+    /// Σ vals · W_dec over the pairs `idx` (flat over `batch` rows), without b_dec.
+    pub fn decode_pairs(&self, vals: &Tensor, idx: &Tensor, batch: usize) -> Result<Tensor> {
+        let sink = self.sinks.as_ref().map(|s| &s.w_dec);
+        sparse_decode_to(vals, idx, self.w_dec.as_tensor(), batch, sink)
     }
 }
 
-/// The dense activation matrix [B, n] (zeros except the kept values; differentiable through `pre`).
+/// The dense activation matrix [B, n] (zeros except the kept values; differentiable through them).
 pub fn dense_acts(enc: &Encoded, n: usize) -> Result<Tensor> {
     if let Some(acts) = enc.dense.get() {
         return Ok(acts.clone());
     }
-    let (pre, picked) = (enc.pre.detach(), enc.vals.detach());
-    let acts = masked_dense(&enc.pre, &pre, &picked, &enc.idx, enc.batch, n, None)?;
+    let acts = crate::sparse::dense_acts(&enc.vals, &enc.idx, enc.batch, n)?;
     Ok(enc.dense.get_or_init(|| acts).clone())
-}
-
-/// `src` [B, n] kept at the selected positions and zeroed elsewhere. `scores` [B, n] is what the selection
-/// ran on and `picked` the selected scores (the B·k of a global selection, or k per row when `per_row`).
-///
-/// A threshold mask `scores ≥ t ∧ scores > 0` (t = smallest picked score, globally or per row) holds every
-/// positive pick; when its size equals the number of positive picks it is exactly the positive picks, and
-/// zero picks contribute nothing. That costs one compare instead of a scatter of S indices (serial per
-/// output on CUDA in candle); on ties at t the scatter is used.
-pub fn masked_dense(
-    src: &Tensor,
-    scores: &Tensor,
-    picked: &Tensor,
-    idx: &Tensor,
-    batch: usize,
-    n: usize,
-    per_row: Option<usize>,
-) -> Result<Tensor> {
-    let positive = scores.gt(0f64)?;
-    let at_least = match per_row {
-        None => scores.ge(picked.min(0)?.to_scalar::<f32>()? as f64)?,
-        Some(k) => scores.broadcast_ge(&picked.reshape((batch, k))?.min_keepdim(1)?)?,
-    };
-    let mask = (at_least * positive)?;
-    let want = picked
-        .gt(0f64)?
-        .to_dtype(DType::F32)?
-        .sum_all()?
-        .to_scalar::<f32>()?;
-    let have = mask.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()?;
-    if have == want {
-        return Ok(mask.where_cond(src, &src.zeros_like()?)?);
-    }
-    let vals = src.flatten_all()?.index_select(idx, 0)?;
-    let flat = Tensor::zeros(batch * n, vals.dtype(), vals.device())?;
-    Ok(flat.index_add(idx, &vals, 0)?.reshape((batch, n))?)
 }
 
 /// Positions (u32) of the selections whose column lies in [start, start + len), and their flat indices
@@ -256,7 +300,7 @@ pub struct Forward {
 impl Sae {
     /// Inference without the batch: JumpReLU with one threshold, `acts = pre · [pre > θ]`, decoded densely.
     pub fn reconstruct_threshold(&self, x: &Tensor, threshold: f64) -> Result<(Tensor, f64)> {
-        let pre = self.pre_activations(x)?.detach();
+        let pre = self.pre_activations(x)?.to_dtype(DType::F32)?;
         let keep = pre.gt(threshold)?.to_dtype(DType::F32)?;
         let acts = (pre * &keep)?;
         let l0 = keep.sum_all()?.to_scalar::<f32>()? as f64 / x.dim(0)? as f64;

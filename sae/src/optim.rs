@@ -2,6 +2,7 @@
 //! constraint: the decoder gradient loses its component parallel to each row before the step, and the rows
 //! are renormalized after it.
 use crate::config::TrainConfig;
+use crate::model::Sae;
 use crate::Result;
 use candle_core::{backprop::GradStore, Tensor, Var};
 
@@ -27,6 +28,58 @@ impl Adam {
             beta2: cfg.beta2,
             eps: cfg.adam_eps,
         })
+    }
+
+    /// The whole update from the raw gradients (in the order of [`Sae::vars`]): the decoder gradient
+    /// loses its component along each decoder row, all gradients are clipped to a global norm of
+    /// `clip` (0: no clipping), Adam steps, and the decoder rows are renormalized. Returns the gradient
+    /// norm before clipping. On CUDA each pass is one fused kernel working in place.
+    pub fn update(&mut self, sae: &Sae, mut grads: Vec<Tensor>, clip: f64, lr: f64) -> Result<f64> {
+        let vars = sae.vars();
+        #[cfg(feature = "cuda")]
+        if sae.device().is_cuda() {
+            return self.update_cuda(&vars, &grads, clip, lr);
+        }
+        grads[2] = project_decoder_grad(sae.w_dec.as_tensor(), &grads[2])?;
+        let norm = clip_global_norm(&mut grads, clip)?;
+        self.step(&vars, &grads, lr)?;
+        normalize_rows(&sae.w_dec)?;
+        Ok(norm)
+    }
+
+    #[cfg(feature = "cuda")]
+    fn update_cuda(&mut self, vars: &[&Var], grads: &[Tensor], clip: f64, lr: f64) -> Result<f64> {
+        use crate::cuda;
+        let grads: Vec<Tensor> = grads
+            .iter()
+            .map(|g| g.contiguous())
+            .collect::<candle_core::Result<_>>()?;
+        let w_dec = vars[2].as_tensor();
+        let mut sq = cuda::project_rows_inplace(&grads[2], w_dec)?;
+        for i in [0, 1, 3] {
+            sq += cuda::sum_sq(&grads[i])?;
+        }
+        let norm = sq.sqrt();
+        let scale = if clip > 0.0 && norm > clip {
+            clip / norm
+        } else {
+            1.0
+        };
+        self.t += 1;
+        let h = cuda::AdamStep {
+            scale,
+            beta1: self.beta1,
+            beta2: self.beta2,
+            bc1: 1.0 - self.beta1.powi(self.t as i32),
+            bc2: 1.0 - self.beta2.powi(self.t as i32),
+            eps: self.eps,
+            lr,
+        };
+        for (i, (var, g)) in vars.iter().zip(&grads).enumerate() {
+            cuda::adam_inplace(var.as_tensor(), g, &self.m[i], &self.v[i], &h)?;
+        }
+        cuda::renorm_rows_inplace(w_dec)?;
+        Ok(norm)
     }
 
     /// One update of every var with its gradient in `grads` (already clipped / projected).
@@ -65,14 +118,23 @@ pub fn lr_at(step: u64, base: f64, cfg: &TrainConfig) -> f64 {
     base * warm * decay
 }
 
-/// Gradients of `vars` in order (zeros where a var got none).
-pub fn collect_grads(vars: &[&Var], grads: &GradStore) -> Result<Vec<Tensor>> {
-    vars.iter()
-        .map(|v| match grads.get(v.as_tensor()) {
+/// Gradients of the parameters in the order of [`Sae::vars`] (zeros where one got none), from the
+/// gradient store and the model's weight sinks.
+pub fn collect_grads(sae: &Sae, grads: &GradStore) -> Result<Vec<Tensor>> {
+    let sinks = sae.sinks.clone().unwrap_or_default();
+    let sunk = [sinks.w_enc.take(), None, sinks.w_dec.take(), None];
+    sae.vars()
+        .iter()
+        .zip(sunk)
+        .map(|(v, sunk)| {
             // Detached: a gradient computed from tracked tensors would chain every step's graph into
             // the Adam moments.
-            Some(g) => Ok(g.detach()),
-            None => Ok(v.as_tensor().zeros_like()?),
+            let stored = grads.get(v.as_tensor()).map(|g| g.detach());
+            Ok(match (stored, sunk) {
+                (Some(a), Some(b)) => (a + b)?,
+                (Some(g), None) | (None, Some(g)) => g,
+                (None, None) => v.as_tensor().zeros_like()?,
+            })
         })
         .collect()
 }

@@ -47,6 +47,10 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         DeviceKind::Cuda => Device::new_cuda(0)?,
     };
     set_precision(cfg.train.precision);
+    #[cfg(feature = "cuda")]
+    if device.is_cuda() {
+        crate::cuda::keep_pool_memory(&device)?;
+    }
     // The model and data load before the run directory exists: a missing model leaves nothing behind.
     let mut data = Data::open(&cfg, &device)?;
     let run = match (&opts.out, opts.resume) {

@@ -5,9 +5,7 @@ use crate::aux::{aux_loss, DeadTracker};
 use crate::config::{Arch, Config};
 use crate::init::{geometric_median, unit_square_norm_scales};
 use crate::model::{Sae, Shape};
-use crate::optim::{
-    clip_global_norm, collect_grads, lr_at, normalize_rows, project_decoder_grad, Adam,
-};
+use crate::optim::{collect_grads, lr_at, Adam};
 use crate::select::{cross_check, sync};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
@@ -73,7 +71,9 @@ impl Trainer {
         Self::with_sae(cfg, sae, scales)
     }
 
-    pub fn with_sae(cfg: Config, sae: Sae, scales: Vec<f64>) -> Result<Self> {
+    pub fn with_sae(cfg: Config, mut sae: Sae, scales: Vec<f64>) -> Result<Self> {
+        sae.bf16_scores = cfg.train.precision == crate::config::Precision::Bf16;
+        sae.sinks = Some(Default::default());
         let adam = Adam::new(&sae.vars(), &cfg.train)?;
         let dead = DeadTracker::new(sae.shape.n, cfg.sae.aux.dead_tokens, sae.device())?;
         Ok(Self {
@@ -106,6 +106,11 @@ impl Trainer {
     /// One optimization step on raw activations [B, L, d]; full metrics when `metrics` is set.
     pub fn train_step(&mut self, raw: &Tensor, metrics: bool) -> Result<StepStats> {
         let t0 = Instant::now();
+        if let Some(sinks) = &self.sae.sinks {
+            // A step that failed after its backward must not leak gradients into this one.
+            sinks.w_enc.take();
+            sinks.w_dec.take();
+        }
         let x = self.prepare(raw)?;
         let selector = self.cfg.selector.kind.selector();
         let seed = self.cfg.seed ^ self.step.wrapping_mul(0x9e37_79b9_7f4a_7c15);
@@ -113,12 +118,13 @@ impl Trainer {
         let keep = fwd.enc.idx.elem_count();
         let sel = &self.cfg.selector;
         if sel.compare && self.step.is_multiple_of(sel.compare_every) {
-            cross_check(&fwd.enc.pre.detach(), keep, &fwd.enc.idx, sel, self.step)?;
+            cross_check(&fwd.enc.scores, keep, &fwd.enc.idx, sel, self.step)?;
         }
         let (dead_mask, n_dead) = self.dead.dead()?;
         let aux = aux_loss(
             &self.sae,
             &fwd.enc,
+            fwd.enc.scores.clone(),
             &x,
             &fwd.recon,
             (&dead_mask, n_dead),
@@ -129,21 +135,18 @@ impl Trainer {
             Some(a) => (&fwd.loss + (a * self.cfg.sae.aux.coefficient)?)?,
             None => fwd.loss.clone(),
         };
-        let vars = self.sae.vars();
-        let mut grads = collect_grads(&vars, &loss.backward()?)?;
-        grads[2] = project_decoder_grad(self.sae.w_dec.as_tensor(), &grads[2])?;
-        let grad_norm = clip_global_norm(&mut grads, self.cfg.train.grad_clip)?;
+        let grads = collect_grads(&self.sae, &loss.backward()?)?;
+        let lr = lr_at(self.step, self.cfg.lr(), &self.cfg.train);
+        let grad_norm = self
+            .adam
+            .update(&self.sae, grads, self.cfg.train.grad_clip, lr)?;
         if !grad_norm.is_finite() {
             return Err(Error::NonFinite {
                 step: self.step,
                 what: "gradient norm".into(),
             });
         }
-        let lr = lr_at(self.step, self.cfg.lr(), &self.cfg.train);
-        self.adam.step(&vars, &grads, lr)?;
-        normalize_rows(&self.sae.w_dec)?;
-        self.dead
-            .update(&fwd.enc, self.sae.shape.n, self.sae.sparse)?;
+        self.dead.update(&fwd.enc, self.sae.shape.n)?;
         if self.step >= self.cfg.sae.threshold.start_step {
             self.update_threshold(&fwd.enc.vals)?;
         }

@@ -5,7 +5,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use common::{max_abs_diff, randn};
 use sae::config::{Arch, DecodeMode};
 use sae::model::{Sae, Shape};
-use sae::sparse_decode::{dense_decode, gather_decode, sparse_decode};
+use sae::sparse::{dense_decode, gather_decode, sparse_decode};
 
 fn to_f64(t: &Tensor) -> Vec<f64> {
     t.to_dtype(DType::F64)
@@ -95,7 +95,7 @@ fn check_arch(arch: Arch, layers: usize, groups: Vec<usize>, decode: DecodeMode)
         &to_f64(&x),
         b,
         d,
-        &to_f64(sae.w_enc.as_tensor()),
+        &to_f64(&sae.w_enc_saelens().unwrap()),
         &to_f64(sae.b_enc.as_tensor()),
         &to_f64(sae.w_dec.as_tensor()),
         &to_f64(sae.b_dec.as_tensor()),
@@ -283,6 +283,7 @@ fn aux_loss_sparse_equals_dense() {
         let aux = sae::aux::aux_loss(
             &sae,
             &fwd.enc,
+            fwd.enc.scores.clone(),
             &x,
             &fwd.recon,
             (&mask, n / 2),

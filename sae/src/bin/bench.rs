@@ -1,6 +1,7 @@
-//! `sae-bench`: step time of a BatchTopK SAE per selector, decoder form and precision, as a table.
+//! `sae-bench`: step time of a BatchTopK SAE per selector, decoder form and precision, as a table, with
+//! the peak device memory of the step (CUDA: the high-water mark of the stream-ordered pool).
 //!
-//! sae-bench --device cuda --d 1600 --shapes 65536x4096,131072x8192 --k 32 --precisions f32,tf32
+//! sae-bench --device cuda --d 1600 --shapes 65536x4096,131072x8192 --k 32 --precisions f32,tf32,bf16 --aux
 use candle_core::{Device, Tensor};
 use clap::Parser;
 use sae::config::{DecodeMode, Precision, SelectorKind};
@@ -20,7 +21,7 @@ struct Args {
     k: usize,
     #[arg(long, default_value = "profk,sort,radix")]
     selectors: String,
-    /// f32, tf32 (CUDA only).
+    /// f32, tf32, bf16 (the last two CUDA only).
     #[arg(long, default_value = "f32")]
     precisions: String,
     /// auto, sparse, dense.
@@ -59,36 +60,47 @@ fn main() -> anyhow::Result<()> {
         _ => Device::new_cuda(0)?,
     };
     let cuda = device.is_cuda();
+    #[cfg(feature = "cuda")]
+    if cuda {
+        sae::cuda::keep_pool_memory(&device)?;
+    }
     let selectors: Vec<SelectorKind> = parse(&a.selectors)?;
     let precisions: Vec<Precision> = parse(&a.precisions)?;
     let decodes: Vec<DecodeMode> = parse(&a.decodes)?;
     println!(
-        "| n | B | precision | selector | decode | aux | step ms | select ms | select share |"
+        "| n | B | precision | selector | decode | aux | step ms | select ms | select share | peak GiB |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for shape in a.shapes.split(',') {
         let (n, b) = shape
             .split_once('x')
             .ok_or_else(|| anyhow::anyhow!("shape {shape}: expected NxB"))?;
         let (n, b): (usize, usize) = (n.trim().parse()?, b.trim().parse()?);
         let x = Tensor::randn(0f32, 1f32, (b, 1, a.d), &device)?;
-        for &prec in &precisions {
-            #[cfg(feature = "cuda")]
-            {
-                candle_core::cuda::set_gemm_reduced_precision_f32(prec == Precision::Tf32);
-            }
-            for &decode in &decodes {
+        // One model per shape and decoder form (initializing 2^17 × 1600 weights takes seconds); the
+        // variants switch selector, precision and the dead set on it.
+        for &decode in &decodes {
+            let mut cfg = config(n, b, a.k, cuda, 0);
+            cfg.sae.decode = decode;
+            let mut t = sae::Trainer::new(cfg, &x, &device)?;
+            for &prec in &precisions {
+                #[cfg(feature = "cuda")]
+                {
+                    candle_core::cuda::set_gemm_reduced_precision_f32(prec == Precision::Tf32);
+                    candle_core::cuda::set_gemm_reduced_precision_bf16(prec == Precision::Bf16);
+                }
+                t.cfg.train.precision = prec;
+                t.sae.bf16_scores = prec == Precision::Bf16;
                 for &sel in &selectors {
+                    t.cfg.selector.kind = sel;
                     for aux in if a.aux {
                         vec![false, true]
                     } else {
                         vec![false]
                     } {
-                        let mut cfg = config(n, b, a.k, cuda, if aux { 0 } else { u64::MAX / 2 });
-                        cfg.selector.kind = sel;
-                        cfg.train.precision = prec;
-                        cfg.sae.decode = decode;
-                        let mut t = sae::Trainer::new(cfg, &x, &device)?;
+                        // 0 tokens: every latent is dead and the aux-k loss runs; else none is.
+                        t.dead.dead_tokens = if aux { 0 } else { u64::MAX / 2 };
+                        reset_peak(&device)?;
                         let mut times = Vec::new();
                         let mut sel_ms = Vec::new();
                         for i in 0..a.warmup + a.steps {
@@ -101,8 +113,9 @@ fn main() -> anyhow::Result<()> {
                             }
                         }
                         let (step, select) = (median(&mut times), median(&mut sel_ms));
+                        let peak = peak_gib(&device)?;
                         println!(
-                            "| {n} | {b} | {prec:?} | {} | {} | {} | {step:.2} | {select:.2} | {:.1} % |",
+                            "| {n} | {b} | {prec:?} | {} | {} | {} | {step:.2} | {select:.2} | {:.1} % | {peak} |",
                             sel.name(),
                             if t.sae.sparse { "sparse" } else { "dense" },
                             if aux { "on" } else { "off" },
@@ -114,6 +127,27 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+fn reset_peak(_device: &Device) -> anyhow::Result<()> {
+    #[cfg(feature = "cuda")]
+    if _device.is_cuda() {
+        sae::cuda::reset_peak(_device)?;
+    }
+    Ok(())
+}
+
+/// Peak pool memory since the last reset, in GiB ("-" on the CPU).
+fn peak_gib(_device: &Device) -> anyhow::Result<String> {
+    #[cfg(feature = "cuda")]
+    if _device.is_cuda() {
+        _device.synchronize()?;
+        return Ok(format!(
+            "{:.1}",
+            sae::cuda::peak_bytes(_device)? as f64 / (1u64 << 30) as f64
+        ));
+    }
+    Ok("-".into())
 }
 
 fn median(v: &mut [f64]) -> f64 {

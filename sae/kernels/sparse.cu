@@ -1,0 +1,133 @@
+// Kernels of the sparse SAE step over S selected (row, latent) pairs given as flat indices
+// `row * n + col` (int64, ascending where stated): decode from the pairs, dot products per pair, weight
+// gradients grouped by latent (over a stable sort of the pairs by latent, so that every sum runs in a
+// fixed order and a run is bit-reproducible), and the in-place passes over the dense pre-activations.
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace {
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// First position in the ascending `a[0..len)` whose value is >= key.
+template <typename T>
+__device__ __forceinline__ int64_t lower_bound(const T* a, int64_t len, T key) {
+  int64_t lo = 0, hi = len;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) >> 1;
+    if (a[mid] < key) lo = mid + 1; else hi = mid;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ float load(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void store(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16(v); }
+}  // namespace
+
+// out[b] = sum over the pairs of row b (ascending idx, so a contiguous run) of vals[s] * w[col(s)].
+// One block per output row; pairs are summed in index order.
+extern "C" __global__ void sae_decode_rows(const float* vals, const int64_t* idx, const float* w, float* out,
+                                           int64_t pairs, int64_t rows, int64_t n, int64_t d) {
+  for (int64_t b = blockIdx.x; b < rows; b += gridDim.x) {
+    const int64_t lo = lower_bound(idx, pairs, b * n);
+    const int64_t hi = lower_bound(idx, pairs, (b + 1) * n);
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      float acc = 0.f;
+      for (int64_t s = lo; s < hi; ++s) acc = fmaf(vals[s], w[(idx[s] - b * n) * d + c], acc);
+      out[b * d + c] = acc;
+    }
+  }
+}
+
+// out[s] = g[row(s)] . w[col(s)] (+ bias[col(s)] when bias is not null). One warp per pair.
+extern "C" __global__ void sae_dot_pairs(const float* g, const int64_t* idx, const float* w, const float* bias,
+                                         float* out, int64_t pairs, int64_t n, int64_t d) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t)gridDim.x * (blockDim.x >> 5);
+  for (int64_t s = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); s < pairs; s += warps) {
+    const int64_t row = idx[s] / n, col = idx[s] - row * n;
+    const float* gr = g + row * d;
+    const float* wr = w + col * d;
+    float acc = 0.f;
+    for (int64_t c = lane; c < d; c += 32) acc = fmaf(gr[c], wr[c], acc);
+    acc = warp_sum(acc);
+    if (lane == 0) out[s] = bias != nullptr ? acc + bias[col] : acc;
+  }
+}
+
+// Keys (latent) and positions of the pairs, for the stable sort by latent.
+extern "C" __global__ void sae_pair_keys(const int64_t* idx, uint32_t* keys, uint32_t* pos, int64_t pairs,
+                                         int64_t n) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s < pairs; s += stride) {
+    keys[s] = (uint32_t)(idx[s] % n);
+    pos[s] = (uint32_t)s;
+  }
+}
+
+// out[j] (+)= sum over the pairs of latent j of vals[s] * g[row(s)], in ascending s (the sort is
+// stable): `keys` sorted ascending, `pos` the pairs in that order. One block per latent; latents without
+// a pair get a zero row (or keep theirs when accumulating).
+extern "C" __global__ void sae_col_reduce(const float* g, const int64_t* idx, const float* vals,
+                                          const uint32_t* keys, const uint32_t* pos, float* out, int64_t pairs,
+                                          int64_t cols, int64_t n, int64_t d, int accumulate) {
+  for (int64_t j = blockIdx.x; j < cols; j += gridDim.x) {
+    const int64_t lo = lower_bound(keys, pairs, (uint32_t)j);
+    const int64_t hi = lower_bound(keys, pairs, (uint32_t)(j + 1));
+    if (accumulate && lo == hi) continue;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      float acc = accumulate ? out[j * d + c] : 0.f;
+      for (int64_t t = lo; t < hi; ++t) {
+        const uint32_t s = pos[t];
+        acc = fmaf(vals[s], g[(idx[s] / n) * d + c], acc);
+      }
+      out[j * d + c] = acc;
+    }
+  }
+}
+
+// fired[col(s)] = 1 for every pair with a positive value (fired is zeroed by the caller).
+extern "C" __global__ void sae_mark_fired(const int64_t* idx, const float* vals, float* fired, int64_t pairs,
+                                          int64_t n) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s < pairs; s += stride) {
+    if (vals[s] > 0.f) fired[idx[s] % n] = 1.f;
+  }
+}
+
+// In place over pre [rows, n]: pre = max(pre + bias[col], 0). Blocks tile the columns (x) and rows (y).
+template <typename T>
+__device__ void bias_relu(T* pre, const float* bias, int64_t rows, int64_t n) {
+  const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= n) return;
+  const float b = bias[col];
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const int64_t i = r * n + col;
+    store(pre, i, fmaxf(load(pre, i) + b, 0.f));
+  }
+}
+extern "C" __global__ void sae_bias_relu_f32(float* pre, const float* bias, int64_t rows, int64_t n) {
+  bias_relu(pre, bias, rows, n);
+}
+extern "C" __global__ void sae_bias_relu_bf16(__nv_bfloat16* pre, const float* bias, int64_t rows, int64_t n) {
+  bias_relu(pre, bias, rows, n);
+}
+
+// In place over scores [rows, n] (non-negative): the columns of live latents become -1, below every
+// dead latent's score, so that a row-wise selection of at most the dead count picks dead latents only.
+template <typename T>
+__device__ void mask_live(T* scores, const uint8_t* dead, int64_t rows, int64_t n) {
+  const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= n || dead[col] != 0) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) store(scores, r * n + col, -1.f);
+}
+extern "C" __global__ void sae_mask_live_f32(float* scores, const uint8_t* dead, int64_t rows, int64_t n) {
+  mask_live(scores, dead, rows, n);
+}
+extern "C" __global__ void sae_mask_live_bf16(__nv_bfloat16* scores, const uint8_t* dead, int64_t rows, int64_t n) {
+  mask_live(scores, dead, rows, n);
+}

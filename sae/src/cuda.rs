@@ -1,0 +1,459 @@
+//! The CUDA side of the sparse step: launches of `kernels/sparse.cu` and `kernels/optim.cu` (fatbins
+//! built by build.rs, loaded once per context without JIT), CUB's stable pair sort from `kernels/sort.cu`,
+//! and the stream-ordered memory pool set up as a caching allocator.
+use candle_core::cuda::cudarc::driver::{
+    sys, CudaFunction, CudaModule, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda::cudarc::nvrtc::Ptx;
+use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};
+use candle_core::{bail, DType, Layout, Result, Storage, Tensor};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Family {
+    Sparse,
+    Optim,
+}
+
+impl Family {
+    fn image(self) -> &'static [u8] {
+        match self {
+            Family::Sparse => include_bytes!(concat!(env!("OUT_DIR"), "/sparse.fatbin")),
+            Family::Optim => include_bytes!(concat!(env!("OUT_DIR"), "/optim.fatbin")),
+        }
+    }
+}
+
+extern "C" {
+    fn sae_sort_pairs_u32(
+        temp: *mut std::ffi::c_void,
+        temp_bytes: *mut usize,
+        kin: *const u32,
+        kout: *mut u32,
+        vin: *const u32,
+        vout: *mut u32,
+        items: i64,
+        end_bit: i32,
+        stream: *mut std::ffi::c_void,
+    ) -> i32;
+}
+
+fn drv(e: impl std::fmt::Debug) -> candle_core::Error {
+    candle_core::Error::Msg(format!("CUDA: {e:?}"))
+}
+
+fn function(stream: &Arc<CudaStream>, family: Family, name: &str) -> Result<CudaFunction> {
+    type Modules = Mutex<HashMap<(usize, Family), Arc<CudaModule>>>;
+    static MODULES: OnceLock<Modules> = OnceLock::new();
+    let ctx = stream.context();
+    let key = (ctx.cu_ctx() as usize, family);
+    let module = {
+        let mut map = MODULES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match map.get(&key) {
+            Some(m) => m.clone(),
+            None => {
+                let m = ctx
+                    .load_module(Ptx::from_binary(family.image().to_vec()))
+                    .map_err(drv)?;
+                map.insert(key, m.clone());
+                m
+            }
+        }
+    };
+    module.load_function(name).map_err(drv)
+}
+
+/// Launches `name` on `dev`'s stream; the arguments are variables (pointers as u64, sizes as i64).
+macro_rules! launch {
+    ($dev:expr, $fam:expr, $name:expr, ($gx:expr, $gy:expr), $block:expr; $($arg:ident),*) => {{
+        let stream = $dev.cuda_stream();
+        let f = function(&stream, $fam, $name)?;
+        let mut b = stream.launch_builder(&f);
+        $( b.arg(&$arg); )*
+        let cfg = LaunchConfig {
+            grid_dim: ($gx as u32, $gy as u32, 1),
+            block_dim: ($block as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: the arguments match the kernel's parameters (sizes i64, pointers to live device
+        // memory of the documented lengths, kept alive by the caller until the stream reaches the launch).
+        unsafe { b.launch(cfg) }.map_err(drv)?;
+    }};
+}
+
+/// Device address of a contiguous storage's first element.
+pub(crate) fn storage_ptr<T: CudaDType + DeviceRepr>(
+    s: &CudaStorage,
+    l: &Layout,
+    what: &str,
+) -> Result<u64> {
+    let Some((start, _)) = l.contiguous_offsets() else {
+        bail!("{what} must be contiguous")
+    };
+    let stream = s.device.cuda_stream();
+    let base = s.as_cuda_slice::<T>()?.device_ptr(&stream).0;
+    Ok(base + (start * std::mem::size_of::<T>()) as u64)
+}
+
+/// Device address of a contiguous CUDA tensor's first element, with its device.
+pub(crate) fn tensor_ptr(t: &Tensor) -> Result<(u64, CudaDevice)> {
+    use candle_core::cuda::CudaStorageSlice as S;
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        bail!("expected a CUDA tensor")
+    };
+    let Some((start, _)) = layout.contiguous_offsets() else {
+        bail!("expected a contiguous tensor")
+    };
+    let stream = cs.device.cuda_stream();
+    let (base, elem) = match &cs.slice {
+        S::F32(s) => (s.device_ptr(&stream).0, 4),
+        S::BF16(s) => (s.device_ptr(&stream).0, 2),
+        S::I64(s) => (s.device_ptr(&stream).0, 8),
+        S::U8(s) => (s.device_ptr(&stream).0, 1),
+        _ => bail!("unexpected dtype {:?}", t.dtype()),
+    };
+    Ok((base + (start * elem) as u64, cs.device.clone()))
+}
+
+/// A fresh f32 output of `len` elements and its address.
+fn output(dev: &CudaDevice, len: usize) -> Result<(CudaStorage, u64)> {
+    // SAFETY: every kernel that gets this buffer writes all of it.
+    let slice = unsafe { dev.alloc::<f32>(len.max(1))? };
+    let p = slice.device_ptr(&dev.cuda_stream()).0;
+    Ok((CudaStorage::wrap_cuda_slice(slice, dev.clone()), p))
+}
+
+fn threads_for(d: usize) -> usize {
+    d.next_multiple_of(32).clamp(32, 256)
+}
+
+const MAX_GRID: usize = 65535 * 16;
+
+/// `out [rows, d]`: out[b] = Σ over the pairs of row b of vals[s]·w[col(s)]; idx ascending.
+pub(crate) fn decode_rows(
+    dev: &CudaDevice,
+    (vals, idx, w): (u64, u64, u64),
+    pairs: usize,
+    rows: usize,
+    n: usize,
+    d: usize,
+) -> Result<CudaStorage> {
+    let (out, o) = output(dev, rows * d)?;
+    let (pairs, rows_i, n, d_i) = (pairs as i64, rows as i64, n as i64, d as i64);
+    launch!(dev, Family::Sparse, "sae_decode_rows", (rows.clamp(1, MAX_GRID), 1), threads_for(d);
+        vals, idx, w, o, pairs, rows_i, n, d_i);
+    Ok(out)
+}
+
+/// `out [pairs]`: out[s] = g[row(s)]·w[col(s)] (+ bias[col(s)] where `bias` ≠ 0).
+pub(crate) fn dot_pairs(
+    dev: &CudaDevice,
+    (g, idx, w, bias): (u64, u64, u64, u64),
+    pairs: usize,
+    n: usize,
+    d: usize,
+) -> Result<CudaStorage> {
+    let (out, o) = output(dev, pairs)?;
+    let blocks = pairs.div_ceil(8).clamp(1, MAX_GRID);
+    let (pairs, n, d) = (pairs as i64, n as i64, d as i64);
+    launch!(dev, Family::Sparse, "sae_dot_pairs", (blocks, 1), 256; g, idx, w, bias, o, pairs, n, d);
+    Ok(out)
+}
+
+/// `out [n, d]`: out[j] = Σ over the pairs of latent j, in pair order, of vals[s]·g[row(s)].
+pub(crate) fn col_reduce(
+    dev: &CudaDevice,
+    ptrs: (u64, u64, u64),
+    pairs: usize,
+    n: usize,
+    d: usize,
+) -> Result<CudaStorage> {
+    let (out, o) = output(dev, n * d)?;
+    col_reduce_raw(dev, ptrs, pairs, (n, d), (o, 0))?;
+    Ok(out)
+}
+
+/// In place: `acc [n, d]` += the [`col_reduce`] of `rows [B, d]`, `idx [S]`, `vals [S]`.
+pub fn col_reduce_into(acc: &Tensor, rows: &Tensor, idx: &Tensor, vals: &Tensor) -> Result<()> {
+    let (n, d) = acc.dims2()?;
+    let (o, dev) = tensor_ptr(acc)?;
+    let ptrs = (tensor_ptr(rows)?.0, tensor_ptr(idx)?.0, tensor_ptr(vals)?.0);
+    col_reduce_raw(&dev, ptrs, idx.elem_count(), (n, d), (o, 1))
+}
+
+fn col_reduce_raw(
+    dev: &CudaDevice,
+    (g, idx, vals): (u64, u64, u64),
+    pairs: usize,
+    (n, d): (usize, usize),
+    (o, accumulate): (u64, i32),
+) -> Result<()> {
+    let stream = dev.cuda_stream();
+    let len = pairs.max(1);
+    // SAFETY: written by sae_pair_keys and the sort before they are read.
+    let (kin, vin, kout, vout) = unsafe {
+        (
+            dev.alloc::<u32>(len)?,
+            dev.alloc::<u32>(len)?,
+            dev.alloc::<u32>(len)?,
+            dev.alloc::<u32>(len)?,
+        )
+    };
+    let p = |s: &candle_core::cuda::cudarc::driver::CudaSlice<u32>| s.device_ptr(&stream).0;
+    let (kin_p, vin_p, kout_p, vout_p) = (p(&kin), p(&vin), p(&kout), p(&vout));
+    let (pairs_i, n_i, d_i) = (pairs as i64, n as i64, d as i64);
+    if pairs > 0 {
+        launch!(dev, Family::Sparse, "sae_pair_keys", (pairs.div_ceil(256).clamp(1, MAX_GRID), 1), 256;
+            idx, kin_p, vin_p, pairs_i, n_i);
+        let end_bit = (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1) as i32;
+        let mut temp_bytes = 0usize;
+        let cu = stream.cu_stream() as *mut std::ffi::c_void;
+        // SAFETY: CUB's size query reads no device memory.
+        let e = unsafe {
+            sae_sort_pairs_u32(
+                std::ptr::null_mut(),
+                &mut temp_bytes,
+                kin_p as *const u32,
+                kout_p as *mut u32,
+                vin_p as *const u32,
+                vout_p as *mut u32,
+                pairs_i,
+                end_bit,
+                cu,
+            )
+        };
+        if e != 0 {
+            bail!("CUB sort size query failed ({e})")
+        }
+        // SAFETY: CUB's scratch space, written before it is read.
+        let temp = unsafe { dev.alloc::<u8>(temp_bytes.max(1))? };
+        let temp_p = temp.device_ptr(&stream).0;
+        // SAFETY: all buffers hold `pairs` elements; they are freed stream-ordered (cuMemFreeAsync), so
+        // they outlive the queued sort and reduce.
+        let e = unsafe {
+            sae_sort_pairs_u32(
+                temp_p as *mut std::ffi::c_void,
+                &mut temp_bytes,
+                kin_p as *const u32,
+                kout_p as *mut u32,
+                vin_p as *const u32,
+                vout_p as *mut u32,
+                pairs_i,
+                end_bit,
+                cu,
+            )
+        };
+        if e != 0 {
+            bail!("CUB sort failed ({e})")
+        }
+        drop(temp);
+    }
+    launch!(dev, Family::Sparse, "sae_col_reduce", (n.clamp(1, MAX_GRID), 1), threads_for(d);
+        g, idx, vals, kout_p, vout_p, o, pairs_i, n_i, n_i, d_i, accumulate);
+    drop((kin, vin, kout, vout));
+    Ok(())
+}
+
+/// [n] f32: 1 where some pair of that latent has a positive value.
+pub fn fired(idx: &Tensor, vals: &Tensor, n: usize) -> Result<Tensor> {
+    let out = Tensor::zeros(n, DType::F32, idx.device())?;
+    let pairs = idx.elem_count();
+    if pairs == 0 {
+        return Ok(out);
+    }
+    let (idx_p, dev) = tensor_ptr(idx)?;
+    let (vals_p, _) = tensor_ptr(vals)?;
+    let (out_p, _) = tensor_ptr(&out)?;
+    let (pairs_i, n_i) = (pairs as i64, n as i64);
+    launch!(dev, Family::Sparse, "sae_mark_fired", (pairs.div_ceil(256).clamp(1, MAX_GRID), 1), 256;
+        idx_p, vals_p, out_p, pairs_i, n_i);
+    Ok(out)
+}
+
+fn suffix(t: &Tensor) -> Result<&'static str> {
+    match t.dtype() {
+        DType::F32 => Ok("f32"),
+        DType::BF16 => Ok("bf16"),
+        other => bail!("scores must be f32 or bf16, not {other:?}"),
+    }
+}
+
+/// In place over `pre [rows, n]` (a fresh, contiguous tensor): pre = max(pre + bias, 0).
+pub fn bias_relu_inplace(pre: &Tensor, bias: &Tensor) -> Result<()> {
+    let (rows, n) = pre.dims2()?;
+    let name = format!("sae_bias_relu_{}", suffix(pre)?);
+    let (p, dev) = tensor_ptr(pre)?;
+    let (b, _) = tensor_ptr(bias)?;
+    let (rows_i, n_i) = (rows as i64, n as i64);
+    launch!(dev, Family::Sparse, &name, (n.div_ceil(256), rows.clamp(1, 65535)), 256; p, b, rows_i, n_i);
+    Ok(())
+}
+
+/// In place over `scores [rows, n]`: the columns where `dead` (u8 [n]) is 0 become -1.
+pub fn mask_live_inplace(scores: &Tensor, dead: &Tensor) -> Result<()> {
+    let (rows, n) = scores.dims2()?;
+    let name = format!("sae_mask_live_{}", suffix(scores)?);
+    let (p, dev) = tensor_ptr(scores)?;
+    let (m, _) = tensor_ptr(dead)?;
+    let (rows_i, n_i) = (rows as i64, n as i64);
+    launch!(dev, Family::Sparse, &name, (n.div_ceil(256), rows.clamp(1, 65535)), 256; p, m, rows_i, n_i);
+    Ok(())
+}
+
+const SUMSQ_BLOCKS: usize = 1024;
+
+/// Σ x² of a contiguous f32 tensor, reduced in a fixed order (bit-reproducible).
+pub fn sum_sq(x: &Tensor) -> Result<f64> {
+    let partial = Tensor::zeros(SUMSQ_BLOCKS, DType::F32, x.device())?;
+    let (xp, dev) = tensor_ptr(x)?;
+    let (pp, _) = tensor_ptr(&partial)?;
+    let len = x.elem_count() as i64;
+    launch!(dev, Family::Optim, "sae_sumsq", (SUMSQ_BLOCKS, 1), 256; xp, len, pp);
+    Ok(partial.to_vec1::<f32>()?.iter().map(|&v| v as f64).sum())
+}
+
+/// In place: every row of `g [rows, d]` loses its component along the same row of `w`; returns the
+/// squared norm of the projected gradient.
+pub fn project_rows_inplace(g: &Tensor, w: &Tensor) -> Result<f64> {
+    let (rows, d) = g.dims2()?;
+    let rowsq = Tensor::zeros(rows, DType::F32, g.device())?;
+    let (gp, dev) = tensor_ptr(g)?;
+    let (wp, _) = tensor_ptr(w)?;
+    let (rp, _) = tensor_ptr(&rowsq)?;
+    let (rows_i, d_i) = (rows as i64, d as i64);
+    launch!(dev, Family::Optim, "sae_project_rows", (rows.clamp(1, MAX_GRID), 1), threads_for(d);
+        gp, wp, rp, rows_i, d_i);
+    Ok(rowsq.to_vec1::<f32>()?.iter().map(|&v| v as f64).sum())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct AdamArgs {
+    p: u64,
+    g: u64,
+    m: u64,
+    v: u64,
+    len: i64,
+    scale: f32,
+    beta1: f32,
+    beta2: f32,
+    bc1: f32,
+    bc2: f32,
+    eps: f32,
+    lr: f32,
+}
+// SAFETY: plain old data mirroring `struct AdamArgs` in kernels/optim.cu.
+unsafe impl DeviceRepr for AdamArgs {}
+
+/// Adam's constants for one step.
+pub struct AdamStep {
+    pub scale: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub bc1: f64,
+    pub bc2: f64,
+    pub eps: f64,
+    pub lr: f64,
+}
+
+/// In place: Adam on `p` with gradient `g · scale` and moments `m`, `v` (all contiguous f32, same size).
+pub fn adam_inplace(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &AdamStep) -> Result<()> {
+    let (pp, dev) = tensor_ptr(p)?;
+    let args = AdamArgs {
+        p: pp,
+        g: tensor_ptr(g)?.0,
+        m: tensor_ptr(m)?.0,
+        v: tensor_ptr(v)?.0,
+        len: p.elem_count() as i64,
+        scale: h.scale as f32,
+        beta1: h.beta1 as f32,
+        beta2: h.beta2 as f32,
+        bc1: h.bc1 as f32,
+        bc2: h.bc2 as f32,
+        eps: h.eps as f32,
+        lr: h.lr as f32,
+    };
+    let blocks = p.elem_count().div_ceil(256).clamp(1, 132 * 32);
+    launch!(dev, Family::Optim, "sae_adam", (blocks, 1), 256; args);
+    Ok(())
+}
+
+/// In place: every row of `w [rows, d]` rescaled to unit norm.
+pub fn renorm_rows_inplace(w: &Tensor) -> Result<()> {
+    let (rows, d) = w.dims2()?;
+    let (wp, dev) = tensor_ptr(w)?;
+    let (rows_i, d_i) = (rows as i64, d as i64);
+    launch!(dev, Family::Optim, "sae_renorm_rows", (rows.clamp(1, MAX_GRID), 1), threads_for(d);
+        wp, rows_i, d_i);
+    Ok(())
+}
+
+/// Makes the device's stream-ordered memory pool keep freed memory (candle allocates every tensor with
+/// cuMemAllocAsync and has no caching allocator of its own), and resets its high-water mark.
+pub fn keep_pool_memory(device: &candle_core::Device) -> Result<()> {
+    let pool = default_pool(device)?;
+    let mut keep = u64::MAX;
+    // SAFETY: a valid pool and attribute, a u64 value as the attribute requires.
+    check(unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut keep as *mut u64 as *mut std::ffi::c_void,
+        )
+    })?;
+    reset_peak(device)
+}
+
+/// Resets the pool's high-water mark of memory in use.
+pub fn reset_peak(device: &candle_core::Device) -> Result<()> {
+    let pool = default_pool(device)?;
+    let mut zero = 0u64;
+    // SAFETY: as above; the high-water mark may only be reset to 0.
+    check(unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+            &mut zero as *mut u64 as *mut std::ffi::c_void,
+        )
+    })
+}
+
+/// The most memory in use from the pool since the last reset, in bytes.
+pub fn peak_bytes(device: &candle_core::Device) -> Result<u64> {
+    let pool = default_pool(device)?;
+    let mut v = 0u64;
+    // SAFETY: as above.
+    check(unsafe {
+        sys::cuMemPoolGetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+            &mut v as *mut u64 as *mut std::ffi::c_void,
+        )
+    })?;
+    Ok(v)
+}
+
+fn default_pool(device: &candle_core::Device) -> Result<sys::CUmemoryPool> {
+    let candle_core::Device::Cuda(dev) = device else {
+        bail!("expected a CUDA device")
+    };
+    let stream = dev.cuda_stream();
+    let ctx = stream.context();
+    ctx.bind_to_thread().map_err(drv)?;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: a valid device ordinal of a live context.
+    check(unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) })?;
+    Ok(pool)
+}
+
+fn check(r: sys::CUresult) -> Result<()> {
+    if r != sys::CUresult::CUDA_SUCCESS {
+        bail!("CUDA driver call failed: {r:?}")
+    }
+    Ok(())
+}

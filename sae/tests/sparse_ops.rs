@@ -1,0 +1,316 @@
+//! The pair operations (sparse decode, gather-linear), the fused optimizer and a whole training step, on
+//! every device against an f64 host reference and against the CPU path: random and adversarial pair
+//! sets (ties, empty rows, a latent picked by every row, k = 1, k = n, no pairs).
+//!
+//! With `--features cuda` each test also runs on the GPU.
+mod common;
+use anyhow::Result;
+use candle_core::{DType, Device, Tensor, Var};
+use rand::{Rng, SeedableRng};
+use sae::sparse::{gather_linear, sparse_decode};
+
+macro_rules! test_device {
+    ($name:ident, $body:path) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[test]
+            fn cpu() -> anyhow::Result<()> {
+                $body(&candle_core::Device::Cpu)
+            }
+
+            #[cfg(feature = "cuda")]
+            #[test]
+            fn cuda() -> anyhow::Result<()> {
+                $body(&candle_core::Device::new_cuda(0)?)
+            }
+        }
+    };
+}
+
+fn host(t: &Tensor) -> Result<Vec<f64>> {
+    Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?)
+}
+
+fn max_err(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+fn uniform(len: usize, seed: u64, dev: &Device) -> Result<Tensor> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let v: Vec<f32> = (0..len).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
+    Ok(Tensor::from_vec(v, len, dev)?)
+}
+
+/// Named pair sets (ascending flat indices) over `b` rows of `n` latents.
+fn pair_sets(b: usize, n: usize) -> Vec<(&'static str, Vec<i64>)> {
+    let flat = |r: usize, c: usize| (r * n + c) as i64;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(99);
+    let mut random: Vec<i64> = (0..b * n)
+        .filter(|_| rng.random::<f32>() < 0.2)
+        .map(|i| i as i64)
+        .collect();
+    random.sort();
+    let every_row_one_latent: Vec<i64> = (0..b).map(|r| flat(r, 3)).collect();
+    let empty_rows: Vec<i64> = (0..b)
+        .filter(|r| r % 3 == 1)
+        .flat_map(|r| [flat(r, 0), flat(r, n - 1)])
+        .collect();
+    vec![
+        ("random", random),
+        ("latent 3 in every row", every_row_one_latent),
+        ("empty rows", empty_rows),
+        ("k = 1", vec![flat(b / 2, n / 2)]),
+        ("k = n", (0..(b * n) as i64).collect()),
+        ("no pairs", vec![]),
+    ]
+}
+
+fn idx_tensor(idx: &[i64], dev: &Device) -> Result<Tensor> {
+    Ok(Tensor::from_vec(idx.to_vec(), idx.len(), dev)?)
+}
+
+/// f64 reference of the decode and its gradients under the loss Σ out ⊙ probe.
+fn decode_reference(
+    vals: &[f64],
+    idx: &[i64],
+    w: &[f64],
+    probe: &[f64],
+    (b, n, d): (usize, usize, usize),
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mut out = vec![0.0; b * d];
+    let mut dv = vec![0.0; idx.len()];
+    let mut dw = vec![0.0; n * d];
+    for (s, &i) in idx.iter().enumerate() {
+        let (r, j) = (i as usize / n, i as usize % n);
+        for c in 0..d {
+            out[r * d + c] += vals[s] * w[j * d + c];
+            dv[s] += probe[r * d + c] * w[j * d + c];
+            dw[j * d + c] += vals[s] * probe[r * d + c];
+        }
+    }
+    (out, dv, dw)
+}
+
+fn decode_matches_reference(dev: &Device) -> Result<()> {
+    let (b, n, d) = (9, 11, 37);
+    for (name, idx) in pair_sets(b, n) {
+        let s = idx.len();
+        // Ties: values drawn from three levels.
+        let vals: Vec<f32> = (0..s).map(|i| [0.5f32, -1.25, 2.0][i % 3]).collect();
+        let vals = Var::from_tensor(&Tensor::from_vec(vals, s, dev)?)?;
+        let w = Var::from_tensor(&uniform(n * d, 1, dev)?.reshape((n, d))?)?;
+        let probe = uniform(b * d, 2, dev)?.reshape((b, d))?;
+        let idx_t = idx_tensor(&idx, dev)?;
+        let out = sparse_decode(vals.as_tensor(), &idx_t, w.as_tensor(), b)?;
+        let grads = (&out * &probe)?.sum_all()?.backward()?;
+        let (r_out, r_dv, r_dw) = decode_reference(
+            &host(vals.as_tensor())?,
+            &idx,
+            &host(w.as_tensor())?,
+            &host(&probe)?,
+            (b, n, d),
+        );
+        assert!(max_err(&host(&out)?, &r_out) < 1e-4, "{name}: forward");
+        let dw = grads.get(w.as_tensor()).expect("dW");
+        assert!(max_err(&host(dw)?, &r_dw) < 1e-4, "{name}: dW");
+        if s > 0 {
+            let dv = grads.get(vals.as_tensor()).expect("d vals");
+            assert!(max_err(&host(dv)?, &r_dv) < 1e-4, "{name}: d vals");
+        }
+    }
+    Ok(())
+}
+test_device!(decode_matches_reference_on, decode_matches_reference);
+
+fn gather_linear_matches_reference(dev: &Device) -> Result<()> {
+    let (b, n, d) = (8, 13, 41);
+    for (name, idx) in pair_sets(b, n) {
+        let s = idx.len();
+        let xc = Var::from_tensor(&uniform(b * d, 3, dev)?.reshape((b, d))?)?;
+        let w = Var::from_tensor(&uniform(n * d, 4, dev)?.reshape((n, d))?)?;
+        let bias = Var::from_tensor(&uniform(n, 5, dev)?)?;
+        let probe = uniform(s.max(1), 6, dev)?.narrow(0, 0, s)?;
+        let idx_t = idx_tensor(&idx, dev)?;
+        let out = gather_linear(xc.as_tensor(), w.as_tensor(), bias.as_tensor(), &idx_t)?;
+        let grads = (&out * &probe)?.sum_all()?.backward()?;
+        let (x_h, w_h, b_h, p_h) = (
+            host(xc.as_tensor())?,
+            host(w.as_tensor())?,
+            host(bias.as_tensor())?,
+            host(&probe)?,
+        );
+        let mut r_out = vec![0.0; s];
+        let mut r_dx = vec![0.0; b * d];
+        let mut r_dw = vec![0.0; n * d];
+        let mut r_db = vec![0.0; n];
+        for (k, &i) in idx.iter().enumerate() {
+            let (r, j) = (i as usize / n, i as usize % n);
+            r_out[k] = b_h[j];
+            r_db[j] += p_h[k];
+            for c in 0..d {
+                r_out[k] += x_h[r * d + c] * w_h[j * d + c];
+                r_dx[r * d + c] += p_h[k] * w_h[j * d + c];
+                r_dw[j * d + c] += p_h[k] * x_h[r * d + c];
+            }
+        }
+        assert!(max_err(&host(&out)?, &r_out) < 1e-4, "{name}: forward");
+        if s == 0 {
+            continue;
+        }
+        let get = |v: &Var| host(grads.get(v.as_tensor()).expect("gradient"));
+        assert!(max_err(&get(&xc)?, &r_dx) < 1e-4, "{name}: d xc");
+        assert!(max_err(&get(&w)?, &r_dw) < 1e-4, "{name}: dW");
+        assert!(max_err(&get(&bias)?, &r_db) < 1e-4, "{name}: db");
+    }
+    Ok(())
+}
+test_device!(
+    gather_linear_matches_reference_on,
+    gather_linear_matches_reference
+);
+
+/// Large enough that a latent gathers many pairs, so that the order of the per-latent sums matters:
+/// two runs must agree bit for bit, and the device must agree with the CPU to rounding.
+fn pair_ops_are_deterministic_and_match_cpu(dev: &Device) -> Result<()> {
+    let (b, n, d) = (512, 64, 96);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let idx: Vec<i64> = (0..(b * n) as i64)
+        .filter(|i| i % n as i64 == 5 || rng.random::<f32>() < 0.1)
+        .collect();
+    let s = idx.len();
+    let run = |dev: &Device| -> Result<Vec<Vec<f64>>> {
+        let xc = Var::from_tensor(&uniform(b * d, 8, dev)?.reshape((b, d))?)?;
+        let w = Var::from_tensor(&uniform(n * d, 9, dev)?.reshape((n, d))?)?;
+        let bias = Var::from_tensor(&uniform(n, 10, dev)?)?;
+        let idx_t = idx_tensor(&idx, dev)?;
+        let vals = gather_linear(xc.as_tensor(), w.as_tensor(), bias.as_tensor(), &idx_t)?;
+        let out = sparse_decode(&vals, &idx_t, w.as_tensor(), b)?;
+        let grads = out.sqr()?.sum_all()?.backward()?;
+        let mut v = vec![host(&vals)?, host(&out)?];
+        for var in [&xc, &w, &bias] {
+            v.push(host(grads.get(var.as_tensor()).expect("gradient"))?);
+        }
+        Ok(v)
+    };
+    let (a, again, cpu) = (run(dev)?, run(dev)?, run(&Device::Cpu)?);
+    assert_eq!(a, again, "two runs differ");
+    for (i, (x, y)) in a.iter().zip(&cpu).enumerate() {
+        let scale = y.iter().fold(1f64, |m, v| m.max(v.abs()));
+        assert!(
+            max_err(x, y) < 1e-5 * scale,
+            "output {i} differs from the CPU ({s} pairs)"
+        );
+    }
+    Ok(())
+}
+test_device!(
+    pair_ops_deterministic_on,
+    pair_ops_are_deterministic_and_match_cpu
+);
+
+fn fired_latents_marks_positive_pairs(dev: &Device) -> Result<()> {
+    let n = 6;
+    let idx = idx_tensor(&[1, 4, 7, 10, 14], dev)?;
+    let vals = Tensor::new(&[0.5f32, 0.0, 2.0, -1.0, 0.25], dev)?;
+    let fired = sae::sparse::fired_latents(&idx, &vals, n)?;
+    assert_eq!(fired.to_vec1::<f32>()?, vec![0.0, 1.0, 1.0, 0.0, 0.0, 0.0]);
+    Ok(())
+}
+test_device!(fired_latents_on, fired_latents_marks_positive_pairs);
+
+/// A few training steps with every latent dead (aux-k on), on the device and on the CPU: the same
+/// loss, gradient norm and weights (the device path runs the fused optimizer).
+fn training_steps_match_cpu(dev: &Device) -> Result<()> {
+    let text = common::synthetic_config("batchtopk", "", 1)
+        .replace("dead_tokens = 512", "dead_tokens = 0");
+    let cfg = sae::Config::from_toml(&text)?;
+    let raw = uniform(64 * 16, 21, &Device::Cpu)?.reshape((64, 1, 16))?;
+    let mut on_dev = sae::Trainer::new(cfg.clone(), &raw, dev)?;
+    let mut on_cpu = sae::Trainer::new(cfg, &raw, &Device::Cpu)?;
+    for step in 0..4 {
+        let a = on_dev.train_step(&raw, true)?;
+        let b = on_cpu.train_step(&raw, true)?;
+        assert!(a.aux_loss > 0.0, "aux-k loss did not run");
+        assert!(
+            (a.loss - b.loss).abs() < 1e-4 * b.loss.max(1.0),
+            "step {step}: loss {} vs {}",
+            a.loss,
+            b.loss
+        );
+        assert!(
+            (a.grad_norm - b.grad_norm).abs() < 1e-4 * b.grad_norm.max(1.0),
+            "step {step}: grad norm"
+        );
+    }
+    for (x, y) in on_dev.sae.vars().iter().zip(on_cpu.sae.vars()) {
+        let (x, y) = (host(x.as_tensor())?, host(y.as_tensor())?);
+        assert!(max_err(&x, &y) < 1e-4, "weights differ after 4 steps");
+    }
+    Ok(())
+}
+test_device!(training_steps_match_cpu_on, training_steps_match_cpu);
+
+/// The weight sinks (used in training) receive the same gradients as candle's autograd, with the
+/// aux-k loss adding a second contribution to both weight matrices.
+fn sinks_equal_autograd(dev: &Device) -> Result<()> {
+    let (b, d, n, k) = (16, 12, 40, 3);
+    let shape = sae::model::Shape {
+        arch: sae::config::Arch::Batchtopk,
+        d_model: d,
+        layers: 1,
+        n,
+        k,
+        groups: vec![],
+    };
+    let x = uniform(b * d, 41, dev)?.reshape((b, d))?;
+    let dead = Tensor::from_vec(
+        (0..n).map(|j| (j % 3 == 0) as u8).collect::<Vec<u8>>(),
+        n,
+        dev,
+    )?;
+    let grads = |with_sinks: bool| -> Result<Vec<Vec<f64>>> {
+        let mut sae = sae::Sae::from_tensors(
+            shape.clone(),
+            &uniform(d * n, 42, dev)?.reshape((d, n))?,
+            &(uniform(n, 43, dev)? * 0.1)?,
+            &uniform(n * d, 44, dev)?.reshape((n, d))?,
+            &(uniform(d, 45, dev)? * 0.1)?,
+            sae::config::DecodeMode::Sparse,
+        )?;
+        if with_sinks {
+            sae.sinks = Some(Default::default());
+        }
+        let fwd = sae::arch::forward(&sae, &x, profk::Selector::Profk, 0)?;
+        let aux = sae::aux::aux_loss(
+            &sae,
+            &fwd.enc,
+            fwd.enc.scores.clone(),
+            &x,
+            &fwd.recon,
+            (&dead, n.div_ceil(3)),
+            4,
+            (profk::Selector::Profk, 0),
+        )?
+        .expect("dead latents");
+        let g = (fwd.loss + aux)?.backward()?;
+        sae::optim::collect_grads(&sae, &g)?
+            .iter()
+            .map(host)
+            .collect()
+    };
+    let (with, without) = (grads(true)?, grads(false)?);
+    for (i, (a, b)) in with.iter().zip(&without).enumerate() {
+        assert!(
+            max_err(a, b) < 1e-4,
+            "parameter {i}: sink and autograd gradients differ"
+        );
+    }
+    Ok(())
+}
+test_device!(sinks_equal_autograd_on, sinks_equal_autograd);
