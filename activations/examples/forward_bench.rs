@@ -5,6 +5,7 @@
 //! Prints a markdown table: tokens/s of `forward_hooks` to the given depth (with and without
 //! chunked attention) and milliseconds of the ops one block is made of, at the model's shapes.
 use activations::models::{parse_device, parse_dtype};
+use activations::ops::{causal_attention_with, linear, AttentionKernel, Epilogue};
 use activations::{Gpt2, Gpt2Config, HookPoint};
 use candle_core::{Device, Tensor};
 use clap::Parser;
@@ -68,15 +69,24 @@ fn main() -> anyhow::Result<()> {
     println!("| what | shape | ms | tokens/s |");
     println!("|---|---|---|---|");
     let n_tok = (b * (t - 1)) as f64;
-    for chunk in [Some(256), None] {
+    for (fused, chunk) in [(true, None), (false, Some(256)), (false, None)] {
+        model.set_fused_kernels(fused);
         model.set_attention_chunk(chunk);
         let s = time(&dev, a.iters, || {
             model.forward_hooks(&tokens, &hook)?;
             Ok(())
         })?;
+        let how = if model.uses_fused_kernels() {
+            "fused kernels".to_string()
+        } else {
+            format!("candle ops, chunk {chunk:?}")
+        };
         println!(
-            "| forward to blocks.{}.hook_resid_pre, chunk {chunk:?} | {b} x {t} {} | {:.1} | {:.3e} |",
-            a.depth, a.dtype, s * 1e3, n_tok / s
+            "| forward to blocks.{}.hook_resid_pre, {how} | {b} x {t} {} | {:.1} | {:.3e} |",
+            a.depth,
+            a.dtype,
+            s * 1e3,
+            n_tok / s
         );
     }
     let n = b * t;
@@ -88,7 +98,56 @@ fn main() -> anyhow::Result<()> {
     let scores = Tensor::randn(0f32, 1.0, (b, h, 256, t), &dev)?.to_dtype(dtype)?;
     let mask = Tensor::zeros((256, t), dtype, &dev)?;
     let mask_full = mask.broadcast_as((b, h, 256, t))?.contiguous()?;
-    let ops: Vec<(&str, String, Op)> = vec![
+    let qkv = y.reshape((b, t, 3 * d))?;
+    let w_fc = Tensor::randn(0f32, 0.02, (d, 4 * d), &dev)?.to_dtype(dtype)?;
+    let b_fc = bias.narrow(0, 0, d)?.repeat(4)?;
+    let w_proj = Tensor::randn(0f32, 0.02, (4 * d, d), &dev)?.to_dtype(dtype)?;
+    let h_fc = x.matmul(&w_fc)?;
+    #[cfg(feature = "cuda")]
+    let copier = if dev.is_cuda() {
+        Some(activations::ops::PinnedCopier::new(&dev)?)
+    } else {
+        None
+    };
+    #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
+    let mut ops: Vec<(&str, String, Op)> = vec![
+        (
+            "fused causal attention (Auto kernel)",
+            format!("[{b},{t},3x{h}x{}]", d / h),
+            Box::new(|| Ok(causal_attention_with(&qkv, h, AttentionKernel::Auto)?)),
+        ),
+        (
+            "fused causal attention (Scalar kernel)",
+            format!("[{b},{t},3x{h}x{}]", d / h),
+            Box::new(|| Ok(causal_attention_with(&qkv, h, AttentionKernel::Scalar)?)),
+        ),
+        (
+            "linear + bias (c_attn)",
+            format!("[{n},{d}]x[{d},{}]", 3 * d),
+            Box::new(|| Ok(linear(&x, &w, &bias, Epilogue::Bias)?)),
+        ),
+        (
+            "linear + bias + gelu (c_fc)",
+            format!("[{n},{d}]x[{d},{}]", 4 * d),
+            Box::new(|| Ok(linear(&x, &w_fc, &b_fc, Epilogue::BiasGelu)?)),
+        ),
+        (
+            "linear + bias + residual (mlp c_proj)",
+            format!("[{n},{}]x[{},{d}]", 4 * d, 4 * d),
+            Box::new(|| {
+                Ok(linear(
+                    &h_fc,
+                    &w_proj,
+                    &bias.narrow(0, 0, d)?,
+                    Epilogue::BiasResidual(&x),
+                )?)
+            }),
+        ),
+        (
+            "matmul (candle) mlp c_proj",
+            format!("[{n},{}]x[{},{d}]", 4 * d, 4 * d),
+            Box::new(|| Ok(h_fc.matmul(&w_proj)?)),
+        ),
         (
             "matmul x W (c_attn)",
             format!("[{n},{d}]x[{d},{}]", 3 * d),
@@ -151,6 +210,18 @@ fn main() -> anyhow::Result<()> {
             Box::new(|| Ok(x.to_device(&Device::Cpu)?)),
         ),
     ];
+    #[cfg(feature = "cuda")]
+    if let Some(c) = &copier {
+        ops.push((
+            "to host (pinned, async stream)",
+            format!("[{n},{d}]"),
+            Box::new(|| {
+                let mut out = Vec::new();
+                c.finish(c.start(&x)?, &mut out)?;
+                Ok(x.clone())
+            }),
+        ));
+    }
     for (name, shape, f) in ops {
         let s = time(&dev, a.iters, || {
             f()?;

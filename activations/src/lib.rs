@@ -5,6 +5,7 @@ pub mod error;
 pub mod fsutil;
 pub mod gpt2;
 pub mod models;
+pub mod ops;
 pub mod shards;
 pub mod source;
 pub mod tiny;

@@ -1,6 +1,7 @@
 //! The GPT-2 forward pass (Hugging Face layout: Conv1D weights stored as [in, out], tied output head).
 use super::{Gpt2Config, HookPoint};
 use crate::error::{Error, Result};
+use crate::ops::{self, Epilogue};
 use candle_core::{DType, Device, Module, Tensor, D};
 use candle_nn::{Init, VarBuilder};
 use std::collections::HashMap;
@@ -92,6 +93,8 @@ impl Module for Conv1D {
 struct AttentionOptions {
     differentiable: bool,
     chunk: Option<usize>,
+    /// Run the block through the fused forward ops (CUDA, inference only).
+    fused: bool,
 }
 
 /// Query-chunk length of the causal attention for long sequences.
@@ -174,7 +177,40 @@ impl Block {
         Ok(self.attn_proj.forward(&y)?)
     }
 
+    /// The block through the fused ops: four GEMMs with their bias, GELU and residual adds in the
+    /// epilogue, and one attention kernel reading q, k, v straight from the `c_attn` output.
+    fn forward_fused(&self, x: &Tensor) -> Result<Tensor> {
+        let qkv = ops::linear(
+            &self.ln_1.forward(x)?,
+            &self.c_attn.weight,
+            &self.c_attn.bias,
+            Epilogue::Bias,
+        )?;
+        let attn = ops::causal_attention(&qkv, self.n_head)?;
+        let x = ops::linear(
+            &attn,
+            &self.attn_proj.weight,
+            &self.attn_proj.bias,
+            Epilogue::BiasResidual(x),
+        )?;
+        let m = ops::linear(
+            &self.ln_2.forward(&x)?,
+            &self.c_fc.weight,
+            &self.c_fc.bias,
+            Epilogue::BiasGelu,
+        )?;
+        Ok(ops::linear(
+            &m,
+            &self.mlp_proj.weight,
+            &self.mlp_proj.bias,
+            Epilogue::BiasResidual(&x),
+        )?)
+    }
+
     fn forward(&self, x: &Tensor, masks: &MaskCache, opts: AttentionOptions) -> Result<Tensor> {
+        if opts.fused {
+            return self.forward_fused(x);
+        }
         let x = (x + self.attention(&self.ln_1.forward(x)?, masks, opts)?)?;
         let m = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu()?; // gelu_new (tanh form)
         Ok((&x + self.mlp_proj.forward(&m)?)?)
@@ -249,6 +285,7 @@ pub struct Gpt2 {
     ln_f: LayerNorm,
     differentiable: bool,
     attention_chunk: Option<usize>,
+    fused: bool,
     masks: MaskCache,
 }
 
@@ -287,6 +324,7 @@ impl Gpt2 {
             ln_f,
             differentiable,
             attention_chunk: Some(DEFAULT_ATTENTION_CHUNK),
+            fused: true,
             masks,
         })
     }
@@ -295,6 +333,21 @@ impl Gpt2 {
     /// gives the same function and skips work above the diagonal; it is not used when training.
     pub fn set_attention_chunk(&mut self, chunk: Option<usize>) {
         self.attention_chunk = chunk.filter(|c| *c > 0);
+    }
+
+    /// Whether inference on CUDA uses the fused kernels (the default) or candle's composite ops.
+    /// Training always uses the composite ops, which have gradients.
+    pub fn set_fused_kernels(&mut self, fused: bool) {
+        self.fused = fused;
+    }
+
+    /// Whether a forward pass now runs through the fused kernels.
+    pub fn uses_fused_kernels(&self) -> bool {
+        self.fused
+            && !self.differentiable
+            && self.device().is_cuda()
+            && self.cfg.n_embd / self.cfg.n_head == ops::FUSED_HEAD_DIM
+            && matches!(self.dtype(), DType::F32 | DType::BF16 | DType::F16)
     }
 
     pub fn config(&self) -> &Gpt2Config {
@@ -394,6 +447,7 @@ impl Gpt2 {
         let opts = AttentionOptions {
             differentiable: self.differentiable,
             chunk: self.attention_chunk,
+            fused: self.uses_fused_kernels(),
         };
         for (l, block) in self.blocks.iter().take(depth).enumerate() {
             x = visit(HookPoint::ResidPre(l), x)?;

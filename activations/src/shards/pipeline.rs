@@ -1,6 +1,7 @@
 //! The extraction pipeline: the calling thread runs the model; a host thread copies activations
 //! off the device and cuts them into shards; writer threads hash and write shards atomically.
-//! Bounded channels between the stages keep memory flat.
+//! Bounded channels between the stages keep memory flat. On CUDA the copy to the host goes into
+//! page-locked buffers on a stream of its own, so it overlaps the next batch's forward pass.
 use super::manifest::ShardInfo;
 use super::shard_file::{self, shard_file_name, ShardMeta};
 use crate::corpus::Contexts;
@@ -100,6 +101,59 @@ fn run_job(job: Job, plan: &Plan) -> Result<ShardInfo> {
     }
 }
 
+/// A batch's activation rows on their way to host memory.
+enum Rows {
+    Tensor(Tensor),
+    #[cfg(feature = "cuda")]
+    Pinned(crate::ops::PendingCopy),
+}
+
+/// Moves activation rows to host memory: asynchronous copies into page-locked buffers on CUDA,
+/// a plain copy elsewhere.
+struct HostCopy {
+    #[cfg(feature = "cuda")]
+    pinned: Option<crate::ops::PinnedCopier>,
+}
+
+impl HostCopy {
+    fn new(device: &Device) -> Result<Self> {
+        #[cfg(not(feature = "cuda"))]
+        let _ = device;
+        Ok(Self {
+            #[cfg(feature = "cuda")]
+            pinned: if device.is_cuda() {
+                Some(crate::ops::PinnedCopier::new(device)?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Starts moving `t` (any dtype the shards use) to the host.
+    fn start(&self, t: Tensor) -> Result<Rows> {
+        #[cfg(feature = "cuda")]
+        if let Some(p) = &self.pinned {
+            return Ok(Rows::Pinned(p.start(&t)?));
+        }
+        Ok(Rows::Tensor(t))
+    }
+
+    /// Appends the rows' values, as little-endian bytes of their dtype, to `out`.
+    fn finish(&self, rows: Rows, out: &mut Vec<u8>) -> Result<()> {
+        match rows {
+            Rows::Tensor(t) => append_bytes(&t, out),
+            #[cfg(feature = "cuda")]
+            Rows::Pinned(copy) => {
+                let p = self
+                    .pinned
+                    .as_ref()
+                    .expect("pinned rows come from the pinned copier");
+                Ok(p.finish(copy, out)?)
+            }
+        }
+    }
+}
+
 /// Appends a tensor's values, as little-endian bytes of its dtype, to `out` (copies to the host).
 fn append_bytes(t: &Tensor, out: &mut Vec<u8>) -> Result<()> {
     let t = t.flatten_all()?.to_device(&Device::Cpu)?;
@@ -118,7 +172,8 @@ fn append_bytes(t: &Tensor, out: &mut Vec<u8>) -> Result<()> {
 fn cut_shards(
     plan: &Plan,
     first_row: usize,
-    rows: mpsc::Receiver<(Tensor, Tensor)>,
+    rows: mpsc::Receiver<(Rows, Tensor)>,
+    host_copy: &HostCopy,
     jobs: mpsc::SyncSender<Job>,
     stop_after: Option<usize>,
     progress: &indicatif::ProgressBar,
@@ -137,7 +192,7 @@ fn cut_shards(
         let Ok((acts, ids)) = rows.recv() else {
             return Ok((written, false));
         };
-        append_bytes(&acts, &mut pending_acts)?;
+        host_copy.finish(acts, &mut pending_acts)?;
         pending_tokens.extend(ids.to_device(&Device::Cpu)?.to_vec1::<u32>()?);
         progress.inc(ids.dim(0)? as u64);
         while shard < plan.n_shards() {
@@ -193,7 +248,9 @@ pub(super) fn run(
     let (job_tx, job_rx) = mpsc::sync_channel::<Job>(plan.writer_threads * 2);
     let job_rx = Mutex::new(job_rx);
     let (res_tx, res_rx) = mpsc::channel::<Result<ShardInfo>>();
-    let (row_tx, row_rx) = mpsc::sync_channel::<(Tensor, Tensor)>(2);
+    let (row_tx, row_rx) = mpsc::sync_channel::<(Rows, Tensor)>(2);
+    let host_copy = HostCopy::new(device)?;
+    let host_copy = &host_copy;
     std::thread::scope(|scope| {
         for _ in 0..plan.writer_threads {
             let (job_rx, res_tx) = (&job_rx, res_tx.clone());
@@ -209,8 +266,11 @@ pub(super) fn run(
             });
         }
         drop(res_tx);
-        let host =
-            scope.spawn(move || cut_shards(plan, first_row, row_rx, job_tx, stop_after, progress));
+        let host = scope.spawn(move || {
+            cut_shards(
+                plan, first_row, row_rx, host_copy, job_tx, stop_after, progress,
+            )
+        });
 
         let mut computed = 0;
         let mut produce = || -> Result<()> {
@@ -227,7 +287,8 @@ pub(super) fn run(
                     Tensor::from_vec(ids, (nb, t), device)?
                 };
                 let (rows, ids) = hook_rows(model, &tokens, plan.hooks, plan.drop_bos)?;
-                if row_tx.send((rows.to_dtype(plan.dtype)?, ids)).is_err() {
+                let rows = host_copy.start(rows.to_dtype(plan.dtype)?)?;
+                if row_tx.send((rows, ids)).is_err() {
                     break; // the host thread has all it needs, or failed
                 }
                 computed += nb * kept;

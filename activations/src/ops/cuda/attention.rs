@@ -1,0 +1,93 @@
+//! Launches of the fused causal-attention kernels (`kernels/attention.cu`).
+use super::super::attention::{AttentionKernel, CausalAttention, FUSED_HEAD_DIM};
+use super::{address, alloc, drv};
+use candle_core::backend::BackendStorage;
+use candle_core::cuda::cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+use candle_core::cuda::cudarc::nvrtc::Ptx;
+use candle_core::{CudaStorage, DType, Layout, Result, Shape};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attention.fatbin"));
+/// Query rows per block (both kernels).
+const QUERY_TILE: usize = 64;
+
+fn function(storage: &CudaStorage, name: &str) -> Result<CudaFunction> {
+    static MODULES: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
+    let stream = storage.device.cuda_stream();
+    let ctx = stream.context();
+    let mut modules = MODULES
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let module = match modules.get(&ctx.ordinal()) {
+        Some(m) => m.clone(),
+        None => {
+            let m = ctx
+                .load_module(Ptx::from_binary(FATBIN.to_vec()))
+                .map_err(|e| drv("loading the attention kernels", e))?;
+            modules.insert(ctx.ordinal(), m.clone());
+            m
+        }
+    };
+    module
+        .load_function(name)
+        .map_err(|e| drv("attention kernel", e))
+}
+
+pub fn forward(
+    op: &CausalAttention,
+    storage: &CudaStorage,
+    layout: &Layout,
+) -> Result<(CudaStorage, Shape)> {
+    let (b, t, h, hd) = op.dims(layout.shape())?;
+    if hd != FUSED_HEAD_DIM {
+        return Err(candle_core::Error::Msg(format!(
+            "causal_attention: the CUDA kernels need head size {FUSED_HEAD_DIM}, got {hd}"
+        )));
+    }
+    let dtype = storage.dtype();
+    let (name, threads) = match (dtype, op.kernel) {
+        (DType::BF16, AttentionKernel::Auto) => ("attn_mma_bf16", 128),
+        (DType::F16, AttentionKernel::Auto) => ("attn_mma_f16", 128),
+        (DType::BF16, AttentionKernel::Scalar) => ("attn_scalar_bf16", 64),
+        (DType::F16, AttentionKernel::Scalar) => ("attn_scalar_f16", 64),
+        (DType::F32, _) => ("attn_scalar_f32", 64),
+        (other, _) => {
+            return Err(candle_core::Error::UnsupportedDTypeForOp(
+                other,
+                "causal-attention",
+            ))
+        }
+    };
+    let stream = storage.device.cuda_stream();
+    let qkv = address(storage, layout, &stream)?;
+    if qkv % 16 != 0 {
+        return Err(candle_core::Error::Msg(
+            "causal_attention: the input must start 16-byte aligned".into(),
+        ));
+    }
+    let (out, out_ptr) = alloc(storage, dtype, b * t * h * hd)?;
+    if b * t * h == 0 {
+        return Ok((out, Shape::from((b, t, h * hd))));
+    }
+    let f = function(storage, name)?;
+    let (t_len, n_head) = (t as i32, h as i32);
+    let scale_log2 = std::f32::consts::LOG2_E / (hd as f32).sqrt();
+    let cfg = LaunchConfig {
+        grid_dim: (t.div_ceil(QUERY_TILE) as u32, h as u32, b as u32),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut args = stream.launch_builder(&f);
+    args.arg(&qkv)
+        .arg(&out_ptr)
+        .arg(&t_len)
+        .arg(&n_head)
+        .arg(&scale_log2);
+    // SAFETY: the arguments match the kernel's parameters; the input holds B x T x 3 x H x 64
+    // elements and the output B x T x H x 64, both alive until the stream reaches the launch
+    // (candle frees device memory in stream order).
+    unsafe { args.launch(cfg) }.map_err(|e| drv("attention kernel launch", e))?;
+    Ok((out, Shape::from((b, t, h * hd))))
+}

@@ -1,0 +1,283 @@
+//! Linear layers through cuBLASLt with the bias, GELU (tanh form) or residual add in the GEMM's
+//! epilogue: one kernel per layer where candle would run a GEMM and then slow elementwise passes.
+//!
+//! Row-major `y[n, m] = x[n, k] W[k, m]` is the column-major product `yᵀ = Wᵀ xᵀ`: A = W
+//! (m x k, ld m), B = x (k x n, ld k), C = residual, D = y (m x n, ld m); the bias runs along m.
+use super::super::linear::Epilogue;
+use super::{address, alloc, drv};
+use candle_core::cuda::cudarc::cublaslt::{result as lt, sys};
+use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr};
+use candle_core::op::BackpropOp;
+use candle_core::{DType, Result, Storage, Tensor};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+use std::thread::ThreadId;
+
+/// cuBLAS's recommended workspace on Hopper.
+const WORKSPACE_BYTES: usize = 32 << 20;
+
+/// What decides the algorithm: dtype, TF32, m, n, k, epilogue, residual, pointer alignments.
+type PlanKey = (DType, bool, usize, usize, usize, u32, bool, [u32; 4]);
+
+struct LtState {
+    handle: sys::cublasLtHandle_t,
+    workspace: CudaSlice<u8>,
+    algos: HashMap<PlanKey, sys::cublasLtMatmulAlgo_t>,
+}
+
+// SAFETY: the handle is only used under the mutex that owns it.
+unsafe impl Send for LtState {}
+
+/// Whether the cuBLASLt path takes these operands (same float dtype everywhere).
+pub fn supports(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) -> bool {
+    let dt = x.dtype();
+    let same = weight.dtype() == dt
+        && bias.dtype() == dt
+        && match epilogue {
+            Epilogue::BiasResidual(r) => r.dtype() == dt && r.device().same_device(x.device()),
+            _ => true,
+        };
+    same && matches!(dt, DType::F32 | DType::BF16 | DType::F16)
+        && weight.device().same_device(x.device())
+        && bias.device().same_device(x.device())
+}
+
+/// Largest power of two (up to 256) dividing an address: what cuBLASLt may assume.
+fn alignment(ptr: u64) -> u32 {
+    if ptr == 0 {
+        256
+    } else {
+        (1u64 << ptr.trailing_zeros().min(8)) as u32
+    }
+}
+
+struct Layout(sys::cublasLtMatrixLayout_t);
+impl Drop for Layout {
+    fn drop(&mut self) {
+        // SAFETY: created by create_matrix_layout and destroyed once.
+        let _ = unsafe { lt::destroy_matrix_layout(self.0) };
+    }
+}
+struct Desc(sys::cublasLtMatmulDesc_t);
+impl Drop for Desc {
+    fn drop(&mut self) {
+        // SAFETY: created by create_matmul_desc and destroyed once.
+        let _ = unsafe { lt::destroy_matmul_desc(self.0) };
+    }
+}
+struct Pref(sys::cublasLtMatmulPreference_t);
+impl Drop for Pref {
+    fn drop(&mut self) {
+        // SAFETY: created by create_matmul_pref and destroyed once.
+        let _ = unsafe { lt::destroy_matmul_pref(self.0) };
+    }
+}
+
+fn lt_err(e: impl std::fmt::Debug) -> candle_core::Error {
+    drv("cuBLASLt", e)
+}
+
+/// Device address of a contiguous CUDA tensor and its storage (kept alive by the caller's tensor).
+fn tensor_address(t: &Tensor) -> Result<u64> {
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        return Err(candle_core::Error::Msg(
+            "linear: expected a CUDA tensor".into(),
+        ));
+    };
+    address(cs, layout, &cs.device.cuda_stream())
+}
+
+/// `x` [n, k], `weight` [k, m], `bias` [m] (and a residual [n, m]) -> [n, m], one cuBLASLt call.
+pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) -> Result<Tensor> {
+    // One handle and workspace per device and thread: candle's CUDA stream is per thread, and a
+    // workspace shared by two streams would be written by both at once.
+    static STATE: OnceLock<Mutex<HashMap<(usize, ThreadId), LtState>>> = OnceLock::new();
+    let x = x.contiguous()?;
+    let weight = weight.contiguous()?;
+    let bias = bias.contiguous()?;
+    let residual = match epilogue {
+        Epilogue::BiasResidual(r) => Some(r.contiguous()?),
+        _ => None,
+    };
+    let (n, k) = x.dims2()?;
+    let m = weight.dim(1)?;
+    let dtype = x.dtype();
+    let tf32 = dtype == DType::F32 && candle_core::cuda::gemm_reduced_precision_f32();
+    let (data_type, compute) = match dtype {
+        DType::F32 if tf32 => (
+            sys::cudaDataType_t::CUDA_R_32F,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        ),
+        DType::F32 => (
+            sys::cudaDataType_t::CUDA_R_32F,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        DType::BF16 => (
+            sys::cudaDataType_t::CUDA_R_16BF,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        DType::F16 => (
+            sys::cudaDataType_t::CUDA_R_16F,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        ),
+        other => return Err(candle_core::Error::UnsupportedDTypeForOp(other, "linear")),
+    };
+    let epi = match epilogue {
+        Epilogue::BiasGelu => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
+        _ => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+    };
+
+    let (storage, x_layout) = x.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        return Err(candle_core::Error::Msg(
+            "linear: expected a CUDA tensor".into(),
+        ));
+    };
+    let dev = cs.device.clone();
+    let stream = dev.cuda_stream();
+    let x_ptr = address(cs, x_layout, &stream)?;
+    let (out, d_ptr) = alloc(cs, dtype, n * m)?;
+    drop(storage);
+    let w_ptr = tensor_address(&weight)?;
+    let b_ptr = tensor_address(&bias)?;
+    let c_ptr = match &residual {
+        Some(r) => tensor_address(r)?,
+        None => d_ptr,
+    };
+    let (alpha, beta) = (1f32, if residual.is_some() { 1f32 } else { 0f32 });
+    let aligns = [
+        alignment(w_ptr),
+        alignment(x_ptr),
+        alignment(c_ptr),
+        alignment(d_ptr),
+    ];
+
+    let mut states = STATE
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let owner = (stream.context().ordinal(), std::thread::current().id());
+    if !states.contains_key(&owner) {
+        let handle = lt::create_handle().map_err(lt_err)?;
+        // SAFETY: the workspace is scratch space that cuBLASLt writes before it reads.
+        let workspace =
+            unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }.map_err(|e| drv("workspace", e))?;
+        states.insert(
+            owner,
+            LtState {
+                handle,
+                workspace,
+                algos: HashMap::new(),
+            },
+        );
+    }
+    let state = states.get_mut(&owner).expect("inserted above");
+
+    // SAFETY (whole block): the descriptors are created here and live until the call returns;
+    // every pointer addresses a live contiguous buffer of the size its layout states.
+    unsafe {
+        let layout = |rows: usize, cols: usize, ld: usize| -> Result<Layout> {
+            lt::create_matrix_layout(data_type, rows as u64, cols as u64, ld as i64)
+                .map(Layout)
+                .map_err(lt_err)
+        };
+        let (a_l, b_l, c_l) = (layout(m, k, m)?, layout(k, n, k)?, layout(m, n, m)?);
+        let desc =
+            Desc(lt::create_matmul_desc(compute, sys::cudaDataType_t::CUDA_R_32F).map_err(lt_err)?);
+        let set_desc = |attr, value: *const c_void, size| {
+            lt::set_matmul_desc_attribute(desc.0, attr, value, size).map_err(lt_err)
+        };
+        let no_transpose: i32 = 0; // CUBLAS_OP_N
+        for attr in [
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+        ] {
+            set_desc(
+                attr,
+                (&no_transpose) as *const _ as *const c_void,
+                std::mem::size_of::<i32>(),
+            )?;
+        }
+        set_desc(
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+            (&epi) as *const _ as *const c_void,
+            std::mem::size_of::<sys::cublasLtEpilogue_t>(),
+        )?;
+        set_desc(
+            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+            (&b_ptr) as *const u64 as *const c_void,
+            std::mem::size_of::<u64>(),
+        )?;
+        let key: PlanKey = (dtype, tf32, m, n, k, epi as u32, residual.is_some(), aligns);
+        let algo = match state.algos.get(&key) {
+            Some(a) => *a,
+            None => {
+                let pref = Pref(lt::create_matmul_pref().map_err(lt_err)?);
+                let set_pref = |attr, value: *const c_void, size| {
+                    lt::set_matmul_pref_attribute(pref.0, attr, value, size).map_err(lt_err)
+                };
+                set_pref(
+                    sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    (&WORKSPACE_BYTES) as *const usize as *const c_void,
+                    std::mem::size_of::<usize>(),
+                )?;
+                use sys::cublasLtMatmulPreferenceAttributes_t as P;
+                for (attr, a) in [
+                    P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                    P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                    P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                ]
+                .into_iter()
+                .zip(aligns.iter())
+                {
+                    set_pref(
+                        attr,
+                        a as *const u32 as *const c_void,
+                        std::mem::size_of::<u32>(),
+                    )?;
+                }
+                let h = lt::get_matmul_algo_heuristic(
+                    state.handle,
+                    desc.0,
+                    a_l.0,
+                    b_l.0,
+                    c_l.0,
+                    c_l.0,
+                    pref.0,
+                )
+                .map_err(lt_err)?;
+                state.algos.insert(key, h.algo);
+                h.algo
+            }
+        };
+        let ws = state.workspace.device_ptr(&stream).0;
+        lt::matmul(
+            state.handle,
+            desc.0,
+            (&alpha) as *const f32 as *const c_void,
+            (&beta) as *const f32 as *const c_void,
+            w_ptr as *const c_void,
+            a_l.0,
+            x_ptr as *const c_void,
+            b_l.0,
+            c_ptr as *const c_void,
+            c_l.0,
+            d_ptr as *mut c_void,
+            c_l.0,
+            &algo,
+            ws as *mut c_void,
+            WORKSPACE_BYTES,
+            stream.cu_stream() as *mut _,
+        )
+        .map_err(lt_err)?;
+    }
+    Ok(Tensor::from_storage(
+        Storage::Cuda(out),
+        (n, m),
+        BackpropOp::none(),
+        false,
+    ))
+}

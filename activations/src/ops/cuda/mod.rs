@@ -1,0 +1,63 @@
+//! The CUDA side of the fused ops: kernel launches, cuBLASLt calls and pinned host copies.
+pub mod attention;
+pub mod host_copy;
+pub mod linear;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use candle_core::{CudaStorage, DType, Layout, Result};
+use std::sync::Arc;
+
+pub(super) fn drv(what: &str, e: impl std::fmt::Debug) -> candle_core::Error {
+    candle_core::Error::Msg(format!("{what}: CUDA: {e:?}"))
+}
+
+/// Device address of a contiguous storage's first element (after the layout's offset).
+pub(super) fn address(
+    storage: &CudaStorage,
+    layout: &Layout,
+    stream: &Arc<CudaStream>,
+) -> Result<u64> {
+    let (start, _) = layout
+        .contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg("expected a contiguous CUDA tensor".into()))?;
+    let (base, elem) = match storage.dtype() {
+        DType::F32 => (storage.as_cuda_slice::<f32>()?.device_ptr(stream).0, 4),
+        DType::BF16 => (
+            storage.as_cuda_slice::<half::bf16>()?.device_ptr(stream).0,
+            2,
+        ),
+        DType::F16 => (
+            storage.as_cuda_slice::<half::f16>()?.device_ptr(stream).0,
+            2,
+        ),
+        other => return Err(candle_core::Error::UnsupportedDTypeForOp(other, "fused op")),
+    };
+    Ok(base + (start * elem) as u64)
+}
+
+/// An uninitialised device buffer of `len` elements of `dtype` as candle storage, and its address.
+pub(super) fn alloc(
+    storage_like: &CudaStorage,
+    dtype: DType,
+    len: usize,
+) -> Result<(CudaStorage, u64)> {
+    let dev = storage_like.device.clone();
+    let stream = dev.cuda_stream();
+    fn wrap<T: candle_core::cuda::CudaDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
+        dev: &candle_core::CudaDevice,
+        stream: &Arc<CudaStream>,
+        len: usize,
+    ) -> Result<(CudaStorage, u64)> {
+        // SAFETY: every caller writes all `len` elements before anything reads them.
+        let slice: CudaSlice<T> = unsafe { dev.alloc::<T>(len)? };
+        let ptr = slice.device_ptr(stream).0;
+        Ok((CudaStorage::wrap_cuda_slice(slice, dev.clone()), ptr))
+    }
+    match dtype {
+        DType::F32 => wrap::<f32>(&dev, &stream, len),
+        DType::BF16 => wrap::<half::bf16>(&dev, &stream, len),
+        DType::F16 => wrap::<half::f16>(&dev, &stream, len),
+        other => Err(candle_core::Error::UnsupportedDTypeForOp(other, "fused op")),
+    }
+}

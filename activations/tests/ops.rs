@@ -1,0 +1,269 @@
+//! The fused forward ops (causal attention on the packed c_attn output, linear layers with bias,
+//! GELU or residual epilogues) against float64 references, on the CPU and, in a CUDA build with a
+//! GPU, on the GPU: one test body for both. Shapes include batch 1, T = 1 and T not a multiple of
+//! the kernels' 64-row tiles.
+use activations::ops::{causal_attention_with, linear, AttentionKernel, Epilogue};
+use activations::{Gpt2, Gpt2Config, HookPoint};
+use candle_core::{DType, Device, Tensor, D};
+
+/// The CPU, and the first GPU when the build has one.
+fn devices() -> Vec<Device> {
+    let mut v = vec![Device::Cpu];
+    if let Ok(d) = Device::cuda_if_available(0) {
+        if !d.is_cpu() {
+            v.push(d);
+        }
+    }
+    v
+}
+
+/// Largest |a - b| (both moved to the CPU as f64).
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims());
+    let a = a
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    let b = b
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
+    let v = d.to_vec1::<f64>().unwrap();
+    assert!(v.iter().all(|x| x.is_finite()), "non-finite output");
+    v.into_iter().fold(0.0, f64::max)
+}
+
+fn randn(shape: &[usize], std: f64, seed: u64) -> Tensor {
+    // Deterministic on every device: drawn on the CPU from a seeded generator.
+    let n: usize = shape.iter().product();
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut uniform = || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    let v: Vec<f64> = (0..n)
+        .map(|_| {
+            let (u1, u2) = (uniform(), uniform());
+            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos() * std
+        })
+        .collect();
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+}
+
+/// Causal attention in float64 from candle's composite ops: [B, T, 3 H hd] -> [B, T, H hd].
+fn attention_reference(qkv: &Tensor, h: usize) -> Tensor {
+    let (b, t, three_d) = qkv.dims3().unwrap();
+    let hd = three_d / 3 / h;
+    let x = qkv
+        .to_dtype(DType::F64)
+        .unwrap()
+        .reshape((b, t, 3, h, hd))
+        .unwrap()
+        .permute((2, 0, 3, 1, 4))
+        .unwrap()
+        .contiguous()
+        .unwrap();
+    let (q, k, v) = (x.get(0).unwrap(), x.get(1).unwrap(), x.get(2).unwrap());
+    let scores = (q.matmul(&k.t().unwrap()).unwrap() / (hd as f64).sqrt()).unwrap();
+    let mask: Vec<f64> = (0..t * t)
+        .map(|i| {
+            if i % t > i / t {
+                f64::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap();
+    let p = candle_nn::ops::softmax(&scores.broadcast_add(&mask).unwrap(), D::Minus1).unwrap();
+    p.matmul(&v)
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .reshape((b, t, h * hd))
+        .unwrap()
+}
+
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F32 => 2e-5,
+        DType::F16 => 4e-3,
+        _ => 3e-2,
+    }
+}
+
+#[test]
+fn causal_attention_matches_float64_reference() {
+    // (batch, sequence length, heads, score scale): T = 1, tails of 1 and 36 rows past a 64-row
+    // tile, and large scores that test the online softmax's rescaling.
+    let cases = [
+        (1, 1, 1, 1.0),
+        (1, 7, 2, 1.0),
+        (2, 64, 3, 1.0),
+        (2, 100, 2, 1.0),
+        (1, 129, 1, 1.0),
+        (3, 200, 2, 6.0),
+    ];
+    let hd = 64;
+    for device in devices() {
+        for (i, &(b, t, h, scale)) in cases.iter().enumerate() {
+            let qkv64 =
+                (randn(&[b, t, 3 * h * hd], 1.0, i as u64) * (scale / 8f64.sqrt())).unwrap();
+            for dtype in [DType::F32, DType::BF16, DType::F16] {
+                // The reference starts from the values the op sees (rounded to `dtype`).
+                let qkv = qkv64.to_dtype(dtype).unwrap();
+                let want = attention_reference(&qkv, h);
+                for kernel in [AttentionKernel::Auto, AttentionKernel::Scalar] {
+                    let got =
+                        causal_attention_with(&qkv.to_device(&device).unwrap(), h, kernel).unwrap();
+                    assert_eq!(got.dtype(), dtype);
+                    let err = max_abs_diff(&got, &want);
+                    assert!(
+                        err < tolerance(dtype),
+                        "{device:?} {dtype:?} {kernel:?} b {b} t {t} h {h} scale {scale}: error {err}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn causal_attention_rejects_a_bad_shape() {
+    for device in devices() {
+        let x = Tensor::zeros((1, 4, 3 * 64 + 1), DType::F32, &device).unwrap();
+        assert!(causal_attention_with(&x, 1, AttentionKernel::Auto).is_err());
+        assert!(
+            causal_attention_with(&x.narrow(2, 0, 192).unwrap(), 0, AttentionKernel::Auto).is_err()
+        );
+    }
+}
+
+fn gelu_tanh(y: &Tensor) -> Tensor {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let inner = ((y + (y.powf(3.0).unwrap() * 0.044715).unwrap()).unwrap() * c).unwrap();
+    ((y * 0.5).unwrap() * (inner.tanh().unwrap() + 1.0).unwrap()).unwrap()
+}
+
+#[test]
+fn linear_epilogues_match_float64_reference() {
+    // Rows and widths that are not multiples of the GEMM tiles; a leading batch dimension.
+    let (rows, d_in, d_out) = (37, 96, 160);
+    let x64 = randn(&[rows, d_in], 1.0, 11);
+    let w64 = randn(&[d_in, d_out], 0.1, 12);
+    let b64 = randn(&[d_out], 0.5, 13);
+    let r64 = randn(&[rows, d_out], 1.0, 14);
+    for device in devices() {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+            let back = |t: &Tensor| t.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap();
+            let (x, w, b, r) = (on(&x64), on(&w64), on(&b64), on(&r64));
+            let y = back(&x64)
+                .matmul(&back(&w64))
+                .unwrap()
+                .broadcast_add(&back(&b64))
+                .unwrap();
+            let wants = [
+                ("bias", y.clone()),
+                ("bias+gelu", gelu_tanh(&y)),
+                ("bias+residual", (&y + back(&r64)).unwrap()),
+            ];
+            for (name, want) in wants {
+                let epilogue = match name {
+                    "bias" => Epilogue::Bias,
+                    "bias+gelu" => Epilogue::BiasGelu,
+                    _ => Epilogue::BiasResidual(&r),
+                };
+                let got = linear(&x, &w, &b, epilogue).unwrap();
+                assert_eq!(got.dtype(), dtype);
+                let err = max_abs_diff(&got, &want);
+                // Products of d_in = 96 terms; f32 without TF32 (the default) stays near 1e-6.
+                let tol = match dtype {
+                    DType::F32 => 1e-4,
+                    DType::F16 => 1e-2,
+                    _ => 6e-2,
+                };
+                assert!(err < tol, "{device:?} {dtype:?} {name}: error {err}");
+            }
+            // A 3-D input keeps its leading dimensions.
+            let got = linear(&x.reshape((1, rows, d_in)).unwrap(), &w, &b, Epilogue::Bias).unwrap();
+            assert_eq!(got.dims(), [1, rows, d_out]);
+            assert!(linear(&x, &w.t().unwrap(), &b, Epilogue::Bias).is_err());
+        }
+    }
+}
+
+/// A GPT-2 with head size 64 (the fused kernels'), random weights and non-zero biases and norm
+/// parameters, written in the Hugging Face layout to `dir`.
+fn write_head64_model(dir: &std::path::Path) {
+    let cfg = Gpt2Config {
+        vocab_size: 128,
+        n_positions: 160,
+        n_embd: 128,
+        n_layer: 2,
+        n_head: 2,
+        layer_norm_epsilon: 1e-5,
+    };
+    let base = Gpt2::random(cfg.clone(), 5, DType::F32, &Device::Cpu).unwrap();
+    let tensors: std::collections::HashMap<String, Tensor> = base
+        .named_tensors()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            let t = if name.contains("ln_") {
+                (randn(t.dims(), 0.2, 100 + i as u64) + 1.0).unwrap()
+            } else if name.ends_with(".bias") {
+                randn(t.dims(), 0.1, 100 + i as u64)
+            } else {
+                t.to_dtype(DType::F64).unwrap()
+            };
+            (name, t.to_dtype(DType::F32).unwrap())
+        })
+        .collect();
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+    let config = format!(
+        r#"{{"vocab_size": {}, "n_positions": {}, "n_embd": {}, "n_layer": {}, "n_head": {}, "layer_norm_epsilon": 1e-5}}"#,
+        cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.n_layer, cfg.n_head
+    );
+    std::fs::write(dir.join("config.json"), config).unwrap();
+}
+
+#[test]
+fn fused_forward_matches_the_cpu_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    write_head64_model(dir.path());
+    let path = dir.path().to_str().unwrap();
+    let tokens: Vec<u32> = (0..2 * 150).map(|i| (i * 37 % 128) as u32).collect();
+    let tok = Tensor::from_vec(tokens, (2, 150), &Device::Cpu).unwrap();
+    let hooks = [HookPoint::ResidPost(0), HookPoint::LnFinal];
+    for dtype in [DType::F32, DType::BF16] {
+        let want = Gpt2::load(path, dtype, &Device::Cpu)
+            .unwrap()
+            .forward_hooks(&tok, &hooks)
+            .unwrap();
+        for device in devices() {
+            let mut model = Gpt2::load(path, dtype, &device).unwrap();
+            for fused in [true, false] {
+                model.set_fused_kernels(fused);
+                assert_eq!(model.uses_fused_kernels(), fused && device.is_cuda());
+                let got = model
+                    .forward_hooks(&tok.to_device(&device).unwrap(), &hooks)
+                    .unwrap();
+                for (g, w) in got.iter().zip(&want) {
+                    let err = max_abs_diff(g, w);
+                    let tol = if dtype == DType::F32 { 1e-4 } else { 0.15 };
+                    assert!(err < tol, "{device:?} {dtype:?} fused {fused}: error {err}");
+                }
+            }
+        }
+    }
+}

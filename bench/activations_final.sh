@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Final GPU check of the activations crate: the CUDA tests (fused attention and linear kernels
+# against float64 references and against the CPU forward), then extraction tokens/s for a
+# GPT-2-XL-shaped random model (batch 16 x 1024, BOS dropped, shards written to RAM) beside
+# HF transformers (sdpa, same shapes, activations copied to host) in the same call. ~2 min.
+#
+# Binaries (built on the development machine, from the repo root):
+#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bins --tests --examples
+#   bash bench/activations_pack.sh     # strips + xz's extract, forward_bench, ops, gpt2 into .devbin/act/
+# Run on the GPU machine from the repo root: bash bench/activations_final.sh  (logs: $OUT/activations/)
+set -uo pipefail
+LOG=${OUT:-/tmp}/activations; mkdir -p "$LOG"
+B=/tmp/actbin; mkdir -p "$B"
+for f in .devbin/act/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "$B/$n" && chmod +x "$B/$n"; done
+# Test binaries locate fixtures by the path they were built at.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+SCRATCH=/dev/shm/act-final; mkdir -p "$SCRATCH"
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
+tests=""
+for t in ops gpt2; do
+  if (cd activations && timeout 60 "$B/$t" --test-threads 4) > "$LOG/test-$t.log" 2>&1; then r=ok; else r=FAILED; fi
+  tests="$tests $t:$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$LOG/test-$t.log" | tail -1 | sed 's/test result: //')($r)"
+done
+extract() { # dtype hook tokens -> tokens/s
+  cat > "$SCRATCH/cfg.toml" <<TOML
+model = "random:xl"
+model_dtype = "$1"
+device = "cuda"
+out_dir = "$SCRATCH/out"
+hook_points = ["$2"]
+dtype = "$1"
+tokens_per_shard = 262144
+batch_contexts = 16
+drop_bos = true
+writer_threads = 4
+[corpus]
+path = "default"
+context_len = 1024
+max_tokens = $3
+repeat = true
+TOML
+  local line
+  line=$(timeout 60 "$B/extract" "$SCRATCH/cfg.toml" --quiet 2>>"$LOG/extract.err" | tail -1)
+  echo "$1 $2: $line" >> "$LOG/extract.log"
+  rm -rf "$SCRATCH/out"
+  echo "$line" | sed -nE 's/.*: ([0-9]+) tokens\/s.*/\1/p'
+}
+bf16_24=$(extract bf16 blocks.24.hook_resid_pre 1048576)
+bf16_48=$(extract bf16 ln_final 524288)
+f32_24=$(extract f32 blocks.24.hook_resid_pre 262144)
+rm -rf "$SCRATCH"
+timeout 100 python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 48 --dtypes bf16 --iters 5 > "$LOG/hf.log" 2>&1
+timeout 60 python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 --dtypes f32 --iters 3 >> "$LOG/hf.log" 2>&1
+hf() { grep -F "| $1 | $2 |" "$LOG/hf.log" | head -1 | awk -F'|' '{gsub(/ /,"",$7); print $7}'; }
+ratio() { python3 -c "import sys; a,b=sys.argv[1:]; print(f'{float(a)/float(b):.2f}x' if a and b else '-')" "$1" "$2" 2>/dev/null || echo -; }
+fmt() { [ -n "$1" ] && python3 -c "print(f'{float(\"$1\"):.3g}')" || echo FAILED; }
+echo "## activations: GPT-2 XL extraction, $GPU, $(date -u +%F)"
+echo "CUDA tests:$tests"
+echo "| model (random weights) | dtype | depth | batch x ctx | extract (candle + fused kernels, shards written) tokens/s | HF transformers (sdpa, copy to host) tokens/s | ours / HF |"
+echo "|---|---|---|---|---|---|---|"
+echo "| gpt2-xl | bf16 | 24 blocks (blocks.24.hook_resid_pre) | 16 x 1024 | $(fmt "$bf16_24") | $(fmt "$(hf bf16 24)") | $(ratio "$bf16_24" "$(hf bf16 24)") |"
+echo "| gpt2-xl | bf16 | 48 blocks (ln_final) | 16 x 1024 | $(fmt "$bf16_48") | $(fmt "$(hf bf16 48)") | $(ratio "$bf16_48" "$(hf bf16 48)") |"
+echo "| gpt2-xl | f32 (no TF32) | 24 blocks | 16 x 1024 | $(fmt "$f32_24") | $(fmt "$(hf f32 24)") | $(ratio "$f32_24" "$(hf f32 24)") |"
+echo "target: >= 2.2e5 tokens/s for bf16 to layer 24 and no slower than HF; logs in \$OUT/activations/"
