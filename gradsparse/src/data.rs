@@ -9,6 +9,9 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// Fewest contexts per eval forward pass (forward only: larger batches run faster).
+pub const EVAL_BATCH: usize = 16;
+
 /// Where batches come from.
 #[derive(Clone, Debug)]
 pub enum Batches {
@@ -116,15 +119,38 @@ impl Batches {
         }
     }
 
-    /// Held-out batches (at most `max_contexts` contexts, in batches of the training batch size).
+    /// Held-out batches: `max_contexts` contexts spread evenly over the held-out documents (all of
+    /// them when there are fewer), in batches of at least [`EVAL_BATCH`] contexts.
     pub fn eval_batches(&self, max_contexts: usize, device: &Device) -> Result<Vec<Tensor>> {
         match self {
             Batches::Corpus { eval, batch, .. } => {
-                let rows: Vec<&Vec<u32>> = eval.iter().take(max_contexts).collect();
-                rows.chunks(*batch).map(|c| stack(c, device)).collect()
+                let rows = spread(eval, max_contexts);
+                rows.chunks((*batch).max(EVAL_BATCH))
+                    .map(|c| stack(c, device))
+                    .collect()
             }
             Batches::Synthetic { .. } => Ok(Vec::new()),
         }
+    }
+
+    /// Cross-entropy (nats/token) on the tokens that [`Self::eval_batches`]`(max_contexts)`
+    /// predicts, of the add-α smoothed unigram model of the training tokens with the α that
+    /// minimizes it: the strongest context-free baseline, scored like the model's eval loss.
+    /// None without held-out data.
+    pub fn unigram_eval_loss(&self, max_contexts: usize, vocab: usize) -> Option<f64> {
+        let Batches::Corpus { train, eval, .. } = self else {
+            return None;
+        };
+        let rows = spread(eval, max_contexts);
+        let targets: Vec<u32> = rows
+            .iter()
+            .flat_map(|r| r.iter().skip(1).copied())
+            .collect();
+        if targets.is_empty() {
+            return None;
+        }
+        let model = Unigram::fit(train.iter().flatten().copied(), vocab);
+        Some(model.best_cross_entropy(&targets))
     }
 
     /// Number of training contexts (0 for synthetic data).
@@ -143,6 +169,15 @@ fn epoch_order(n: usize, seed: u64, epoch: u64) -> Vec<usize> {
         seed.wrapping_add(epoch.wrapping_mul(0x2545_f491_4f6c_dd1d)),
     ));
     order
+}
+
+/// Up to `m` of `rows`, evenly spaced from the first.
+fn spread(rows: &[Vec<u32>], m: usize) -> Vec<&Vec<u32>> {
+    let n = rows.len();
+    if m >= n {
+        return rows.iter().collect();
+    }
+    (0..m).map(|i| &rows[i * n / m]).collect()
 }
 
 fn stack(rows: &[&Vec<u32>], device: &Device) -> Result<Tensor> {
@@ -167,4 +202,66 @@ pub fn unigram_entropy(tokens: impl IntoIterator<Item = u32>) -> f64 {
             -p * p.ln()
         })
         .sum()
+}
+
+/// Token counts of a training split over a vocabulary.
+#[derive(Clone, Debug)]
+pub struct Unigram {
+    counts: Vec<u64>,
+    total: u64,
+}
+
+impl Unigram {
+    /// Counts `tokens`; ids at or above `vocab` widen the vocabulary to include them.
+    pub fn fit(tokens: impl IntoIterator<Item = u32>, vocab: usize) -> Self {
+        let mut counts = vec![0u64; vocab];
+        let mut total = 0;
+        for t in tokens {
+            let t = t as usize;
+            if t >= counts.len() {
+                counts.resize(t + 1, 0);
+            }
+            counts[t] += 1;
+            total += 1;
+        }
+        Self { counts, total }
+    }
+
+    /// Mean −ln p(t) over `targets` with add-α smoothing: p(t) = (c(t) + α) / (N + α V).
+    pub fn cross_entropy(&self, targets: &[u32], alpha: f64) -> f64 {
+        let v = self.counts.len() as f64;
+        let denominator = (self.total as f64 + alpha * v).ln();
+        let sum: f64 = targets
+            .iter()
+            .map(|&t| {
+                let c = self.counts.get(t as usize).copied().unwrap_or(0) as f64;
+                denominator - (c + alpha).ln()
+            })
+            .sum();
+        sum / targets.len() as f64
+    }
+
+    /// [`Self::cross_entropy`] at the α in [1e-6, 10] that minimizes it (golden-section search
+    /// on ln α; the loss is unimodal in α).
+    pub fn best_cross_entropy(&self, targets: &[u32]) -> f64 {
+        let f = |ln_alpha: f64| self.cross_entropy(targets, ln_alpha.exp());
+        let (mut lo, mut hi) = (1e-6f64.ln(), 10f64.ln());
+        let phi = (5f64.sqrt() - 1.0) / 2.0;
+        let (mut a, mut b) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
+        let (mut fa, mut fb) = (f(a), f(b));
+        for _ in 0..60 {
+            if fa < fb {
+                hi = b;
+                (b, fb) = (a, fa);
+                a = hi - phi * (hi - lo);
+                fa = f(a);
+            } else {
+                lo = a;
+                (a, fa) = (b, fb);
+                b = lo + phi * (hi - lo);
+                fb = f(b);
+            }
+        }
+        fa.min(fb)
+    }
 }

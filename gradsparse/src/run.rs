@@ -23,6 +23,8 @@ pub mod metric {
     pub const LR: &str = "lr";
     pub const EVAL_LOSS: &str = "eval_loss";
     pub const UNIGRAM_ENTROPY: &str = "unigram_entropy";
+    /// The best add-α unigram model of the training tokens, scored on the eval loss's tokens.
+    pub const UNIGRAM_EVAL_LOSS: &str = "unigram_eval_loss";
 }
 
 /// Where a run goes and whether it continues an earlier one.
@@ -46,6 +48,8 @@ pub struct RunResult {
     pub run_dir: PathBuf,
     pub summary: LoopSummary,
     pub unigram_entropy: Option<f64>,
+    /// The context-free baseline of the eval loss (see [`metric::UNIGRAM_EVAL_LOSS`]).
+    pub unigram_eval_loss: Option<f64>,
     /// Where the trained model was installed as the default tiny model, if it was.
     pub installed_tiny: Option<PathBuf>,
 }
@@ -54,6 +58,7 @@ pub struct RunResult {
 struct LoopTrainer {
     trainer: Trainer,
     unigram_entropy: Option<f64>,
+    unigram_eval_loss: Option<f64>,
 }
 
 impl eval::Trainer for LoopTrainer {
@@ -81,6 +86,9 @@ impl eval::Trainer for LoopTrainer {
         }
         if let Some(h) = self.unigram_entropy {
             metrics.insert(metric::UNIGRAM_ENTROPY.into(), h);
+        }
+        if let Some(u) = self.unigram_eval_loss {
+            metrics.insert(metric::UNIGRAM_EVAL_LOSS.into(), u);
         }
         Ok(metrics)
     }
@@ -130,6 +138,8 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     let device = device_of(&cfg.model.device)?;
     let model = build_model(&cfg, &device)?;
     let (batches, unigram_entropy) = Batches::from_config(&cfg, model.config().vocab_size)?;
+    let unigram_eval_loss =
+        batches.unigram_eval_loss(cfg.train.eval_batches, model.config().vocab_size);
     let mut trainer = Trainer::new(cfg.clone(), &model, batches)?;
     drop(model);
 
@@ -162,7 +172,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         config_name,
         selector,
         task: "finetune".into(),
-        details: details(&cfg, &trainer, unigram_entropy),
+        details: details(&cfg, &trainer, unigram_entropy, unigram_eval_loss),
         ..run_dir.read_meta().unwrap_or_default()
     };
     run_dir.write_meta(&meta)?;
@@ -186,6 +196,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     let mut looped = LoopTrainer {
         trainer,
         unigram_entropy,
+        unigram_eval_loss,
     };
     let summary = train_loop::run(&mut looped, &run_dir, &sink, &loop_cfg, start, &opts.stop)?;
     sink.finish()?;
@@ -206,6 +217,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         run_dir: run_dir.path().to_path_buf(),
         summary,
         unigram_entropy,
+        unigram_eval_loss,
         installed_tiny,
     })
 }
@@ -230,6 +242,7 @@ fn details(
     cfg: &FinetuneConfig,
     trainer: &Trainer,
     unigram_entropy: Option<f64>,
+    unigram_eval_loss: Option<f64>,
 ) -> serde_json::Map<String, serde_json::Value> {
     let mut d = serde_json::Map::new();
     d.insert("model".into(), cfg.model.name.clone().into());
@@ -249,6 +262,9 @@ fn details(
     );
     if let Some(h) = unigram_entropy {
         d.insert("unigram_entropy".into(), h.into());
+    }
+    if let Some(u) = unigram_eval_loss {
+        d.insert(metric::UNIGRAM_EVAL_LOSS.into(), u.into());
     }
     d
 }

@@ -5,6 +5,7 @@ use crate::data::Batches;
 use crate::error::{Error, Result};
 use crate::feedback::ErrorFeedback;
 use crate::layout::FlatLayout;
+use crate::loss::next_token_loss;
 use crate::select::{k_for, Scope, SelectorChoice};
 use activations::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device, Tensor, Var};
@@ -216,7 +217,7 @@ impl Trainer {
         let tokens = self.batches.train_batch(step, &self.device)?;
         let start = self.sync()?;
         let logits = self.model.forward_logits(&tokens).map_err(candle_of)?;
-        let loss = Gpt2::next_token_loss(&logits, &tokens).map_err(candle_of)?;
+        let loss = next_token_loss(&logits, &tokens)?;
         let grads = loss.backward()?;
         let loss_value = loss.to_scalar::<f32>()?;
         if !loss_value.is_finite() {
@@ -267,24 +268,26 @@ impl Trainer {
         })
     }
 
-    /// Mean next-token loss over up to `max_contexts` held-out contexts (None without eval data).
+    /// Mean next-token loss per predicted token over `max_contexts` held-out contexts spread over
+    /// the held-out documents (None without eval data).
     pub fn eval_loss(&self, max_contexts: usize) -> Result<Option<f32>> {
         let batches = self.batches.eval_batches(max_contexts, &self.device)?;
         if batches.is_empty() {
             return Ok(None);
         }
-        let mut sum = 0f64;
+        let (mut sum, mut count) = (0f64, 0usize);
         for tokens in &batches {
             let logits = self
                 .model
                 .forward_logits(tokens)
                 .map_err(candle_of)?
                 .detach();
-            sum += Gpt2::next_token_loss(&logits, tokens)
-                .map_err(candle_of)?
-                .to_scalar::<f32>()? as f64;
+            let (b, t) = tokens.dims2()?;
+            let rows = b * (t - 1);
+            sum += next_token_loss(&logits, tokens)?.to_scalar::<f32>()? as f64 * rows as f64;
+            count += rows;
         }
-        Ok(Some((sum / batches.len() as f64) as f32))
+        Ok(Some((sum / count as f64) as f32))
     }
 }
 
