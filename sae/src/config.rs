@@ -116,7 +116,7 @@ pub enum Arch {
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum DecodeMode {
-    /// Sparse where it is faster (CPU: the sparse op; CUDA: dense matmuls on the masked activations).
+    /// The sparse form (faster on both devices).
     #[default]
     Auto,
     /// From the (index, value) pairs.

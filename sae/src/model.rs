@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use std::cell::OnceCell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The architecture and its shape: `d_in = layers · d_model` inputs, `n` latents, `k` per token.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +65,8 @@ pub struct Encoded {
     /// Their values ReLU(xc·W_enc[col] + b_enc[col]), recomputed at the kept pairs only (differentiable).
     pub vals: Tensor,
     pub batch: usize,
+    /// The dense scores (matmul, bias, ReLU) and the selection, each waited for.
+    pub scores_time: Duration,
     pub select_time: Duration,
     /// The dense activation matrix, built on first use.
     pub dense: OnceCell<Tensor>,
@@ -203,11 +205,13 @@ impl Sae {
 
     /// Encoder plus the batch-global selection of B·k activations.
     pub fn encode(&self, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Encoded> {
+        let t0 = Instant::now();
         let xc = x.broadcast_sub(self.b_dec.as_tensor())?;
         let scores = self.scores(&xc)?;
         let batch = scores.dim(0)?;
         let keep = (batch * self.shape.k).min(scores.elem_count());
         let Selected { indices, time } = select_flat(&scores, keep, selector, seed)?;
+        let scores_time = t0.elapsed().saturating_sub(time);
         let vals = self.values_at(&xc, &indices)?;
         Ok(Encoded {
             scores,
@@ -215,6 +219,7 @@ impl Sae {
             idx: indices,
             vals,
             batch,
+            scores_time,
             select_time: time,
             dense: OnceCell::new(),
         })

@@ -24,6 +24,8 @@ pub fn select_flat(
         seed,
         ..Default::default()
     };
+    // The scores may still be in flight: wait, so that the time is the selection's own.
+    sync(pre)?;
     let t0 = Instant::now();
     let sel = profk::topk(pre, keep, &opts)?;
     let indices = sel.indices.contiguous()?;

@@ -24,6 +24,8 @@ pub struct Trainer {
     pub scales: Vec<f64>,
     pub step: u64,
     pub tokens: u64,
+    /// Wait for the device after each stage of a step and report the stage times (benchmarks).
+    pub profile: bool,
 }
 
 /// Metrics of one step.
@@ -45,6 +47,26 @@ pub struct StepStats {
     pub select_share: f64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layer_fvu: Vec<f64>,
+    /// Stage times with `profile` (else all 0).
+    #[serde(skip)]
+    pub stages: Stages,
+}
+
+/// Milliseconds per stage of a profiled step.
+#[derive(Clone, Debug, Default)]
+pub struct Stages {
+    /// Dense scores: encoder matmul, bias, ReLU.
+    pub scores: f64,
+    pub select: f64,
+    /// The rest of the forward pass: kept values, decode, loss.
+    pub forward_rest: f64,
+    /// Aux-k selection, values, decode and loss.
+    pub aux: f64,
+    pub backward: f64,
+    /// Projection, clipping, Adam, renormalization.
+    pub optimizer: f64,
+    /// Dead-latent counters, threshold.
+    pub bookkeeping: f64,
 }
 
 impl Trainer {
@@ -85,6 +107,7 @@ impl Trainer {
             scales,
             step: 0,
             tokens: 0,
+            profile: false,
         })
     }
 
@@ -114,7 +137,9 @@ impl Trainer {
         let x = self.prepare(raw)?;
         let selector = self.cfg.selector.kind.selector();
         let seed = self.cfg.seed ^ self.step.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut lap = Lap::new(self.profile, &x);
         let fwd = arch::forward(&self.sae, &x, selector, seed)?;
+        let forward_ms = lap.next()?;
         let keep = fwd.enc.idx.elem_count();
         let sel = &self.cfg.selector;
         if sel.compare && self.step.is_multiple_of(sel.compare_every) {
@@ -135,7 +160,9 @@ impl Trainer {
             Some(a) => (&fwd.loss + (a * self.cfg.sae.aux.coefficient)?)?,
             None => fwd.loss.clone(),
         };
+        let aux_ms = lap.next()?;
         let grads = collect_grads(&self.sae, &loss.backward()?)?;
+        let backward_ms = lap.next()?;
         let lr = lr_at(self.step, self.cfg.lr(), &self.cfg.train);
         let grad_norm = self
             .adam
@@ -146,11 +173,13 @@ impl Trainer {
                 what: "gradient norm".into(),
             });
         }
+        let optimizer_ms = lap.next()?;
         self.dead.update(&fwd.enc, self.sae.shape.n)?;
         if self.step >= self.cfg.sae.threshold.start_step {
             self.update_threshold(&fwd.enc.vals)?;
         }
         sync(self.sae.w_dec.as_tensor())?;
+        let bookkeeping_ms = lap.next()?;
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;
         let select_ms = fwd.enc.select_time.as_secs_f64() * 1e3;
         let batch = x.dim(0)?;
@@ -167,6 +196,18 @@ impl Trainer {
             select_share: select_ms / step_ms.max(1e-9),
             ..Default::default()
         };
+        if self.profile {
+            let scores = fwd.enc.scores_time.as_secs_f64() * 1e3;
+            stats.stages = Stages {
+                scores,
+                select: select_ms,
+                forward_rest: forward_ms - scores - select_ms,
+                aux: aux_ms,
+                backward: backward_ms,
+                optimizer: optimizer_ms,
+                bookkeeping: bookkeeping_ms,
+            };
+        }
         if metrics {
             stats.loss = loss.to_dtype(DType::F64)?.to_scalar()?;
             stats.aux_loss = match aux {
@@ -288,4 +329,32 @@ fn positive_count(vals: &Tensor) -> Result<f64> {
         .to_dtype(DType::F64)?
         .sum_all()?
         .to_scalar::<f64>()?)
+}
+
+/// Milliseconds between successive marks, waiting for the device first (when profiling).
+struct Lap {
+    on: bool,
+    device: Device,
+    last: Instant,
+}
+
+impl Lap {
+    fn new(on: bool, x: &Tensor) -> Self {
+        Self {
+            on,
+            device: x.device().clone(),
+            last: Instant::now(),
+        }
+    }
+
+    fn next(&mut self) -> Result<f64> {
+        if !self.on {
+            return Ok(0.0);
+        }
+        self.device.synchronize()?;
+        let now = Instant::now();
+        let ms = (now - self.last).as_secs_f64() * 1e3;
+        self.last = now;
+        Ok(ms)
+    }
 }

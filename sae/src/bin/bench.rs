@@ -34,6 +34,9 @@ struct Args {
     /// Also time steps with every latent dead, so that the aux-k loss runs.
     #[arg(long)]
     aux: bool,
+    /// Also print the stage times (the device is waited for after each stage, which adds a little).
+    #[arg(long)]
+    profile: bool,
 }
 
 /// A BatchTopK config of n latents, k, batch b; `dead` tokens make a latent dead (0: all dead, aux-k on).
@@ -71,6 +74,7 @@ fn main() -> anyhow::Result<()> {
         "| n | B | precision | selector | decode | aux | step ms | select ms | select share | peak GiB |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut breakdown = Vec::new();
     for shape in a.shapes.split(',') {
         let (n, b) = shape
             .split_once('x')
@@ -83,6 +87,7 @@ fn main() -> anyhow::Result<()> {
             let mut cfg = config(n, b, a.k, cuda, 0);
             cfg.sae.decode = decode;
             let mut t = sae::Trainer::new(cfg, &x, &device)?;
+            t.profile = a.profile;
             for &prec in &precisions {
                 #[cfg(feature = "cuda")]
                 {
@@ -103,14 +108,33 @@ fn main() -> anyhow::Result<()> {
                         reset_peak(&device)?;
                         let mut times = Vec::new();
                         let mut sel_ms = Vec::new();
+                        let mut stages: Vec<sae::trainer::Stages> = Vec::new();
+                        let mut failed = None;
                         for i in 0..a.warmup + a.steps {
                             let t0 = Instant::now();
-                            let s = t.train_step(&x, false)?;
+                            let s = match t.train_step(&x, false) {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    failed = Some(e);
+                                    break;
+                                }
+                            };
                             device.synchronize()?;
                             if i >= a.warmup {
                                 times.push(t0.elapsed().as_secs_f64() * 1e3);
                                 sel_ms.push(s.select_ms);
+                                stages.push(s.stages);
                             }
+                        }
+                        if let Some(e) = failed {
+                            // One variant failing (out of memory, say) leaves the others to run.
+                            println!(
+                                "| {n} | {b} | {prec:?} | {} | - | {} | failed: {} | - | - | - |",
+                                sel.name(),
+                                if aux { "on" } else { "off" },
+                                e.to_string().lines().next().unwrap_or_default()
+                            );
+                            continue;
                         }
                         let (step, select) = (median(&mut times), median(&mut sel_ms));
                         let peak = peak_gib(&device)?;
@@ -121,9 +145,34 @@ fn main() -> anyhow::Result<()> {
                             if aux { "on" } else { "off" },
                             100.0 * select / step
                         );
+                        if a.profile {
+                            let m = |f: fn(&sae::trainer::Stages) -> f64| {
+                                median(&mut stages.iter().map(f).collect::<Vec<_>>())
+                            };
+                            breakdown.push(format!(
+                                "| {n} | {b} | {prec:?} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                                sel.name(),
+                                if aux { "on" } else { "off" },
+                                m(|s| s.scores),
+                                m(|s| s.select),
+                                m(|s| s.forward_rest),
+                                m(|s| s.aux),
+                                m(|s| s.backward),
+                                m(|s| s.optimizer),
+                                m(|s| s.bookkeeping),
+                            ));
+                        }
                     }
                 }
             }
+        }
+    }
+    if a.profile {
+        println!("\nStage medians (ms), each stage waited for:\n");
+        println!("| n | B | precision | selector | aux | scores | select | fwd rest | aux | backward | optimizer | bookkeeping |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for row in &breakdown {
+            println!("{row}");
         }
     }
     Ok(())
