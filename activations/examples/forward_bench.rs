@@ -5,7 +5,7 @@
 //! Prints a markdown table: tokens/s of `forward_hooks` to the given depth (with and without
 //! chunked attention) and milliseconds of the ops one block is made of, at the model's shapes.
 use activations::models::{parse_device, parse_dtype};
-use activations::ops::{causal_attention_with, linear, AttentionKernel, Epilogue};
+use activations::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
 use activations::{Gpt2, Gpt2Config, HookPoint};
 use candle_core::{Device, Tensor};
 use clap::Parser;
@@ -140,6 +140,18 @@ fn main() -> anyhow::Result<()> {
                     &w_proj,
                     &bias.narrow(0, 0, d)?,
                     Epilogue::BiasResidual(&x),
+                )?)
+            }),
+        ),
+        (
+            "layer_norm (fused kernel)",
+            format!("[{n},{d}]"),
+            Box::new(|| {
+                Ok(layer_norm(
+                    &x,
+                    &bias.narrow(0, 0, d)?,
+                    &bias.narrow(0, 0, d)?,
+                    1e-5,
                 )?)
             }),
         ),

@@ -2,7 +2,7 @@
 //! GELU or residual epilogues) against float64 references, on the CPU and, in a CUDA build with a
 //! GPU, on the GPU: one test body for both. Shapes include batch 1, T = 1 and T not a multiple of
 //! the kernels' 64-row tiles.
-use activations::ops::{causal_attention_with, linear, AttentionKernel, Epilogue};
+use activations::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
 use activations::{Gpt2, Gpt2Config, HookPoint};
 use candle_core::{DType, Device, Tensor, D};
 
@@ -199,6 +199,55 @@ fn linear_epilogues_match_float64_reference() {
             assert_eq!(got.dims(), [1, rows, d_out]);
             assert!(linear(&x, &w.t().unwrap(), &b, Epilogue::Bias).is_err());
         }
+    }
+}
+
+#[test]
+fn layer_norm_matches_float64_reference() {
+    // A row wider than a warp's stride and not a multiple of it; a large common offset (the
+    // mean is subtracted before squaring); rows not a multiple of the block's 8.
+    let (rows, d) = (13, 1000);
+    let x64 = (randn(&[rows, d], 2.0, 21) + 50.0).unwrap();
+    let w64 = (randn(&[d], 0.3, 22) + 1.0).unwrap();
+    let b64 = randn(&[d], 0.3, 23);
+    for device in devices() {
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+            let back = |t: &Tensor| t.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap();
+            let x = back(&x64);
+            let mean = x.mean_keepdim(1).unwrap();
+            let c = x.broadcast_sub(&mean).unwrap();
+            let var = c.sqr().unwrap().mean_keepdim(1).unwrap();
+            let want = c
+                .broadcast_div(&(var + 1e-5).unwrap().sqrt().unwrap())
+                .unwrap()
+                .broadcast_mul(&back(&w64))
+                .unwrap()
+                .broadcast_add(&back(&b64))
+                .unwrap();
+            let got = layer_norm(
+                &on(&x64).reshape((1, rows, d)).unwrap(),
+                &on(&w64),
+                &on(&b64),
+                1e-5,
+            )
+            .unwrap();
+            assert_eq!(got.dims(), [1, rows, d]);
+            let tol = match dtype {
+                DType::F32 => 1e-4,
+                DType::F16 => 1e-2,
+                _ => 6e-2,
+            };
+            let err = max_abs_diff(&got.squeeze(0).unwrap(), &want);
+            assert!(err < tol, "{device:?} {dtype:?}: error {err}");
+        }
+        assert!(layer_norm(
+            &Tensor::zeros((2, 4), DType::F32, &device).unwrap(),
+            &Tensor::ones(3, DType::F32, &device).unwrap(),
+            &Tensor::zeros(4, DType::F32, &device).unwrap(),
+            1e-5
+        )
+        .is_err());
     }
 }
 

@@ -35,6 +35,13 @@ impl LayerNorm {
     }
 }
 
+impl LayerNorm {
+    /// Forward-only layer norm (one kernel on CUDA).
+    fn forward_fused(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        ops::layer_norm(x, &self.weight, &self.bias, self.eps as f32)
+    }
+}
+
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         if self.differentiable {
@@ -181,7 +188,7 @@ impl Block {
     /// epilogue, and one attention kernel reading q, k, v straight from the `c_attn` output.
     fn forward_fused(&self, x: &Tensor) -> Result<Tensor> {
         let qkv = ops::linear(
-            &self.ln_1.forward(x)?,
+            &self.ln_1.forward_fused(x)?,
             &self.c_attn.weight,
             &self.c_attn.bias,
             Epilogue::Bias,
@@ -194,7 +201,7 @@ impl Block {
             Epilogue::BiasResidual(x),
         )?;
         let m = ops::linear(
-            &self.ln_2.forward(&x)?,
+            &self.ln_2.forward_fused(&x)?,
             &self.c_fc.weight,
             &self.c_fc.bias,
             Epilogue::BiasGelu,
@@ -460,7 +467,12 @@ impl Gpt2 {
         let needs_final = want_logits || hooks.contains(&HookPoint::LnFinal);
         let mut logits = None;
         if needs_final && depth == n_layer {
-            let normed = visit(HookPoint::LnFinal, self.ln_f.forward(&x)?)?;
+            let normed = if opts.fused {
+                self.ln_f.forward_fused(&x)?
+            } else {
+                self.ln_f.forward(&x)?
+            };
+            let normed = visit(HookPoint::LnFinal, normed)?;
             if want_logits {
                 let (b, t, d) = normed.dims3()?;
                 let flat = normed.reshape((b * t, d))?.matmul(&self.wte.t()?)?;

@@ -1,39 +1,13 @@
 //! Launches of the fused causal-attention kernels (`kernels/attention.cu`).
 use super::super::attention::{AttentionKernel, CausalAttention, FUSED_HEAD_DIM};
-use super::{address, alloc, drv};
+use super::{address, alloc, drv, function};
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
-use candle_core::cuda::cudarc::nvrtc::Ptx;
+use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::{CudaStorage, DType, Layout, Result, Shape};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
 
 const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attention.fatbin"));
 /// Query rows per block (both kernels).
 const QUERY_TILE: usize = 64;
-
-fn function(storage: &CudaStorage, name: &str) -> Result<CudaFunction> {
-    static MODULES: OnceLock<Mutex<HashMap<usize, Arc<CudaModule>>>> = OnceLock::new();
-    let stream = storage.device.cuda_stream();
-    let ctx = stream.context();
-    let mut modules = MODULES
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let module = match modules.get(&ctx.ordinal()) {
-        Some(m) => m.clone(),
-        None => {
-            let m = ctx
-                .load_module(Ptx::from_binary(FATBIN.to_vec()))
-                .map_err(|e| drv("loading the attention kernels", e))?;
-            modules.insert(ctx.ordinal(), m.clone());
-            m
-        }
-    };
-    module
-        .load_function(name)
-        .map_err(|e| drv("attention kernel", e))
-}
 
 pub fn forward(
     op: &CausalAttention,
@@ -71,7 +45,7 @@ pub fn forward(
     if b * t * h == 0 {
         return Ok((out, Shape::from((b, t, h * hd))));
     }
-    let f = function(storage, name)?;
+    let f = function(storage, "attention", FATBIN, name)?;
     let (t_len, n_head) = (t as i32, h as i32);
     let scale_log2 = std::f32::consts::LOG2_E / (hd as f32).sqrt();
     let cfg = LaunchConfig {

@@ -1,12 +1,18 @@
 //! The CUDA side of the fused ops: kernel launches, cuBLASLt calls and pinned host copies.
 pub mod attention;
 pub mod host_copy;
+pub mod layer_norm;
 pub mod linear;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
+use candle_core::cuda::cudarc::driver::{
+    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
+};
+use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::{CudaStorage, DType, Layout, Result};
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::{Mutex, OnceLock};
 
 pub(super) fn drv(what: &str, e: impl std::fmt::Debug) -> candle_core::Error {
     candle_core::Error::Msg(format!("{what}: CUDA: {e:?}"))
@@ -60,4 +66,32 @@ pub(super) fn alloc(
         DType::F16 => wrap::<half::f16>(&dev, &stream, len),
         other => Err(candle_core::Error::UnsupportedDTypeForOp(other, "fused op")),
     }
+}
+
+/// Kernel `name` of the fatbin of one kernel family, loaded once per device.
+pub(super) fn function(
+    storage: &CudaStorage,
+    family: &'static str,
+    fatbin: &'static [u8],
+    name: &str,
+) -> Result<CudaFunction> {
+    static MODULES: OnceLock<Mutex<HashMap<(&'static str, usize), Arc<CudaModule>>>> =
+        OnceLock::new();
+    let ctx = storage.device.cuda_stream().context().clone();
+    let mut modules = MODULES
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let key = (family, ctx.ordinal());
+    let module = match modules.get(&key) {
+        Some(m) => m.clone(),
+        None => {
+            let m = ctx
+                .load_module(Ptx::from_binary(fatbin.to_vec()))
+                .map_err(|e| drv(family, e))?;
+            modules.insert(key, m.clone());
+            m
+        }
+    };
+    module.load_function(name).map_err(|e| drv(family, e))
 }
