@@ -13,6 +13,11 @@ Prints a markdown table of median milliseconds per stage (CUDA-synchronized), af
 
     python3 bench/peers/torch_ef_step.py [--models medium,xl] [--batch 4] [--context 512]
                                          [--density 1e-3] [--steps 8] [--precision tf32|fp32|bf16]
+                                         [--ef-only]
+
+`--ef-only` skips forward and backward: the gradients are random normal tensors of the parameters'
+shapes (the same every step), as in `finetune-bench --ef-only`, so only the error-feedback overhead
+(residual add + abs, torch.topk, sparse apply) is timed.
 """
 import argparse
 import statistics
@@ -28,7 +33,8 @@ def model_of(name):
     d, layers, heads = SIZES[name]
     cfg = GPT2Config(n_embd=d, n_layer=layers, n_head=heads, n_positions=1024, vocab_size=50257)
     torch.manual_seed(0)
-    return GPT2LMHeadModel(cfg).cuda()
+    with torch.device("cuda"):  # random init on the GPU: seconds instead of a minute for XL
+        return GPT2LMHeadModel(cfg)
 
 
 def flatten_params(model):
@@ -63,12 +69,17 @@ def run(name, args):
     torch.backends.cudnn.allow_tf32 = args.precision != "fp32"
     gen = torch.Generator(device="cuda").manual_seed(1)
     rows = {key: [] for key in ["fwd_bwd", "residual_abs", "topk", "apply", "step"]}
+    fixed = [torch.randn(p.shape, device="cuda", generator=gen) for p, _, _ in views] if args.ef_only else None
     for step in range(args.warmup + args.steps):
         tokens = torch.randint(0, 50257, (args.batch, args.context), device="cuda", generator=gen)
+        if args.ef_only:
+            for (p, _, _), g in zip(views, fixed):
+                p.grad = g
         t0 = sync()
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            loss = model(tokens, labels=tokens).loss
-        loss.backward()
+        if not args.ef_only:
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                loss = model(tokens, labels=tokens).loss
+            loss.backward()
         t1 = sync()
         for p, off, cnt in views:
             residual[off:off + cnt].add_(p.grad.reshape(-1))
@@ -108,8 +119,10 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--precision", default="tf32", choices=["tf32", "fp32", "bf16"])
+    ap.add_argument("--ef-only", action="store_true", help="random gradients, no forward or backward")
     args = ap.parse_args()
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, batch {args.batch} x {args.context}, "
+    what = "random gradients (no forward/backward)" if args.ef_only else f"batch {args.batch} x {args.context}"
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, {what}, "
           f"global top-{args.density * 100:g} %, median of {args.steps} steps after {args.warmup}")
     print("| impl | model | params N | k | step ms | fwd+bwd ms | residual add + abs ms | select ms | "
           "sparse apply ms | EF overhead ms |")

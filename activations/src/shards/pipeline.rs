@@ -6,7 +6,6 @@ use super::manifest::ShardInfo;
 use super::shard_file::{self, shard_file_name, ShardMeta};
 use crate::corpus::Contexts;
 use crate::error::{Error, Result};
-use crate::fsutil;
 use crate::gpt2::{Gpt2, HookPoint};
 use crate::source::hook_rows;
 use candle_core::{DType, Device, Tensor};
@@ -67,11 +66,12 @@ enum Job {
     },
 }
 
-fn run_job(job: Job, plan: &Plan) -> Result<ShardInfo> {
+/// Runs a job; a written shard's buffer goes back to `recycle` for the next shard.
+fn run_job(job: Job, plan: &Plan, recycle: &mpsc::Sender<Vec<u8>>) -> Result<ShardInfo> {
     match job {
         Job::Write {
             index,
-            acts,
+            mut acts,
             tokens,
         } => {
             let meta = ShardMeta {
@@ -79,13 +79,21 @@ fn run_job(job: Job, plan: &Plan) -> Result<ShardInfo> {
                 index,
             };
             let shape = [tokens.len(), plan.hooks.len(), plan.d_model];
-            let bytes = shard_file::encode(&meta, &acts, plan.dtype, shape, &tokens)?;
             let file = shard_file_name(index);
-            fsutil::atomic_write(&plan.dir.join(&file), &bytes)?;
+            let sha256 = shard_file::write(
+                &plan.dir.join(&file),
+                &meta,
+                &acts,
+                plan.dtype,
+                shape,
+                &tokens,
+            )?;
+            acts.clear();
+            let _ = recycle.send(acts); // the host thread may be done already
             Ok(ShardInfo {
                 file,
                 n_tokens: tokens.len(),
-                sha256: shard_file::sha256_hex(&bytes),
+                sha256,
             })
         }
         Job::Hash { index } => {
@@ -99,6 +107,31 @@ fn run_job(job: Job, plan: &Plan) -> Result<ShardInfo> {
             })
         }
     }
+}
+
+/// Shard-sized byte buffers for the host thread: one a writer has finished with, else a fresh one
+/// whose pages a helper thread has already touched, so that cutting a shard neither copies it nor
+/// waits on page faults.
+struct Buffers {
+    recycled: mpsc::Receiver<Vec<u8>>,
+    fresh: mpsc::Receiver<Vec<u8>>,
+    capacity: usize,
+}
+
+impl Buffers {
+    fn next(&self) -> Vec<u8> {
+        self.recycled
+            .try_recv()
+            .or_else(|_| self.fresh.recv())
+            .unwrap_or_else(|_| Vec::with_capacity(self.capacity))
+    }
+}
+
+/// A buffer of `capacity` bytes whose pages have been written once (then emptied).
+fn touched_buffer(capacity: usize) -> Vec<u8> {
+    let mut v = vec![1u8; capacity];
+    v.clear();
+    v
 }
 
 /// A batch's activation rows on their way to host memory.
@@ -168,12 +201,13 @@ fn append_bytes(t: &Tensor, out: &mut Vec<u8>) -> Result<()> {
 }
 
 /// Receives activation rows in corpus order, starting at row `first_row`, and queues every
-/// shard not yet on disk. Returns (shards written, whether all shards were reached).
+/// shard not yet on disk. A finished shard's buffer moves to its writer; the rows past it start
+/// the next buffer. Returns (shards written, whether all shards were reached).
 fn cut_shards(
     plan: &Plan,
     first_row: usize,
-    rows: mpsc::Receiver<(Rows, Tensor)>,
-    host_copy: &HostCopy,
+    rows: mpsc::Receiver<(Rows, Vec<u32>)>,
+    (host_copy, buffers): (&HostCopy, Buffers),
     jobs: mpsc::SyncSender<Job>,
     stop_after: Option<usize>,
     progress: &indicatif::ProgressBar,
@@ -183,7 +217,7 @@ fn cut_shards(
         jobs.send(Job::Hash { index }).map_err(|_| stopped())?;
     }
     let row_bytes = plan.row_bytes();
-    let mut pending_acts: Vec<u8> = Vec::new();
+    let mut pending_acts: Vec<u8> = buffers.next();
     let mut pending_tokens: Vec<u32> = Vec::new();
     let mut pending_start = first_row;
     let mut shard = plan.done.iter().position(|d| !d).unwrap_or(plan.n_shards());
@@ -193,24 +227,30 @@ fn cut_shards(
             return Ok((written, false));
         };
         host_copy.finish(acts, &mut pending_acts)?;
-        pending_tokens.extend(ids.to_device(&Device::Cpu)?.to_vec1::<u32>()?);
-        progress.inc(ids.dim(0)? as u64);
+        progress.inc(ids.len() as u64);
+        pending_tokens.extend(ids);
         while shard < plan.n_shards() {
             let (start, len) = (shard * plan.tokens_per_shard, plan.shard_len(shard));
             if pending_start + pending_tokens.len() < start + len {
                 break;
             }
             let off = start - pending_start;
-            if !plan.done[shard] {
+            let end = (off + len) * row_bytes;
+            if plan.done[shard] {
+                pending_acts.drain(..end);
+            } else {
+                let mut next = buffers.next();
+                next.extend_from_slice(&pending_acts[end..]);
+                pending_acts.truncate(end);
+                pending_acts.drain(..off * row_bytes);
                 jobs.send(Job::Write {
                     index: shard,
-                    acts: pending_acts[off * row_bytes..(off + len) * row_bytes].to_vec(),
+                    acts: std::mem::replace(&mut pending_acts, next),
                     tokens: pending_tokens[off..off + len].to_vec(),
                 })
                 .map_err(|_| stopped())?;
                 written += 1;
             }
-            pending_acts.drain(..(off + len) * row_bytes);
             pending_tokens.drain(..off + len);
             pending_start = start + len;
             shard += 1;
@@ -248,27 +288,44 @@ pub(super) fn run(
     let (job_tx, job_rx) = mpsc::sync_channel::<Job>(plan.writer_threads * 2);
     let job_rx = Mutex::new(job_rx);
     let (res_tx, res_rx) = mpsc::channel::<Result<ShardInfo>>();
-    let (row_tx, row_rx) = mpsc::sync_channel::<(Rows, Tensor)>(2);
+    let (row_tx, row_rx) = mpsc::sync_channel::<(Rows, Vec<u32>)>(2);
+    let (recycle_tx, recycled) = mpsc::channel::<Vec<u8>>();
+    let (fresh_tx, fresh) = mpsc::sync_channel::<Vec<u8>>(1);
+    // A shard plus the batch that overflows it.
+    let capacity = (plan.tokens_per_shard + b * kept) * plan.row_bytes();
+    let buffers = Buffers {
+        recycled,
+        fresh,
+        capacity,
+    };
     let host_copy = HostCopy::new(device)?;
     let host_copy = &host_copy;
     std::thread::scope(|scope| {
         for _ in 0..plan.writer_threads {
-            let (job_rx, res_tx) = (&job_rx, res_tx.clone());
+            let (job_rx, res_tx, recycle) = (&job_rx, res_tx.clone(), recycle_tx.clone());
             scope.spawn(move || loop {
                 let job = match job_rx.lock() {
                     Ok(rx) => rx.recv(),
                     Err(_) => return,
                 };
                 let Ok(job) = job else { return };
-                if res_tx.send(run_job(job, plan)).is_err() {
+                if res_tx.send(run_job(job, plan, &recycle)).is_err() {
                     return;
                 }
             });
         }
-        drop(res_tx);
+        drop((res_tx, recycle_tx));
+        // Stops when the host thread no longer takes buffers.
+        scope.spawn(move || while fresh_tx.send(touched_buffer(capacity)).is_ok() {});
         let host = scope.spawn(move || {
             cut_shards(
-                plan, first_row, row_rx, host_copy, job_tx, stop_after, progress,
+                plan,
+                first_row,
+                row_rx,
+                (host_copy, buffers),
+                job_tx,
+                stop_after,
+                progress,
             )
         });
 
@@ -286,8 +343,12 @@ pub(super) fn run(
                         .collect();
                     Tensor::from_vec(ids, (nb, t), device)?
                 };
-                let (rows, ids) = hook_rows(model, &tokens, plan.hooks, plan.drop_bos)?;
+                let (rows, _) = hook_rows(model, &tokens, plan.hooks, plan.drop_bos)?;
                 let rows = host_copy.start(rows.to_dtype(plan.dtype)?)?;
+                let skip = usize::from(plan.drop_bos);
+                let ids: Vec<u32> = (c..c + nb)
+                    .flat_map(|i| contexts.context(i % available)[skip..].iter().copied())
+                    .collect();
                 if row_tx.send((rows, ids)).is_err() {
                     break; // the host thread has all it needs, or failed
                 }

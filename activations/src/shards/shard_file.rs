@@ -2,11 +2,10 @@
 //! the extraction fingerprint and the shard's index (one metadata key, so the bytes are stable).
 use super::manifest::{ACTIVATIONS_TENSOR, TOKENS_TENSOR};
 use crate::error::{Error, Result};
+use crate::fsutil;
 use candle_core::DType;
-use safetensors::tensor::TensorView;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
 use std::path::Path;
 
 const META_KEY: &str = "sparsetrain";
@@ -21,39 +20,64 @@ pub struct ShardMeta {
     pub index: usize,
 }
 
-fn st_dtype(dtype: DType) -> safetensors::Dtype {
+fn st_dtype_name(dtype: DType) -> &'static str {
     match dtype {
-        DType::BF16 => safetensors::Dtype::BF16,
-        DType::F16 => safetensors::Dtype::F16,
-        _ => safetensors::Dtype::F32,
+        DType::BF16 => "BF16",
+        DType::F16 => "F16",
+        _ => "F32",
     }
 }
 
-/// Serializes a shard: `acts` holds `n_tokens * n_hooks * d_model` values of `dtype` as bytes.
-pub fn encode(
+/// Writes a shard atomically (temporary sibling, fsync, rename) straight from its parts, hashing
+/// the bytes as they go out, and returns the file's sha256. `acts` holds
+/// `n_tokens * n_hooks * d_model` values of `dtype` as little-endian bytes. The file is a
+/// safetensors file: u64 header length, JSON header (padded with spaces to a multiple of 8),
+/// then the activations and the token ids.
+pub fn write(
+    path: &Path,
     meta: &ShardMeta,
     acts: &[u8],
     dtype: DType,
     shape: [usize; 3],
     tokens: &[u32],
-) -> Result<Vec<u8>> {
-    let err = |e: safetensors::SafeTensorError| candle_core::Error::Msg(e.to_string());
+) -> Result<String> {
+    let want = shape.iter().product::<usize>() * dtype.size_in_bytes();
+    if acts.len() != want || shape[0] != tokens.len() {
+        return Err(Error::shard(
+            path,
+            format!(
+                "{} activation bytes and {} tokens do not fit shape {shape:?} of {dtype:?}",
+                acts.len(),
+                tokens.len()
+            ),
+        ));
+    }
     let token_bytes: &[u8] = bytemuck::cast_slice(tokens);
-    let views = vec![
-        (
-            ACTIVATIONS_TENSOR,
-            TensorView::new(st_dtype(dtype), shape.to_vec(), acts).map_err(err)?,
-        ),
-        (
-            TOKENS_TENSOR,
-            TensorView::new(safetensors::Dtype::U32, vec![tokens.len()], token_bytes)
-                .map_err(err)?,
-        ),
-    ];
     let meta_json =
         serde_json::to_string(meta).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-    let metadata = HashMap::from([(META_KEY.to_string(), meta_json)]);
-    Ok(safetensors::serialize(views, Some(metadata)).map_err(err)?)
+    // serde_json orders keys: "__metadata__", "activations", "tokens".
+    let header = serde_json::json!({
+        "__metadata__": { META_KEY: meta_json },
+        ACTIVATIONS_TENSOR: {
+            "dtype": st_dtype_name(dtype),
+            "shape": shape,
+            "data_offsets": [0, acts.len()],
+        },
+        TOKENS_TENSOR: {
+            "dtype": "U32",
+            "shape": [tokens.len()],
+            "data_offsets": [acts.len(), acts.len() + token_bytes.len()],
+        },
+    });
+    let mut header =
+        serde_json::to_vec(&header).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let len = (header.len() as u64).to_le_bytes();
+    let mut hasher = Sha256::new();
+    fsutil::atomic_write_parts(path, &[&len, &header, acts, token_bytes], |part| {
+        hasher.update(part)
+    })?;
+    Ok(hex::encode(hasher.finalize()))
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {

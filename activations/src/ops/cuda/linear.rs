@@ -9,6 +9,7 @@ use candle_core::cuda::cudarc::cublaslt::{result as lt, sys};
 use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr};
 use candle_core::op::BackpropOp;
 use candle_core::{DType, Result, Storage, Tensor};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
@@ -159,21 +160,20 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) ->
         .lock()
         .unwrap_or_else(|e| e.into_inner());
     let owner = (stream.context().ordinal(), std::thread::current().id());
-    if !states.contains_key(&owner) {
-        let handle = lt::create_handle().map_err(lt_err)?;
-        // SAFETY: the workspace is scratch space that cuBLASLt writes before it reads.
-        let workspace =
-            unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }.map_err(|e| drv("workspace", e))?;
-        states.insert(
-            owner,
-            LtState {
+    let state = match states.entry(owner) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => {
+            let handle = lt::create_handle().map_err(lt_err)?;
+            // SAFETY: the workspace is scratch space that cuBLASLt writes before it reads.
+            let workspace =
+                unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }.map_err(|e| drv("workspace", e))?;
+            e.insert(LtState {
                 handle,
                 workspace,
                 algos: HashMap::new(),
-            },
-        );
-    }
-    let state = states.get_mut(&owner).expect("inserted above");
+            })
+        }
+    };
 
     // SAFETY (whole block): the descriptors are created here and live until the call returns;
     // every pointer addresses a live contiguous buffer of the size its layout states.

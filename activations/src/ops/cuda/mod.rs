@@ -68,6 +68,9 @@ pub(super) fn alloc(
     }
 }
 
+/// Loaded fatbins by kernel family and device ordinal.
+type Modules = HashMap<(&'static str, usize), Arc<CudaModule>>;
+
 /// Kernel `name` of the fatbin of one kernel family, loaded once per device.
 pub(super) fn function(
     storage: &CudaStorage,
@@ -75,8 +78,7 @@ pub(super) fn function(
     fatbin: &'static [u8],
     name: &str,
 ) -> Result<CudaFunction> {
-    static MODULES: OnceLock<Mutex<HashMap<(&'static str, usize), Arc<CudaModule>>>> =
-        OnceLock::new();
+    static MODULES: OnceLock<Mutex<Modules>> = OnceLock::new();
     let ctx = storage.device.cuda_stream().context().clone();
     let mut modules = MODULES
         .get_or_init(|| Mutex::new(HashMap::new()))

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# GPU side of gradsparse in one device call (< 150 s): the CUDA tests of profk::topk_accumulate (the
+# residual update fused into Prof-K's pass) and of the error-feedback step, the CPU/CUDA parity run,
+# then the GPT-2 XL error-feedback overhead (residual update, selection, sparse AdamW apply) per
+# selector on random gradients, beside PyTorch (residual add + abs, torch.topk, sparse apply) in the
+# same call. Runs from the repository root on the GPU machine with the stripped CUDA builds in
+# .devbin/ef/ (build commands: docs/perf/gradsparse.md, "Reproduce"). Logs go to $OUT/gradsparse/.
+#   bash bench/gradsparse_final.sh            # tests, XL overhead and whole XL steps, each beside PyTorch
+#   FULL=0 bash bench/gradsparse_final.sh     # without the whole steps (forward + backward)
+set -uo pipefail
+LOG=${OUT:-/tmp/out}/gradsparse
+mkdir -p "$LOG"
+B=/tmp/efbin
+mkdir -p "$B"
+for f in .devbin/ef/*.xz; do
+  xz -dc "$f" >"$B/$(basename "$f" .xz)" && chmod +x "$B/$(basename "$f" .xz)"
+done
+# Test binaries look for the workspace at the path they were built at.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+START=$SECONDS
+SUMMARY=()
+step() { # label timeout-seconds log-name command...
+  local label=$1 limit=$2 name=$3
+  shift 3
+  local t0=$SECONDS rc
+  timeout "$limit" "$@" >"$LOG/$name.log" 2>&1
+  rc=$?
+  local verdict=ok
+  [ $rc -eq 0 ] || verdict="FAILED rc=$rc"
+  [ $rc -eq 124 ] && verdict="TIMED OUT after ${limit}s"
+  SUMMARY+=("| $label | $verdict | $((SECONDS - t0)) s | $(grep -E '^test result' "$LOG/$name.log" | tail -1 | sed 's/test result: //; s/;.*finished/, finished/')")
+}
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+step "profk accumulate tests (cpu + cuda)" 60 accumulate-tests "$B/accumulate"
+step "profk selection tests (cuda)" 45 selection-tests "$B/selection" cuda
+step "gradsparse fused vs separate EF (cpu + cuda)" 30 gradsparse-lib "$B/gradsparse_lib" feedback
+step "finetune-bench --check (tiny model, cpu vs cuda)" 40 check "$B/finetune-bench" --check --ef-only --models gpt2 --selectors profk --steps 2 --warmup 1
+step "XL EF overhead, gradsparse" 80 ef-xl "$B/finetune-bench" --ef-only --models gpt2-xl --selectors profk,radix,sort --steps 7 --warmup 2
+step "XL EF overhead, PyTorch peer" 70 ef-xl-torch python3 bench/peers/torch_ef_step.py --ef-only --models xl --steps 7 --warmup 2
+if [ "${FULL:-1}" = 1 ]; then
+  step "XL whole step, gradsparse profk" 60 step-xl "$B/finetune-bench" --models gpt2-xl --selectors profk --steps 3 --warmup 1
+  step "XL whole step, PyTorch peer" 60 step-xl-torch python3 bench/peers/torch_ef_step.py --models xl --steps 3 --warmup 1
+fi
+
+echo "## gradsparse on $GPU ($(date -u +%F\ %H:%M) UTC), total $((SECONDS - START)) s"
+echo "| run | result | time | tests |"
+echo "|---|---|---|---|"
+printf '%s\n' "${SUMMARY[@]}"
+grep -h "check cpu vs" "$LOG/check.log" || true
+echo
+echo "### GPT-2 XL error-feedback overhead, f32, N = 1 557 611 200, k = 0.1 % (ms, medians; ours vs PyTorch, same call)"
+grep -h '^# ' "$LOG/ef-xl.log" "$LOG/ef-xl-torch.log" || true
+echo "| impl | model | params N | k | residual update (torch: add + abs) | select | update + select | sparse apply | EF overhead |"
+echo "|---|---|---|---|---|---|---|---|---|"
+grep -h '^| gradsparse' "$LOG/ef-xl.log" || tail -3 "$LOG/ef-xl.log"
+# torch columns: step, fwd+bwd (zero here), residual add + abs, topk, apply, overhead
+awk -F'|' '/^\| torch/ {printf "| %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", $2, $3, $4, $5, $8, $9, $8 + $9, $10, $11}' "$LOG/ef-xl-torch.log" || true
+grep -q '^| torch' "$LOG/ef-xl-torch.log" || tail -3 "$LOG/ef-xl-torch.log"
+if [ "${FULL:-1}" = 1 ]; then
+  echo
+  echo "### GPT-2 XL whole step, random weights, batch 4 x 512, TF32 matmuls, global top-0.1 % (ms, medians of 3 after 1)"
+  grep -h '^| ' "$LOG/step-xl.log" | head -2
+  grep -h '^| gradsparse' "$LOG/step-xl.log" || tail -3 "$LOG/step-xl.log"
+  grep -h '^| torch' "$LOG/step-xl-torch.log" || tail -3 "$LOG/step-xl-torch.log"
+fi
