@@ -2,7 +2,8 @@
 # Final GPU check of the activations crate: the CUDA tests (fused attention and linear kernels
 # against float64 references and against the CPU forward), then extraction tokens/s for a
 # GPT-2-XL-shaped random model (batch 16 x 1024, BOS dropped, shards written to RAM) beside
-# HF transformers (sdpa, same shapes, activations copied to host) in the same call. ~2 min.
+# HF transformers (sdpa, same shapes, activations copied to host) in the same call, and the
+# forward pass alone with per-op times (forward_bench). About 2 min.
 #
 # Binaries (built on the development machine, from the repo root):
 #   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bins --tests --examples
@@ -29,7 +30,7 @@ device = "cuda"
 out_dir = "$SCRATCH/out"
 hook_points = ["$2"]
 dtype = "$1"
-tokens_per_shard = 262144
+tokens_per_shard = 131072
 batch_contexts = 16
 drop_bos = true
 writer_threads = 4
@@ -45,9 +46,11 @@ TOML
   rm -rf "$SCRATCH/out"
   echo "$line" | sed -nE 's/.*: ([0-9]+) tokens\/s.*/\1/p'
 }
-bf16_24=$(extract bf16 blocks.24.hook_resid_pre 1048576)
-bf16_48=$(extract bf16 ln_final 524288)
-f32_24=$(extract f32 blocks.24.hook_resid_pre 262144)
+bf16_24=$(extract bf16 blocks.24.hook_resid_pre 2097152)
+bf16_48=$(extract bf16 ln_final 1048576)
+f32_24=$(extract f32 blocks.24.hook_resid_pre 524288)
+timeout 40 "$B/forward_bench" --device cuda --dtype bf16 --depth 24 --iters 2 > "$LOG/forward_bench.md" 2>&1
+fwd=$(grep -F "fused kernels" "$LOG/forward_bench.md" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
 rm -rf "$SCRATCH"
 timeout 100 python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 48 --dtypes bf16 --iters 5 > "$LOG/hf.log" 2>&1
 timeout 60 python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 --dtypes f32 --iters 3 >> "$LOG/hf.log" 2>&1
@@ -61,4 +64,6 @@ echo "|---|---|---|---|---|---|---|"
 echo "| gpt2-xl | bf16 | 24 blocks (blocks.24.hook_resid_pre) | 16 x 1024 | $(fmt "$bf16_24") | $(fmt "$(hf bf16 24)") | $(ratio "$bf16_24" "$(hf bf16 24)") |"
 echo "| gpt2-xl | bf16 | 48 blocks (ln_final) | 16 x 1024 | $(fmt "$bf16_48") | $(fmt "$(hf bf16 48)") | $(ratio "$bf16_48" "$(hf bf16 48)") |"
 echo "| gpt2-xl | f32 (no TF32) | 24 blocks | 16 x 1024 | $(fmt "$f32_24") | $(fmt "$(hf f32 24)") | $(ratio "$f32_24" "$(hf f32 24)") |"
+echo "forward pass alone (no copy, no shards), bf16 to layer 24: $(fmt "$fwd") tokens/s; per-op times in \$OUT/activations/forward_bench.md"
+echo "shards: 131072 tokens each (420 MB bf16), written to /dev/shm; rates include the first batch's warm-up and the last shard's write"
 echo "target: >= 2.2e5 tokens/s for bf16 to layer 24 and no slower than HF; logs in \$OUT/activations/"

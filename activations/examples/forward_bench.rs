@@ -104,6 +104,8 @@ fn main() -> anyhow::Result<()> {
     let w_proj = Tensor::randn(0f32, 0.02, (4 * d, d), &dev)?.to_dtype(dtype)?;
     let h_fc = x.matmul(&w_fc)?;
     #[cfg(feature = "cuda")]
+    let host = std::sync::Mutex::new(vec![0u8; n * d * dtype.size_in_bytes()]);
+    #[cfg(feature = "cuda")]
     let copier = if dev.is_cuda() {
         Some(activations::ops::PinnedCopier::new(&dev)?)
     } else {
@@ -228,7 +230,9 @@ fn main() -> anyhow::Result<()> {
             "to host (pinned, async stream)",
             format!("[{n},{d}]"),
             Box::new(|| {
-                let mut out = Vec::new();
+                // Into a buffer whose pages are already touched, as the extraction pipeline does.
+                let mut out = host.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                out.clear();
                 c.finish(c.start(&x)?, &mut out)?;
                 Ok(x.clone())
             }),

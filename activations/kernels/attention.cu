@@ -201,8 +201,8 @@ constexpr int SK = 32;  // keys per tile of the scalar path
 template <typename T>
 __device__ __forceinline__ void attn_scalar(const T* __restrict__ qkv, T* __restrict__ out, int t_len, int n_head,
                                             float scale_log2) {
-    __shared__ float sk[SK][HD];
-    __shared__ float sv[SK][HD];
+    __shared__ __align__(16) float sk[SK][HD];
+    __shared__ __align__(16) float sv[SK][HD];
     const int h = blockIdx.y, b = blockIdx.z;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * blockDim.x;
     const int qi = q0 + threadIdx.x;
@@ -227,15 +227,27 @@ __device__ __forceinline__ void attn_scalar(const T* __restrict__ qkv, T* __rest
             sv[r][d] = in ? to_f(vb[(size_t)(k0 + r) * stride + d]) : 0.f;
         }
         __syncthreads();
+        // Dimension-outer order: SK independent accumulators rather than one dependent chain of
+        // HD multiply-adds per key; float4 broadcast reads of the key tile.
         float s[SK];
+#pragma unroll
+        for (int j = 0; j < SK; ++j) s[j] = 0.f;
+#pragma unroll
+        for (int d = 0; d < HD; d += 4) {
+#pragma unroll
+            for (int j = 0; j < SK; ++j) {
+                const float4 k4 = *reinterpret_cast<const float4*>(&sk[j][d]);
+                s[j] = fmaf(q[d], k4.x, s[j]);
+                s[j] = fmaf(q[d + 1], k4.y, s[j]);
+                s[j] = fmaf(q[d + 2], k4.z, s[j]);
+                s[j] = fmaf(q[d + 3], k4.w, s[j]);
+            }
+        }
         float mx = m;
 #pragma unroll
         for (int j = 0; j < SK; ++j) {
-            float acc = 0.f;
-#pragma unroll
-            for (int d = 0; d < HD; ++d) acc = fmaf(q[d], sk[j][d], acc);
             const int key = k0 + j;
-            s[j] = (key <= qi && key < t_len) ? acc : -INFINITY;
+            s[j] = (key <= qi && key < t_len) ? s[j] : -INFINITY;
             mx = fmaxf(mx, s[j]);
         }
         const float base = mx == -INFINITY ? 0.f : mx;
