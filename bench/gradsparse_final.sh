@@ -3,8 +3,9 @@
 # residual update fused into Prof-K's pass) and of the error-feedback step, the CPU/CUDA parity run,
 # then the GPT-2 XL error-feedback overhead (residual update, selection, sparse AdamW apply) per
 # selector on random gradients, beside PyTorch (residual add + abs, torch.topk, sparse apply) in the
-# same call. Runs from the repository root on the GPU machine with the stripped CUDA builds in
-# .devbin/ef/ (build commands: docs/perf/gradsparse.md, "Reproduce"). Logs go to $OUT/gradsparse/.
+# same call. Runs from the repository root on the GPU machine with the stripped, xz'd CUDA builds
+# .devbin/ef/{accumulate,gradsparse_lib,finetune-bench}.xz (build commands: docs/perf/gradsparse.md,
+# "Reproduce"). Logs go to $OUT/gradsparse/.
 #   bash bench/gradsparse_final.sh            # tests, XL overhead and whole XL steps, each beside PyTorch
 #   FULL=0 bash bench/gradsparse_final.sh     # without the whole steps (forward + backward)
 set -uo pipefail
@@ -32,7 +33,8 @@ step() { # label timeout-seconds log-name command...
 }
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 step "profk accumulate tests (cpu + cuda)" 60 accumulate-tests "$B/accumulate"
-step "profk selection tests (cuda)" 45 selection-tests "$B/selection" cuda
+# Optional (not packed by default, to keep the carried binaries small): profk's selection tests on CUDA.
+[ -x "$B/selection" ] && step "profk selection tests (cuda)" 45 selection-tests "$B/selection" cuda
 step "gradsparse fused vs separate EF (cpu + cuda)" 30 gradsparse-lib "$B/gradsparse_lib" feedback
 step "finetune-bench --check (tiny model, cpu vs cuda)" 40 check "$B/finetune-bench" --check --ef-only --models gpt2 --selectors profk --steps 2 --warmup 1
 step "XL EF overhead, gradsparse" 80 ef-xl "$B/finetune-bench" --ef-only --models gpt2-xl --selectors profk,radix,sort --steps 7 --warmup 2

@@ -9,7 +9,7 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const FATBINS: [&str; 4] = ["sample", "filter", "select", "baselines"];
+const FATBINS: [&str; 5] = ["sample", "filter", "select", "baselines", "accumulate"];
 const ARCH: &str = "-gencode=arch=compute_90,code=[sm_90,compute_90]";
 
 fn main() {
@@ -65,7 +65,7 @@ fn main() {
         .arg("kernels/cub_sort.cu");
     jobs.push(("cub_sort".into(), cub));
 
-    // nvcc is slow and single-threaded: the five compilations run side by side.
+    // nvcc is slow and single-threaded: the six compilations run side by side.
     let handles: Vec<_> = jobs
         .into_iter()
         .map(|(name, mut cmd)| {

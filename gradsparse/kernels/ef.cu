@@ -1,36 +1,6 @@
-// Error-feedback kernels: the residual update over a list of gradient tensors (one launch for all
-// parameters, no concatenation) and the fused sparse AdamW apply at the selected coordinates.
+// The fused sparse AdamW apply of error feedback at the selected coordinates (the residual update is
+// profk's accumulate kernel, fused into the selection).
 #include <cstdint>
-
-// A slice of one parameter: `len` coordinates starting at `local` in tensor `tensor`, which sit at
-// `flat` in the flat residual. One block per chunk.
-struct Chunk {
-    unsigned long long flat;
-    unsigned long long local;
-    unsigned int len;
-    unsigned int tensor;
-};
-
-// residual[flat + i] += grad_t[local + i]; with a velocity (DGC momentum correction):
-// u = mu * u + g, residual += u.
-extern "C" __global__ void ef_accumulate(const Chunk* chunks, const unsigned long long* grads, float* residual,
-                                         float* velocity, float mu) {
-    const Chunk c = chunks[blockIdx.x];
-    const float* g = reinterpret_cast<const float*>(grads[c.tensor]) + c.local;
-    float* r = residual + c.flat;
-    if (velocity != nullptr) {
-        float* u = velocity + c.flat;
-        for (unsigned int i = threadIdx.x; i < c.len; i += blockDim.x) {
-            const float x = fmaf(mu, u[i], g[i]);
-            u[i] = x;
-            r[i] += x;
-        }
-    } else {
-        for (unsigned int i = threadIdx.x; i < c.len; i += blockDim.x) {
-            r[i] += g[i];
-        }
-    }
-}
 
 struct AdamArgs {
     const long long* idx;        // selected flat coordinates [k]

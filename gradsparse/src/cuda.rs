@@ -1,32 +1,17 @@
-//! The CUDA path of error feedback: one launch adds every gradient into the flat residual (a chunk table
-//! maps blocks to parameters, so nothing is concatenated), and one launch applies the selected
-//! coordinates (zero the residual there, lazy AdamW, write the parameter found by binary search over
-//! the spans). candle's own scatter kernels loop over a 1-D index in one thread, hence these.
+//! The CUDA apply of error feedback: one launch applies the selected coordinates (zero the residual
+//! there, lazy AdamW, write the parameter found by binary search over the spans). candle's own scatter
+//! kernels loop over a 1-D index in one thread, hence this. The residual update is `profk::accumulate`
+//! (or fused into the selection, `profk::topk_accumulate`).
 use crate::error::{Error, Result};
 use crate::layout::FlatLayout;
 use candle_core::cuda::cudarc::driver::{
-    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
-    PushKernelArg,
+    CudaFunction, CudaModule, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::{Storage, Tensor};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ef.fatbin"));
-/// Coordinates per block of the accumulate kernel.
-const CHUNK: usize = 1 << 14;
-const BLOCK: u32 = 512;
-
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct Chunk {
-    flat: u64,
-    local: u64,
-    len: u32,
-    tensor: u32,
-}
-// SAFETY: plain-old-data mirroring `struct Chunk` in kernels/ef.cu.
-unsafe impl DeviceRepr for Chunk {}
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -96,72 +81,6 @@ fn address(t: &Tensor) -> Result<(u64, Arc<CudaStream>)> {
         }
     };
     Ok((base + offset * elem, stream))
-}
-
-/// The constant chunk table of a layout, on the device.
-#[derive(Debug)]
-pub struct Chunks {
-    table: CudaSlice<Chunk>,
-    blocks: u32,
-}
-
-impl Chunks {
-    pub fn new(layout: &FlatLayout, stream: &Arc<CudaStream>) -> Result<Self> {
-        let mut chunks = Vec::new();
-        for (t, span) in layout.spans().iter().enumerate() {
-            for local in (0..span.len).step_by(CHUNK) {
-                let len = CHUNK.min(span.len - local);
-                chunks.push(Chunk {
-                    flat: (span.offset + local) as u64,
-                    local: local as u64,
-                    len: len as u32,
-                    tensor: t as u32,
-                });
-            }
-        }
-        let blocks = chunks.len() as u32;
-        let table = stream.clone_htod(&chunks).map_err(drv)?;
-        Ok(Self { table, blocks })
-    }
-}
-
-/// `residual += grads` (or the DGC velocity update), all parameters in one launch.
-pub fn accumulate(
-    chunks: &Chunks,
-    residual: &Tensor,
-    velocity: Option<&Tensor>,
-    momentum: f32,
-    grads: &[Tensor],
-) -> Result<()> {
-    if chunks.blocks == 0 {
-        return Ok(());
-    }
-    let grads: Vec<Tensor> = grads
-        .iter()
-        .map(|g| g.to_dtype(candle_core::DType::F32)?.contiguous())
-        .collect::<candle_core::Result<_>>()?;
-    let (r, stream) = address(residual)?;
-    let u = velocity.map(address).transpose()?.map_or(0, |(p, _)| p);
-    let ptrs: Vec<u64> = grads
-        .iter()
-        .map(|g| address(g).map(|(p, _)| p))
-        .collect::<Result<_>>()?;
-    let ptrs = stream.clone_htod(&ptrs).map_err(drv)?;
-    let f = function(&stream, "ef_accumulate")?;
-    let mut b = stream.launch_builder(&f);
-    let table = chunks.table.device_ptr(&stream).0;
-    let ptrs_addr = ptrs.device_ptr(&stream).0;
-    b.arg(&table).arg(&ptrs_addr).arg(&r).arg(&u).arg(&momentum);
-    let cfg = LaunchConfig {
-        grid_dim: (chunks.blocks, 1, 1),
-        block_dim: (BLOCK, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: the arguments match ef_accumulate's parameters; every pointer is live until the stream
-    // reaches this launch (the gradients are kept alive by `grads` until after a synchronize by the caller).
-    unsafe { b.launch(cfg) }.map_err(drv)?;
-    stream.synchronize().map_err(drv)?;
-    Ok(())
 }
 
 /// The state a sparse apply touches.

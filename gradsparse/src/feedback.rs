@@ -6,25 +6,27 @@
 //! coordinate: nothing is lost, only delayed.
 //!
 //! The residual is one flat f32 buffer over all parameters, laid out by [`FlatLayout`]. Gradients are
-//! added into it in place, tensor by tensor, so a global selection runs on one tensor without ever
-//! concatenating the gradients into a fresh buffer: the per-step traffic is one read of each gradient
-//! and one read-modify-write of the residual, the minimum without fusing the add into the selection.
-//! (On CUDA one launch covers all parameters, see `crate::cuda`.)
+//! added into it in place, tensor by tensor (`profk::accumulate`: one launch for all parameters on
+//! CUDA), so a global selection runs on one tensor without ever concatenating the gradients into a
+//! fresh buffer. [`ErrorFeedback::accumulate_select`] goes further for a global Prof-K selection: the
+//! update is fused into the selection's pass (`profk::topk_accumulate`), so a step reads each gradient
+//! once and the residual once, and writes the residual once.
 use crate::error::{Error, Result};
 use crate::flatops;
 use crate::layout::FlatLayout;
-use crate::select::{self, Scope, Selection, SelectorChoice};
+use crate::select::{self, k_for, Scope, Selection, SelectorChoice};
 use candle_core::{DType, Device, Tensor};
+use profk::{Accumulation, FlatSpans, Selector};
+use std::time::{Duration, Instant};
 
 /// Residual (and velocity) state of error feedback.
 #[derive(Debug)]
 pub struct ErrorFeedback {
     layout: FlatLayout,
+    spans: FlatSpans,
     residual: Tensor,
     velocity: Option<Tensor>,
     momentum: f64,
-    #[cfg(feature = "cuda")]
-    chunks: Option<crate::cuda::Chunks>,
 }
 
 impl ErrorFeedback {
@@ -35,18 +37,12 @@ impl ErrorFeedback {
         let velocity = momentum
             .map(|_| Tensor::zeros(n, DType::F32, device))
             .transpose()?;
-        #[cfg(feature = "cuda")]
-        let chunks = match device {
-            Device::Cuda(d) => Some(crate::cuda::Chunks::new(&layout, &d.cuda_stream())?),
-            _ => None,
-        };
         Ok(Self {
+            spans: FlatSpans::new(layout.spans().iter().map(|s| s.len)),
             layout,
             residual,
             velocity,
             momentum: momentum.unwrap_or(0.0),
-            #[cfg(feature = "cuda")]
-            chunks,
         })
     }
 
@@ -66,6 +62,74 @@ impl ErrorFeedback {
 
     /// Adds this step's gradients (one per span, in layout order) into the residual.
     pub fn accumulate(&mut self, grads: &[Tensor]) -> Result<()> {
+        self.check_grads(grads)?;
+        profk::accumulate(&self.spans, &self.accumulation(grads))?;
+        Ok(())
+    }
+
+    /// [`Self::accumulate`] then [`Self::select`], fused into one pass for a global Prof-K selection;
+    /// the selection's `accumulate` time is that of the separate update (zero when fused).
+    pub fn accumulate_select(
+        &mut self,
+        grads: &[Tensor],
+        density: f64,
+        scope: Scope,
+        choice: &SelectorChoice,
+        step: u64,
+    ) -> Result<Selection> {
+        let device = self.residual.device().clone();
+        device.synchronize()?;
+        let start = Instant::now();
+        if scope != Scope::Global || choice.kind != Selector::Profk {
+            self.accumulate(grads)?;
+            device.synchronize()?;
+            let accumulate = start.elapsed();
+            let mut selection = self.select(density, scope, choice, step)?;
+            selection.accumulate = accumulate;
+            return Ok(selection);
+        }
+        self.check_grads(grads)?;
+        let k = k_for(density, self.layout.total());
+        let top = profk::topk_accumulate(
+            &self.spans,
+            &self.accumulation(grads),
+            k,
+            &select::options(choice.kind),
+        )?;
+        device.synchronize()?;
+        let mut selection = Selection {
+            indices: top.indices,
+            values: top.values,
+            time: start.elapsed(),
+            compare_time: None,
+            accumulate: Duration::ZERO,
+        };
+        if let Some(other) = choice.compare_with {
+            select::compare(
+                &mut selection,
+                &self.residual,
+                &self.layout,
+                density,
+                scope,
+                choice.kind,
+                other,
+                step,
+            )?;
+        }
+        Ok(selection)
+    }
+
+    fn accumulation<'a>(&'a self, grads: &'a [Tensor]) -> Accumulation<'a> {
+        Accumulation {
+            residual: &self.residual,
+            grads,
+            velocity: self.velocity.as_ref(),
+            momentum: self.momentum as f32,
+        }
+    }
+
+    /// One gradient per parameter, each with its parameter's element count.
+    fn check_grads(&self, grads: &[Tensor]) -> Result<()> {
         if grads.len() != self.layout.spans().len() {
             return Err(Error::Param {
                 name: "<gradients>".into(),
@@ -86,28 +150,6 @@ impl ErrorFeedback {
                         span.shape.dims()
                     ),
                 });
-            }
-        }
-        #[cfg(feature = "cuda")]
-        if let Some(chunks) = &self.chunks {
-            let momentum = self.momentum as f32;
-            return crate::cuda::accumulate(
-                chunks,
-                &self.residual,
-                self.velocity.as_ref(),
-                momentum,
-                grads,
-            );
-        }
-        for (span, grad) in self.layout.spans().iter().zip(grads) {
-            match &self.velocity {
-                None => flatops::add_into(&self.residual, span.offset, grad)?,
-                Some(velocity) => {
-                    let u = velocity.narrow(0, span.offset, span.len)?;
-                    let u = ((u * self.momentum)? + grad.flatten_all()?.to_dtype(DType::F32)?)?;
-                    flatops::copy_into(velocity, span.offset, &u)?;
-                    flatops::add_into(&self.residual, span.offset, &u)?;
-                }
             }
         }
         Ok(())
@@ -164,5 +206,111 @@ impl ErrorFeedback {
             }
         };
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Var;
+
+    /// Odd parameter sizes, over Prof-K's sampling threshold in total.
+    fn layout() -> FlatLayout {
+        let named: Vec<(String, Var)> = [
+            ("a", vec![3, 1001]),
+            ("b", vec![7]),
+            ("c", vec![64, 129]),
+            ("d", vec![1]),
+        ]
+        .into_iter()
+        .map(|(n, s)| {
+            (
+                n.to_string(),
+                Var::zeros(s, DType::F32, &Device::Cpu).unwrap(),
+            )
+        })
+        .collect();
+        FlatLayout::new(&named).unwrap()
+    }
+
+    fn grads(layout: &FlatLayout, step: u64, device: &Device) -> Vec<Tensor> {
+        layout
+            .spans()
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let seed = (step * 31 + i as u64) as f32;
+                let v: Vec<f32> = (0..s.len)
+                    .map(|j| ((j as f32 * 0.37 + seed).sin() * 3.0).round() / 4.0)
+                    .collect();
+                Tensor::from_vec(v, s.shape.clone(), device).unwrap()
+            })
+            .collect()
+    }
+
+    fn flat(t: &Tensor) -> Vec<u32> {
+        t.to_device(&Device::Cpu)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_bits())
+            .collect()
+    }
+
+    /// Several steps of (accumulate, select, release) with the fused call and with the separate
+    /// update: the same index sets, the same residual bit for bit (ties are heavy: quarter steps).
+    fn fused_matches_separate(device: &Device) {
+        for momentum in [None, Some(0.9)] {
+            let layout = layout();
+            let mut fused = ErrorFeedback::new(layout.clone(), momentum, device).unwrap();
+            let mut separate = ErrorFeedback::new(layout.clone(), momentum, &Device::Cpu).unwrap();
+            let choice = SelectorChoice {
+                kind: Selector::Profk,
+                compare_with: Some(Selector::Sort),
+            };
+            for step in 0..3 {
+                let a = fused
+                    .accumulate_select(
+                        &grads(&layout, step, device),
+                        0.01,
+                        Scope::Global,
+                        &choice,
+                        step,
+                    )
+                    .unwrap();
+                separate
+                    .accumulate(&grads(&layout, step, &Device::Cpu))
+                    .unwrap();
+                let b = separate.select(0.01, Scope::Global, &choice, step).unwrap();
+                let idx = |s: &Selection| {
+                    s.indices
+                        .to_device(&Device::Cpu)
+                        .unwrap()
+                        .to_vec1::<i64>()
+                        .unwrap()
+                };
+                assert_eq!(idx(&a), idx(&b), "step {step}, momentum {momentum:?}");
+                assert_eq!(
+                    flat(fused.residual()),
+                    flat(separate.residual()),
+                    "step {step}"
+                );
+                fused.release(&a).unwrap();
+                separate.release(&b).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn fused_matches_separate_cpu() {
+        fused_matches_separate(&Device::Cpu);
+    }
+
+    /// The CUDA fused path against the CPU's separate update and selection.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn fused_matches_separate_cuda() {
+        fused_matches_separate(&Device::new_cuda(0).unwrap());
     }
 }

@@ -33,6 +33,8 @@ pub struct Selection {
     pub time: Duration,
     /// Time of the comparison selector, when one ran.
     pub compare_time: Option<Duration>,
+    /// Time of the residual update when it ran as a pass of its own (zero when fused into `time`).
+    pub accumulate: Duration,
 }
 
 impl Selection {
@@ -56,22 +58,47 @@ pub fn select(
     step: u64,
 ) -> Result<Selection> {
     let (indices, values, time) = timed(acc, layout, density, scope, choice.kind)?;
-    let mut compare_time = None;
-    if let Some(other) = choice.compare_with {
-        let (other_idx, _, t) = timed(acc, layout, density, scope, other)?;
-        compare_time = Some(t);
-        check_same(&indices, &other_idx).map_err(|detail| Error::SelectorMismatch {
-            step,
-            primary: choice.kind,
-            secondary: other,
-            detail,
-        })?;
-    }
-    Ok(Selection {
+    let mut selection = Selection {
         indices,
         values,
         time,
-        compare_time,
+        compare_time: None,
+        accumulate: Duration::ZERO,
+    };
+    if let Some(other) = choice.compare_with {
+        compare(
+            &mut selection,
+            acc,
+            layout,
+            density,
+            scope,
+            choice.kind,
+            other,
+            step,
+        )?;
+    }
+    Ok(selection)
+}
+
+/// Runs `other` on `acc` and checks that it selects the same index set as `selection` (by `primary`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn compare(
+    selection: &mut Selection,
+    acc: &Tensor,
+    layout: &FlatLayout,
+    density: f64,
+    scope: Scope,
+    primary: Selector,
+    other: Selector,
+    step: u64,
+) -> Result<()> {
+    let (other_idx, _, t) = timed(acc, layout, density, scope, other)?;
+    selection.compare_time = Some(t);
+    check_same(&selection.indices, &other_idx).map_err(|detail| Error::SelectorMismatch {
+        step,
+        primary,
+        secondary: other,
+        detail,
     })
 }
 
@@ -89,7 +116,8 @@ fn timed(
     Ok((i, v, start.elapsed()))
 }
 
-fn options(selector: Selector) -> TopKOptions {
+/// Flat or per-tensor selection by magnitude, indices ascending.
+pub(crate) fn options(selector: Selector) -> TopKOptions {
     TopKOptions {
         selector,
         mode: Mode::Flat,

@@ -238,14 +238,15 @@ impl Trainer {
                 None => Tensor::zeros(span.shape.clone(), DType::F32, &self.device),
             })
             .collect::<candle_core::Result<_>>()?;
-        self.feedback.accumulate(&grads)?;
-        drop(grads);
-        let after_accumulate = self.sync()?;
-
         let density = self.cfg.density_at(step);
-        let selection =
-            self.feedback
-                .select(density, self.cfg.sparsify.scope, &self.choice, step)?;
+        let selection = self.feedback.accumulate_select(
+            &grads,
+            density,
+            self.cfg.sparsify.scope,
+            &self.choice,
+            step,
+        )?;
+        drop(grads);
         let before_apply = self.sync()?;
         let lr = self.cfg.lr_at(step);
         self.optimizer
@@ -260,7 +261,7 @@ impl Trainer {
             k: selection.k(),
             tokens: tokens.elem_count() as u64,
             forward_backward: after_backward - start,
-            accumulate: after_accumulate - after_backward,
+            accumulate: selection.accumulate,
             select: selection.time,
             compare: selection.compare_time,
             apply: end - before_apply,

@@ -1,104 +1,33 @@
-// Stage 1 of Prof-K: S indices per row drawn uniformly without replacement, gathered as (key, index).
-//
-// Sampling scheme: the first S images of a keyed bijection pi of [0, n). pi is a 6-round balanced
-// Feistel network on [0, 2^(2h)) (2^(2h) >= n, so at most 4n) whose round function is a keyed 64-bit
-// mixer; cycle-walking (apply pi again while the image is >= n) restricts it to a bijection of [0, n)
-// because the orbit of any i < n returns to [0, n) before it returns to i. A bijection never repeats an
-// index, so {pi(0), ..., pi(S-1)} is a set of S distinct indices; by the Luby–Rackoff construction a
-// Feistel permutation with a pseudo-random round function is indistinguishable from a uniformly random
-// permutation, whose first S images form a uniform S-subset. Each (row, attempt) gets its own key, so a
-// redraw is a fresh independent sample, and every thread computes its indices with no coordination.
-// Stage 2, the t-th largest sampled composite: for S <= 16384 and composites of at most 64 bits the same
-// kernel selects it in registers (sample_select_*, one launch per attempt); otherwise the sample is
-// written out and selected by the multi-launch radix selection of select.cu.
-#include "block_select.cuh"
+// Stages 1 and 2 of Prof-K on a dense input (the scheme is described in sample.cuh).
+#include "sample.cuh"
 
-struct SampleArgs {
-  const void* x;
-  u64 n, rows;
-  int mag, half_bits;
-  u64 s, seed;
-  u32 attempt, pad;
-  u32* skeys;
-  u64* sidx;
-  RowList list;  // the rows still pending (all rows on the first attempt)
-};
-
-__device__ __forceinline__ u64 mix64(u64 z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-__device__ __forceinline__ u64 feistel(u64 v, int h, u64 key) {
-  const u64 mask = (h >= 64) ? ~0ull : ((1ull << h) - 1);
-  u64 l = v >> h, r = v & mask;
-#pragma unroll
-  for (int i = 0; i < 6; ++i) {
-    u64 f = mix64(r ^ (key + (u64)i * 0x632be59bd9b4e019ull)) & mask;
-    u64 nl = r;
-    r = l ^ f;
-    l = nl;
-  }
-  return (l << h) | r;
-}
-
-__device__ __forceinline__ u64 permute(u64 i, u64 n, int h, u64 key) {
-  u64 v = feistel(i, h, key);
-  while (v >= n) v = feistel(v, h, key);
-  return v;
-}
-
+// The key of element idx of row r of the input.
 template <typename T>
-__device__ void sample_body(const SampleArgs& a) {
-  const u64 total = list_len(a.list, a.rows) * a.s;
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
-    const u64 r = list_row(a.list, i / a.s), j = i % a.s;
-    u64 key = mix64(a.seed ^ mix64(((u64)a.attempt << 40) ^ r));
-    u64 idx = permute(j, a.n, a.half_bits, key);
-    a.skeys[r * a.s + j] = Ops<T>::key(((const T*)a.x)[r * a.n + idx], a.mag);
-    a.sidx[r * a.s + j] = idx;
-  }
-}
-
-// Stages 1 and 2 fused, one block per pending row: writes the row's threshold composite to sel.tmin.
-template <typename T, int THREADS>
-__device__ void sample_select_body(const SampleArgs& a, RowSel* sel, u32 t, int ib, int tb) {
-  const u64 nrows = list_len(a.list, a.rows);
-  for (u64 i = blockIdx.x; i < nrows; i += gridDim.x) {
-    const u64 r = list_row(a.list, i);
-    const u64 key = mix64(a.seed ^ mix64(((u64)a.attempt << 40) ^ r));
-    u64 c[BS_PER];
-#pragma unroll
-    for (int p = 0; p < BS_PER; ++p) {
-      const u64 j = threadIdx.x + (u64)p * THREADS;
-      c[p] = 0;
-      if (j < a.s) {
-        const u64 idx = permute(j, a.n, a.half_bits, key);
-        c[p] = (u64)composite(Ops<T>::key(((const T*)a.x)[r * a.n + idx], a.mag), idx, a.n, ib);
-      }
-    }
-    const u64 tau = block_kth<THREADS>(c, (u32)a.s, t, tb);
-    if (threadIdx.x == 0) sel[r].tmin = tau;
-    __syncthreads();
-  }
+struct DenseKey {
+  const T* x;
+  u64 n;
+  int mag;
+  __device__ __forceinline__ u32 operator()(u64 r, u64 idx) const { return Ops<T>::key(x[r * n + idx], mag); }
+};
+template <typename T>
+__device__ __forceinline__ DenseKey<T> dense_key(const SampleArgs& a) {
+  return DenseKey<T>{(const T*)a.x, a.n, a.mag};
 }
 
 #define SAMPLE_SELECT(SUF, T)                                                                           \
   extern "C" __global__ void __launch_bounds__(1024)                                                    \
       sample_select_##SUF(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) {                           \
-    sample_select_body<T, 1024>(a, sel, t, ib, tb);                                                     \
+    sample_select_body<1024>(a, sel, t, ib, tb, dense_key<T>(a));                                                     \
   }                                                                                                     \
   extern "C" __global__ void __launch_bounds__(256)                                                     \
       sample_select_small_##SUF(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) {                     \
-    sample_select_body<T, 256>(a, sel, t, ib, tb);                                                      \
+    sample_select_body<256>(a, sel, t, ib, tb, dense_key<T>(a));                                                      \
   }
 
 SAMPLE_SELECT(f32, float)
 SAMPLE_SELECT(f16, __half)
 SAMPLE_SELECT(bf16, __nv_bfloat16)
 
-extern "C" __global__ void sample_f32(SampleArgs a) { sample_body<float>(a); }
-extern "C" __global__ void sample_f16(SampleArgs a) { sample_body<__half>(a); }
-extern "C" __global__ void sample_bf16(SampleArgs a) { sample_body<__nv_bfloat16>(a); }
+extern "C" __global__ void sample_f32(SampleArgs a) { sample_body(a, dense_key<float>(a)); }
+extern "C" __global__ void sample_f16(SampleArgs a) { sample_body(a, dense_key<__half>(a)); }
+extern "C" __global__ void sample_bf16(SampleArgs a) { sample_body(a, dense_key<__nv_bfloat16>(a)); }

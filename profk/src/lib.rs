@@ -5,6 +5,7 @@
 //! the count check k ≤ R ≤ M detects the rare miss and redraws. The result is always exact; only the
 //! cost is random.
 
+pub mod accumulate;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod error;
@@ -12,6 +13,7 @@ pub mod options;
 pub mod params;
 pub mod select;
 
+pub use accumulate::{accumulate, topk_accumulate, Accumulation, FlatSpans};
 pub use error::{Error, Result};
 pub use options::{Mode, NanPolicy, Order, Selector, TopKOptions};
 pub use select::{

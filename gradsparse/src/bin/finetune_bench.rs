@@ -2,7 +2,11 @@
 //! selector, as a markdown table in the columns of bench/peers/torch_ef_step.py.
 //!
 //!     finetune-bench [--models gpt2-medium,gpt2-xl] [--selectors profk,sort,radix] [--device cuda]
-//!                    [--batch 4] [--context 512] [--density 1e-3] [--steps 8] [--warmup 3]
+//!                    [--batch 4] [--context 512] [--density 1e-3] [--steps 8] [--warmup 3] [--ef-only]
+//!
+//! `--ef-only` times the error-feedback overhead alone on random gradients of the model's shapes
+//! (no forward or backward): the fused update + Prof-K selection, and the separate update followed by
+//! each selector, each with the sparse apply.
 use anyhow::Context;
 use clap::Parser;
 use gradsparse::data::Batches;
@@ -37,6 +41,9 @@ struct Args {
     /// First check the device against the CPU: the tiny model from the same weights, a few steps each.
     #[arg(long)]
     check: bool,
+    /// Time only the error-feedback overhead, on random gradients (no forward or backward).
+    #[arg(long)]
+    ef_only: bool,
 }
 
 /// Trains the tiny model a few steps on the CPU and on `device` from the same weights and prints the
@@ -87,6 +94,171 @@ fn check(device_name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The error-feedback overhead alone: random gradients of each model's parameter shapes, the same
+/// gradients every step; `fused` is the update folded into Prof-K's pass, the other rows run the
+/// update as a pass of its own and then the named selector. Every stage is device-synchronized.
+fn ef_only(args: &Args) -> anyhow::Result<()> {
+    println!(
+        "# error-feedback overhead on {}, random f32 gradients, global top-{} % by |residual + grad|, median of {} steps after {}",
+        args.device,
+        args.density * 100.0,
+        args.steps,
+        args.warmup
+    );
+    println!("| impl | model | params N | k | residual update ms | select ms | update + select ms | sparse apply ms | EF overhead ms |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for model_name in &args.models {
+        let toml = format!(
+            "name = \"bench\"\n[model]\nname = \"{model_name}\"\ndevice = \"{}\"\n[data]\nsynthetic = true\nbatch = 1\ncontext = 8\n[sparsify]\ndensity = {}\n[train]\nlr = 1e-4\nweight_decay = 0.0",
+            args.device, args.density
+        );
+        let cfg = FinetuneConfig::from_toml(&toml).context("bench config")?;
+        let device = device_of(&cfg.model.device)?;
+        let model = build_model(&cfg, &device)?;
+        let (batches, _) = Batches::from_config(&cfg, model.config().vocab_size)?;
+        let trainer = Trainer::new(cfg.clone(), &model, batches)?;
+        drop(model);
+        let layout = trainer.layout().clone();
+        let grads: Vec<candle_core::Tensor> = layout
+            .spans()
+            .iter()
+            .map(|s| candle_core::Tensor::randn(0f32, 1f32, s.shape.clone(), &device))
+            .collect::<Result<_, _>>()?;
+        let n = layout.total();
+        let k = gradsparse::select::k_for(args.density, n);
+        for (label, fused, kind) in [
+            ("fused profk", true, Selector::Profk),
+            ("profk", false, Selector::Profk),
+            ("radix", false, Selector::Radix),
+            ("sort", false, Selector::Sort),
+        ] {
+            if !fused
+                && !args
+                    .selectors
+                    .iter()
+                    .any(|s| s == &format!("{kind:?}").to_lowercase())
+            {
+                continue;
+            }
+            let choice = SelectorChoice {
+                kind,
+                compare_with: None,
+            };
+            let mut ef = gradsparse::ErrorFeedback::new(layout.clone(), None, &device)?;
+            let mut opt = gradsparse::SparseAdamW::new(cfg.adamw(), n, &device)?;
+            let mut rows: Vec<[f64; 3]> = Vec::new();
+            let mut failure = None;
+            for i in 0..args.warmup + args.steps {
+                let mut step = || -> anyhow::Result<[f64; 3]> {
+                    device.synchronize()?;
+                    let t0 = std::time::Instant::now();
+                    let (update, sel) = if fused {
+                        let sel = ef.accumulate_select(
+                            &grads,
+                            args.density,
+                            gradsparse::Scope::Global,
+                            &choice,
+                            i as u64,
+                        )?;
+                        (0.0, sel)
+                    } else {
+                        ef.accumulate(&grads)?;
+                        device.synchronize()?;
+                        let update = t0.elapsed().as_secs_f64();
+                        let sel =
+                            ef.select(args.density, gradsparse::Scope::Global, &choice, i as u64)?;
+                        (update, sel)
+                    };
+                    device.synchronize()?;
+                    let t1 = std::time::Instant::now();
+                    opt.apply_selection(trainer.vars(), &mut ef, &sel, 1e-4)?;
+                    device.synchronize()?;
+                    let apply = t1.elapsed().as_secs_f64();
+                    Ok([update, (t1 - t0).as_secs_f64() - update, apply])
+                };
+                match step() {
+                    Ok(r) if i >= args.warmup => rows.push(r),
+                    Ok(_) => {}
+                    Err(e) => {
+                        failure = Some(format!("step {i}: {e}"));
+                        break;
+                    }
+                }
+            }
+            if let Some(why) = failure {
+                println!(
+                    "| gradsparse {label} | {model_name} | {n} | {k} | failed: {why} | | | | |"
+                );
+                continue;
+            }
+            let ms = |j: usize| median(rows.iter().map(|r| r[j] * 1e3).collect());
+            let (update, select, apply) = (ms(0), ms(1), ms(2));
+            let both = median(rows.iter().map(|r| (r[0] + r[1]) * 1e3).collect());
+            let total = median(rows.iter().map(|r| (r[0] + r[1] + r[2]) * 1e3).collect());
+            let update_cell = if fused {
+                "(fused)".to_string()
+            } else {
+                format!("{update:.2}")
+            };
+            let select_cell = if fused {
+                "(fused)".to_string()
+            } else {
+                format!("{select:.2}")
+            };
+            println!(
+                "| gradsparse {label} | {model_name} | {n} | {k} | {update_cell} | {select_cell} | {both:.2} | {apply:.2} | {total:.2} |"
+            );
+        }
+        #[cfg(feature = "cuda")]
+        if device.is_cuda() {
+            pass_only(args, &layout, &grads, &device, model_name)?;
+            sample_sweep(args, &layout, &grads, &device, model_name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where the fused call's time goes: the same call with every launch after the pass left out
+/// (sample + fused update-and-filter pass only; its selection is not meaningful, so nothing is applied).
+#[cfg(feature = "cuda")]
+fn pass_only(
+    args: &Args,
+    layout: &gradsparse::FlatLayout,
+    grads: &[candle_core::Tensor],
+    device: &candle_core::Device,
+    model_name: &str,
+) -> anyhow::Result<()> {
+    use profk::cuda::skip;
+    let choice = SelectorChoice {
+        kind: Selector::Profk,
+        compare_with: None,
+    };
+    let mut ef = gradsparse::ErrorFeedback::new(layout.clone(), None, device)?;
+    let mut times = Vec::new();
+    for i in 0..args.warmup + args.steps {
+        let mask = skip::REDRAW | skip::BUFFER | skip::FALLBACK | skip::OUTPUT;
+        let sel = skip::with(mask, || {
+            ef.accumulate_select(
+                grads,
+                args.density,
+                gradsparse::Scope::Global,
+                &choice,
+                i as u64,
+            )
+        })?;
+        if i >= args.warmup {
+            times.push(sel.time.as_secs_f64() * 1e3);
+        }
+    }
+    println!(
+        "| gradsparse fused profk, sample + pass only | {model_name} | {} | {} | (fused) | (fused) | {:.2} | - | - |",
+        layout.total(),
+        gradsparse::select::k_for(args.density, layout.total()),
+        median(times)
+    );
+    Ok(())
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
@@ -99,6 +271,9 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.check {
         check(&args.device)?;
+    }
+    if args.ef_only {
+        return ef_only(&args);
     }
     let precision = if args.tf32 { "tf32" } else { "fp32" };
     println!(
@@ -170,6 +345,58 @@ fn main() -> anyhow::Result<()> {
                 ms(&|r| r.overhead()),
             );
         }
+    }
+    Ok(())
+}
+
+/// The fused update + selection with larger samples than the default rule's: a tighter threshold keeps
+/// fewer candidates (less to write in the pass and to select after it) for more sampled reads.
+#[cfg(feature = "cuda")]
+fn sample_sweep(
+    args: &Args,
+    layout: &gradsparse::FlatLayout,
+    grads: &[candle_core::Tensor],
+    device: &candle_core::Device,
+    model_name: &str,
+) -> anyhow::Result<()> {
+    let n = layout.total();
+    let k = gradsparse::select::k_for(args.density, n);
+    let spans = profk::FlatSpans::new(layout.spans().iter().map(|s| s.len));
+    let residual = candle_core::Tensor::zeros(n, candle_core::DType::F32, device)?;
+    let opts = profk::TopKOptions {
+        order: profk::Order::Index,
+        by_magnitude: true,
+        ..Default::default()
+    };
+    for sample in [1u64 << 14, 1 << 16, 1 << 18, 1 << 20] {
+        if sample * 64 > n as u64 {
+            continue;
+        }
+        let plan: profk::Plan =
+            profk::params::exact(n as u64, k as u64, opts.eps, Some(sample))?.into();
+        let acc = profk::Accumulation {
+            residual: &residual,
+            grads,
+            velocity: None,
+            momentum: 0.0,
+        };
+        let (mut times, mut retained) = (Vec::new(), 0);
+        for i in 0..args.warmup + args.steps {
+            device.synchronize()?;
+            let t0 = std::time::Instant::now();
+            let top = profk::accumulate::topk_accumulate_with_plan(&spans, &acc, k, &opts, plan)?;
+            device.synchronize()?;
+            if i >= args.warmup {
+                times.push(t0.elapsed().as_secs_f64() * 1e3);
+                retained = top.stats.retained;
+            }
+        }
+        println!(
+            "| gradsparse fused profk, S = {sample}, t = {}, M = {}, R = {retained} | {model_name} | {n} | {k} | (fused) | (fused) | {:.2} | - | - |",
+            plan.t,
+            plan.capacity,
+            median(times)
+        );
     }
     Ok(())
 }

@@ -105,7 +105,54 @@ pub struct SampleArgs {
     pub list: RowList,
 }
 
+/// A work item of the accumulation pass: `len` coordinates of span `tensor` from flat offset `flat`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AccChunk {
+    pub flat: u64,
+    pub len: u32,
+    pub tensor: u32,
+}
+
+/// The accumulation `residual += g` (or the DGC velocity update) over the spans.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AccArgs {
+    pub residual: u64,
+    pub velocity: u64,
+    pub grads: u64,
+    pub starts: u64,
+    pub chunks: u64,
+    pub nchunks: u64,
+    pub n: u64,
+    pub spans: u32,
+    pub mu: f32,
+}
+
+/// The first Prof-K attempt fused with the accumulation.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AccFilterArgs {
+    pub acc: AccArgs,
+    pub sel: u64,
+    pub run: u64,
+    pub bkeys: u64,
+    pub bidx: u64,
+    pub global: u64,
+    pub cap: u64,
+    pub k: u64,
+    pub mag: i32,
+    pub ib: i32,
+    pub use_tmin: i32,
+    pub count_nan: i32,
+    pub last_attempt: i32,
+    pub approximate: i32,
+}
+
 // SAFETY: plain-old-data records with the C layout of their kernel-side twins.
+unsafe impl DeviceRepr for AccChunk {}
+unsafe impl DeviceRepr for AccArgs {}
+unsafe impl DeviceRepr for AccFilterArgs {}
 unsafe impl DeviceRepr for SelArgs {}
 unsafe impl DeviceRepr for FilterArgs {}
 unsafe impl DeviceRepr for SampleArgs {}
@@ -122,6 +169,9 @@ mod tests {
             std::mem::size_of::<FilterArgs>(),
             8 * 3 + 16 + 8 * 9 + 8 + 16
         );
+        assert_eq!(std::mem::size_of::<AccChunk>(), 16);
+        assert_eq!(std::mem::size_of::<AccArgs>(), 8 * 7 + 8);
+        assert_eq!(std::mem::size_of::<AccFilterArgs>(), 64 + 8 * 7 + 4 * 6);
         assert_eq!(
             std::mem::size_of::<SampleArgs>(),
             8 * 3 + 8 + 16 + 8 + 16 + 16

@@ -1,6 +1,6 @@
 //! Stage 3 (kernels/filter.cu): one pass per pending row, buffer fill, exact R and the device-side check.
 
-use super::abi::{FilterArgs, RowList};
+use super::abi::{AccArgs, AccFilterArgs, FilterArgs, RowList};
 use super::launch::{Arena, Dev};
 use super::module::Family;
 use super::{Input, Shape};
@@ -64,4 +64,35 @@ pub fn run(
         512,
         &args,
     )
+}
+
+/// The first attempt fused with the accumulation (one row: the flat residual): writes the updated
+/// residual and keeps the candidates, as [`run`] does on a dense input.
+pub fn run_accumulate(
+    arena: &Arena,
+    acc: &AccArgs,
+    input: &Input,
+    shape: &Shape,
+    k: u64,
+    buf: &Buffer,
+    p: &Pass,
+) -> Result<()> {
+    let args = AccFilterArgs {
+        acc: *acc,
+        sel: p.state_sel.ptr,
+        run: p.run.ptr,
+        bkeys: buf.keys.ptr,
+        bidx: buf.idx.ptr,
+        global: p.global.ptr,
+        cap: buf.cap,
+        k,
+        mag: input.mag as i32,
+        ib: shape.ib as i32,
+        use_tmin: p.use_tmin as i32,
+        count_nan: p.count_nan as i32,
+        last_attempt: p.last_attempt as i32,
+        approximate: p.approximate as i32,
+    };
+    let grid = acc.nchunks.clamp(1, 2 * arena.sms as u64);
+    arena.launch_struct(Family::Accumulate, "acc_filter", grid, 512, &args)
 }

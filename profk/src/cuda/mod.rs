@@ -8,6 +8,7 @@
 //! returns the outputs and a [`DeviceStatus`] without waiting; [`crate::topk`] reads the status once at
 //! the end to report NaN errors and fill [`SelectStats`].
 mod abi;
+pub(crate) mod accumulate;
 pub mod bench;
 mod filter;
 mod launch;
@@ -154,7 +155,7 @@ pub(crate) fn topk(
     opts: &TopKOptions,
     plan: Option<Plan>,
 ) -> Result<TopK> {
-    let d = topk_deferred_spec(x, sel, opts, plan)?;
+    let d = topk_deferred_spec(x, sel, opts, plan, None)?;
     let stats = d.status.read()?;
     Ok(TopK {
         values: d.values,
@@ -169,7 +170,7 @@ pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferre
     let spec = RowsSpec::new(x.dims(), k, opts.mode)?;
     let eps = row_budget(opts, spec.rows);
     let plan = crate::select::plan_for(spec.n, k, eps)?;
-    topk_deferred_spec(x, &spec, opts, plan)
+    topk_deferred_spec(x, &spec, opts, plan, None)
 }
 
 /// The failure budget of one row: row-wise mode splits ε over the rows.
@@ -180,7 +181,7 @@ fn row_budget(opts: &TopKOptions, rows: usize) -> f64 {
     }
 }
 
-fn suffix(dtype: DType) -> Result<(&'static str, u32)> {
+pub(crate) fn suffix(dtype: DType) -> Result<(&'static str, u32)> {
     match dtype {
         DType::F32 => Ok(("f32", 32)),
         DType::F16 => Ok(("f16", 16)),
@@ -193,11 +194,14 @@ fn index_bits(n: u64) -> u32 {
     64 - n.saturating_sub(1).leading_zeros()
 }
 
+/// The call on `x`; with `acc`, `x` is the flat residual and the accumulation is applied first: fused
+/// into Prof-K's first attempt when it samples, else as a pass of its own.
 fn topk_deferred_spec(
     x: &Tensor,
     spec: &RowsSpec,
     opts: &TopKOptions,
     plan: Option<Plan>,
+    acc: Option<&abi::AccArgs>,
 ) -> Result<Deferred> {
     let started = Instant::now();
     let Device::Cuda(dev) = x.device() else {
@@ -248,6 +252,10 @@ fn topk_deferred_spec(
         None
     };
 
+    let fused = acc.filter(|_| k > 0 && shape.rows > 0 && plan.is_some());
+    if let (Some(a), None) = (acc, fused) {
+        accumulate::add_launch(&arena, a)?;
+    }
     let (values, indices) = if k == 0 || shape.rows == 0 {
         let out: &[usize] = &spec.out_shape;
         (
@@ -261,7 +269,7 @@ fn topk_deferred_spec(
                 sort_baseline(&mut arena, &input, &shape, k)?
             }
             (Selector::Profk, Some(p)) => {
-                profk(&mut arena, &input, &shape, k, opts, p, &run, &global)?
+                profk(&mut arena, &input, &shape, k, opts, p, &run, &global, fused)?
             }
             _ => {
                 nan_scan(&arena, &input, &shape, opts, &global)?;
@@ -329,7 +337,8 @@ fn nan_scan(
 }
 
 /// Prof-K: attempts with the device-side check, the buffer top-k, the fallback; returns k row-local
-/// indices per row (any order).
+/// indices per row (any order). With `acc`, the first attempt samples the accumulation and its pass
+/// writes it into the input (the residual); later attempts read the updated input.
 #[allow(clippy::too_many_arguments)]
 fn profk(
     arena: &mut Arena,
@@ -340,6 +349,7 @@ fn profk(
     plan: Plan,
     run: &Dev<u8>,
     global: &Dev<u8>,
+    acc: Option<&abi::AccArgs>,
 ) -> Result<Dev<u64>> {
     let rows = shape.rows as usize;
     let (s, cap) = (plan.sample, plan.capacity);
@@ -384,13 +394,14 @@ fn profk(
     };
     for attempt in 1..=attempts {
         let pending = if attempt == 1 { all } else { list(ROW_PENDING) };
+        let acc = acc.filter(|_| attempt == 1);
         if fused_sample {
             sample::draw_and_select(
-                arena_ro, input, shape, s, plan.t, opts.seed, attempt, pending, &state.sel,
+                arena_ro, input, shape, s, plan.t, opts.seed, attempt, pending, &state.sel, acc,
             )?;
         } else {
             sample::draw(
-                arena_ro, input, shape, s, opts.seed, attempt, pending, &skeys, &sidx,
+                arena_ro, input, shape, s, opts.seed, attempt, pending, &skeys, &sidx, acc,
             )?;
             let sel = Selection {
                 arena: arena_ro,
@@ -404,23 +415,20 @@ fn profk(
                 sel.finalize_min(&sample_src)?;
             }
         }
-        filter::run(
-            arena_ro,
-            input,
-            shape,
-            k,
-            &buf,
-            &filter::Pass {
-                state_sel: &state.sel,
-                use_tmin: narrow,
-                run,
-                global,
-                count_nan: attempt == 1 && opts.nan == NanPolicy::Error,
-                last_attempt: attempt == attempts,
-                approximate: opts.approximate,
-                rows: pending,
-            },
-        )?;
+        let pass = filter::Pass {
+            state_sel: &state.sel,
+            use_tmin: narrow,
+            run,
+            global,
+            count_nan: attempt == 1 && opts.nan == NanPolicy::Error,
+            last_attempt: attempt == attempts,
+            approximate: opts.approximate,
+            rows: pending,
+        };
+        match acc {
+            Some(a) => filter::run_accumulate(arena_ro, a, input, shape, k, &buf, &pass)?,
+            None => filter::run(arena_ro, input, shape, k, &buf, &pass)?,
+        }
         Selection::classify(arena_ro, run, shape.rows, &lists.0, &lists.1)?;
     }
     let ok = Selection {

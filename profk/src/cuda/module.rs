@@ -13,6 +13,7 @@ pub enum Family {
     Filter,
     Select,
     Baselines,
+    Accumulate,
 }
 
 impl Family {
@@ -22,6 +23,7 @@ impl Family {
             Family::Filter => include_bytes!(concat!(env!("OUT_DIR"), "/filter.fatbin")),
             Family::Select => include_bytes!(concat!(env!("OUT_DIR"), "/select.fatbin")),
             Family::Baselines => include_bytes!(concat!(env!("OUT_DIR"), "/baselines.fatbin")),
+            Family::Accumulate => include_bytes!(concat!(env!("OUT_DIR"), "/accumulate.fatbin")),
         }
     }
 }

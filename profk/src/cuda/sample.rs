@@ -1,6 +1,6 @@
 //! Stage 1 (kernels/sample.cu): S distinct indices per pending row by a keyed bijection, gathered.
 
-use super::abi::{RowList, SampleArgs};
+use super::abi::{AccArgs, RowList, SampleArgs};
 use super::launch::{drv, Arena, Dev};
 use super::module::Family;
 use super::{Input, Shape};
@@ -56,7 +56,8 @@ fn args(
 }
 
 /// Stages 1 and 2 in one launch (S <= FUSED_MAX_SAMPLE, composites of at most 64 bits): the t-th
-/// largest sampled composite of every pending row goes to its `RowSel.tmin`.
+/// largest sampled composite of every pending row goes to its `RowSel.tmin`. With `acc`, the sampled
+/// values are those of the accumulation, computed on the fly (one row: the flat residual).
 #[allow(clippy::too_many_arguments)]
 pub fn draw_and_select(
     arena: &Arena,
@@ -68,13 +69,17 @@ pub fn draw_and_select(
     attempt: u32,
     rows: RowList,
     sel: &Dev<u8>,
+    acc: Option<&AccArgs>,
 ) -> Result<()> {
     let a = args(input, shape, s, seed, attempt, rows, 0, 0);
     let (threads, variant) = block_variant(s);
-    let f = arena.func(
-        Family::Sample,
-        &format!("sample_select{variant}_{}", input.suffix),
-    )?;
+    let f = match acc {
+        Some(_) => arena.func(Family::Accumulate, &format!("acc_sample_select{variant}"))?,
+        None => arena.func(
+            Family::Sample,
+            &format!("sample_select{variant}_{}", input.suffix),
+        )?,
+    };
     let (selp, t32, ib, tb) = (
         sel.ptr,
         t as u32,
@@ -83,8 +88,11 @@ pub fn draw_and_select(
     );
     let mut b = arena.stream.launch_builder(&f);
     b.arg(&a).arg(&selp).arg(&t32).arg(&ib).arg(&tb);
+    if let Some(acc) = acc {
+        b.arg(acc);
+    }
     let grid = shape.rows.clamp(1, (2048 / threads * 2 * arena.sms) as u64) as u32;
-    // SAFETY: (SampleArgs, RowSel*, u32, int, int) is the kernel's signature.
+    // SAFETY: (SampleArgs, RowSel*, u32, int, int[, AccArgs]) is the kernel's signature.
     unsafe {
         b.launch(LaunchConfig {
             grid_dim: (grid, 1, 1),
@@ -96,6 +104,7 @@ pub fn draw_and_select(
     Ok(())
 }
 
+/// Stage 1 alone: the sampled keys and indices of every pending row (of the accumulation with `acc`).
 #[allow(clippy::too_many_arguments)]
 pub fn draw(
     arena: &Arena,
@@ -107,9 +116,25 @@ pub fn draw(
     rows: RowList,
     keys: &Dev<u32>,
     idx: &Dev<u64>,
+    acc: Option<&AccArgs>,
 ) -> Result<()> {
     let args = args(input, shape, s, seed, attempt, rows, keys.ptr, idx.ptr);
     let grid = arena.grid_for(shape.rows * s, 256, 16);
+    if let Some(acc) = acc {
+        let f = arena.func(Family::Accumulate, "acc_sample")?;
+        let mut b = arena.stream.launch_builder(&f);
+        b.arg(&args).arg(acc);
+        // SAFETY: (SampleArgs, AccArgs) is acc_sample's signature.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: (grid as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(drv)?;
+        return Ok(());
+    }
     arena.launch_struct(
         Family::Sample,
         &format!("sample_{}", input.suffix),

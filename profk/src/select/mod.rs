@@ -198,6 +198,17 @@ pub fn topk_with_plan(x: &Tensor, k: usize, opts: &TopKOptions, plan: Plan) -> R
     dispatch(x, &sel, opts, (k > 0).then_some(plan))
 }
 
+/// [`topk`] with the plan already chosen (`None`: exact selection without sampling).
+pub(crate) fn topk_on_plan(
+    x: &Tensor,
+    k: usize,
+    opts: &TopKOptions,
+    plan: Option<Plan>,
+) -> Result<TopK> {
+    let sel = validate(x, k, opts)?;
+    dispatch(x, &sel, opts, plan)
+}
+
 /// The failure budget of one row: row-wise mode splits ε over the rows.
 fn row_budget(opts: &TopKOptions, rows: usize) -> f64 {
     match opts.mode {

@@ -1,0 +1,116 @@
+// The filter's compaction and count check, shared by the plain filter (filter.cu) and the fused
+// accumulate-and-filter pass (accumulate.cu). An argument record `A` provides run, cap, bkeys, bidx, k,
+// approximate and last_attempt.
+#pragma once
+#include "common.cuh"
+
+#define FT 512
+#define UNROLL 4
+#define SCAP 2048
+
+// Kept elements of one block and chunk, flushed to the row's buffer with one global atomic.
+// Warps reserve ranges with a shared-memory atomic; a warp whose range would pass SCAP writes
+// directly (its own global atomic) and records where the valid staged prefix ends.
+struct Stage {
+  u32 keys[SCAP];
+  u64 idx[SCAP];
+  u32 count, valid;
+  u64 base;
+};
+
+template <typename A>
+__device__ void flush(Stage& st, const A& a, u64 r) {
+  __syncthreads();
+  u32 n = min(st.count, st.valid);
+  if (n) {
+    if (threadIdx.x == 0) st.base = atomicAdd(&a.run[r].counter, (u64)n);
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < n; i += blockDim.x) {
+      u64 pos = st.base + i;
+      if (pos < a.cap) {
+        a.bkeys[r * a.cap + pos] = st.keys[i];
+        a.bidx[r * a.cap + pos] = st.idx[i];
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    st.count = 0;
+    st.valid = SCAP;
+  }
+  __syncthreads();
+}
+
+// Warp-aggregated compaction of one tile: an inclusive scan of the per-thread counts over the warp
+// gives every kept element its slot in one reserved range. Bit e of `keep` marks lane e of the
+// thread; index(e) gives its row-local index and key(j) its key (reloaded: the line is still cached).
+template <typename A, typename KeyAt, typename IdxAt>
+__device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 keep, KeyAt key, IdxAt index) {
+  const unsigned FULL = 0xffffffffu, lane = threadIdx.x & 31;
+  u32 cnt = __popc(keep);
+  if (!__any_sync(FULL, cnt)) return;
+  u32 incl = cnt;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    u32 y = __shfl_up_sync(FULL, incl, o);
+    if ((int)lane >= o) incl += y;
+  }
+  u32 total = __shfl_sync(FULL, incl, 31);
+  u32 base = 0;
+  if (lane == 31) base = atomicAdd(&st.count, total);
+  base = __shfl_sync(FULL, base, 31);
+  const bool direct = base + total > SCAP;
+  u64 gbase = 0;
+  if (direct) {
+    if (lane == 31) {
+      atomicMin(&st.valid, base);
+      gbase = atomicAdd(&a.run[r].counter, (u64)total);
+    }
+    gbase = __shfl_sync(FULL, gbase, 31);
+  }
+  u32 o = incl - cnt;
+  // Kept elements are rare: walk the set bits (runtime lane numbers, no register arrays indexed).
+  while (keep) {
+    const int e = __ffs(keep) - 1;
+    keep &= keep - 1;
+    {
+      u64 j = index(e);
+      u32 k = key(j);
+      if (direct) {
+        u64 pos = gbase + o;
+        if (pos < a.cap) {
+          a.bkeys[r * a.cap + pos] = k;
+          a.bidx[r * a.cap + pos] = j;
+        }
+      } else {
+        st.keys[base + o] = k;
+        st.idx[base + o] = j;
+      }
+      ++o;
+    }
+  }
+}
+
+// The count check k <= R <= M of row r, by the last of `arrivals` work items to reach it: records R and
+// the outcome (ok, redraw, or fallback after the last attempt) for the launches that follow.
+template <typename A>
+__device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals) {
+  if (block_any_last(&a.run[r].arrivals, arrivals) && threadIdx.x == 0) {
+    __threadfence();
+    RowRun& rr = a.run[r];
+    u64 R = ld_l2(&rr.counter);
+    bool recall = R < a.k, over = R > a.cap;
+    rr.retained = R;
+    rr.attempts += 1;
+    rr.recall_fail += recall;
+    rr.overflow += over;
+    bool ok = a.approximate ? !recall : (!recall && !over);
+    if (ok) {
+      rr.status = ROW_OK;
+    } else {
+      rr.counter = 0;
+      rr.status = a.last_attempt ? ROW_FALLBACK : ROW_PENDING;
+    }
+    rr.arrivals = 0;
+  }
+}
