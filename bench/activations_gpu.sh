@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Extraction tokens/s on the GPU for a GPT-2-XL-shaped random model, beside HF transformers,
 # plus the crate's tests on CUDA and per-op timings. Runs on the GPU machine with stripped CUDA
-# builds at .devbin/act/{extract,forward_bench,gpt2,shards}.xz:
-#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bin extract --example forward_bench
-#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh test --release -p activations --features cuda --no-run
-#   (strip each into .devbin/act/ and xz it), then on the GPU machine: bash bench/activations_gpu.sh
+# builds at .devbin/act/{extract,forward_bench,gpt2,shards,ops}.xz:
+#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bins --tests --examples
+#   bash bench/activations_pack.sh
+# then on the GPU machine: bash bench/activations_gpu.sh
 # Shards go to RAM (${SCRATCH:-/dev/shm/act-bench}) unless a run names a disk directory.
 set -uo pipefail
 B=/tmp/actbin; mkdir -p "$B"

@@ -2,6 +2,12 @@
 //! GELU or residual epilogues) against float64 references, on the CPU and, in a CUDA build with a
 //! GPU, on the GPU: one test body for both. Shapes include batch 1, T = 1 and T not a multiple of
 //! the kernels' 64-row tiles.
+//!
+//! `tests/fixtures/gpt2-ref-hd64` is the float64 reference of tools/gpt2_reference.py for a model
+//! with head size 64 (so CUDA takes the fused path), written with
+//! `python3 -c "import sys; sys.path.insert(0, 'tools'); import gpt2_reference as g;
+//! g.CFG.update(n_embd=64, n_head=1, n_positions=72, vocab_size=96); g.SEQ = 70;
+//! g.main('activations/tests/fixtures/gpt2-ref-hd64')"`.
 use activations::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
 use activations::{Gpt2, Gpt2Config, HookPoint};
 use candle_core::{DType, Device, Tensor, D};
@@ -248,6 +254,52 @@ fn layer_norm_matches_float64_reference() {
             1e-5
         )
         .is_err());
+    }
+}
+
+/// Largest |a - b| / (1 + |b|).
+fn max_rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims());
+    let a = a
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    let b = b.to_dtype(DType::F64).unwrap();
+    let den = (b.abs().unwrap() + 1.0).unwrap();
+    let err = ((a - &b).unwrap().abs().unwrap() / den).unwrap();
+    err.flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap()
+}
+
+#[test]
+fn fused_forward_matches_float64_reference() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt2-ref-hd64");
+    let r =
+        candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu).unwrap();
+    let hooks = [
+        (HookPoint::ResidPre(0), "resid_pre.0"),
+        (HookPoint::ResidPost(0), "resid_post.0"),
+        (HookPoint::ResidPost(1), "resid_post.1"),
+        (HookPoint::LnFinal, "ln_final"),
+    ];
+    for device in devices() {
+        let model = Gpt2::load(dir.to_str().unwrap(), DType::F32, &device).unwrap();
+        assert_eq!(model.uses_fused_kernels(), device.is_cuda());
+        let tokens = r["tokens"].to_device(&device).unwrap();
+        let points: Vec<HookPoint> = hooks.iter().map(|(h, _)| *h).collect();
+        let acts = model.forward_hooks(&tokens, &points).unwrap();
+        for ((h, key), a) in hooks.iter().zip(&acts) {
+            let err = max_rel_err(a, &r[*key]);
+            assert!(err < 1e-5, "{device:?} {h}: error {err}");
+        }
+        let logits = model.forward_logits(&tokens).unwrap();
+        let err = max_rel_err(&logits, &r["logits"]);
+        assert!(err < 1e-5, "{device:?} logits: error {err}");
     }
 }
 
