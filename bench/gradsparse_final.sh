@@ -4,8 +4,8 @@
 # then the GPT-2 XL error-feedback overhead (residual update, selection, sparse AdamW apply) per
 # selector on random gradients, beside PyTorch (residual add + abs, torch.topk, sparse apply) in the
 # same call. Runs from the repository root on the GPU machine with the stripped, xz'd CUDA builds
-# .devbin/ef/{accumulate,gradsparse_lib,finetune-bench}.xz (build commands: docs/perf/gradsparse.md,
-# "Reproduce"). Logs go to $OUT/gradsparse/.
+# .devbin/ef/{accumulate,gradsparse_lib,finetune-bench}.xz, made by `bash bench/gradsparse_pack.sh`.
+# Logs go to $OUT/gradsparse/.
 #   bash bench/gradsparse_final.sh            # tests, XL overhead and whole XL steps, each beside PyTorch
 #   FULL=0 bash bench/gradsparse_final.sh     # without the whole steps (forward + backward)
 set -uo pipefail
