@@ -4,9 +4,11 @@ dense B x n matrix, nn.Linear-style decoder, aux-k loss on dead latents, decoder
 grad-norm clipping, Adam, decoder renormalized, threshold EMA.
 
     python bench/peers/dictionary_learning_step.py --shapes 65536x4096,131072x8192 --d 1600 --k 32 \
-        --precisions f32,tf32,bf16 [--aux]
+        --precisions f32,tf32,bf16 [--dead 0,0.05,1]
 
-Prints a table: n, B, precision, aux, median step ms, topk ms, peak memory (GiB).
+`--dead` holds a fixed random fraction of the latents dead in every step (0: aux-k off; 1: every latent, the
+worst case; `--aux` is `--dead 0,1`). Prints a table: n, B, precision, aux dead, median step ms, topk ms, peak
+memory (GiB).
 """
 import argparse
 import time
@@ -84,25 +86,34 @@ def main():
     p.add_argument("--precisions", default="f32,tf32,bf16")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--aux", action="store_true", help="also time with every latent dead (aux-k active)")
+    p.add_argument("--dead", default="0", help="fractions of the latents held dead, comma-separated")
+    p.add_argument("--aux", action="store_true", help="shorthand for --dead 0,1")
     a = p.parse_args()
+    fractions = [0.0, 1.0] if a.aux else [float(f) for f in a.dead.split(",")]
     dev = "cuda"
-    print("| n | B | precision | aux | step ms | topk ms | peak GiB |")
+    print("| n | B | precision | aux dead | step ms | topk ms | peak GiB |")
     print("|---|---|---|---|---|---|---|")
     for shape in a.shapes.split(","):
         n, b = (int(v) for v in shape.split("x"))
         x = torch.randn(b, a.d, device=dev)
         for prec in a.precisions.split(","):
             torch.backends.cuda.matmul.allow_tf32 = prec == "tf32"
-            for aux in ([False, True] if a.aux else [False]):
+            for frac in fractions:
                 torch.manual_seed(0)
                 ae = BatchTopKSAE(a.d, n, a.k).to(dev)
                 opt = torch.optim.Adam(ae.parameters(), lr=2e-4 / (n / 2**14) ** 0.5)
-                since = torch.zeros(n, device=dev)
-                dead_tokens = 0 if aux else 10**12
+                # A fixed random set of dead latents: their counters sit above the dead threshold and are
+                # restored before every step (latents that fire would otherwise revive).
+                gen = torch.Generator().manual_seed(5)
+                dead_set = torch.ones(n, dtype=torch.bool) if frac >= 1 else torch.rand(n, generator=gen) < frac
+                dead_tokens = 10**9
+                pattern = torch.where(dead_set, 2.0 * dead_tokens, 0.0).to(dev)
+                since = pattern.clone()
+                label = f"{100 * frac:.0f} %" if dead_set.any() else "off"
                 torch.cuda.reset_peak_memory_stats()
                 times, topk = [], []
                 for i in range(a.warmup + a.steps):
+                    since.copy_(pattern)
                     torch.cuda.synchronize()
                     t0 = time.perf_counter()
                     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=prec == "bf16"):
@@ -114,7 +125,7 @@ def main():
                 times.sort()
                 topk.sort()
                 peak = torch.cuda.max_memory_allocated() / 2**30
-                print(f"| {n} | {b} | {prec} | {'on' if aux else 'off'} | {times[len(times)//2]:.2f} | "
+                print(f"| {n} | {b} | {prec} | {label} | {times[len(times)//2]:.2f} | "
                       f"{topk[len(topk)//2]:.2f} | {peak:.2f} |", flush=True)
                 del ae, opt
 

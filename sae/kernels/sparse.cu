@@ -131,3 +131,47 @@ extern "C" __global__ void sae_mask_live_f32(float* scores, const uint8_t* dead,
 extern "C" __global__ void sae_mask_live_bf16(__nv_bfloat16* scores, const uint8_t* dead, int64_t rows, int64_t n) {
   mask_live(scores, dead, rows, n);
 }
+
+// Aux-k over the dead columns only. out [rows, cols] is zeroed by the caller; the selected flat indices
+// (row * cols + col, each at most once) take their score: the aux activation matrix. No two threads write
+// the same element.
+template <typename T>
+__device__ void scatter_pairs(const T* src, const int64_t* idx, T* out, int64_t pairs) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s < pairs; s += stride) out[idx[s]] = src[idx[s]];
+}
+extern "C" __global__ void sae_scatter_pairs_f32(const float* src, const int64_t* idx, float* out, int64_t pairs) {
+  scatter_pairs(src, idx, out, pairs);
+}
+extern "C" __global__ void sae_scatter_pairs_bf16(const __nv_bfloat16* src, const int64_t* idx, __nv_bfloat16* out,
+                                                  int64_t pairs) {
+  scatter_pairs(src, idx, out, pairs);
+}
+
+// In place: g[i] = 0 wherever a[i] <= 0 (the ReLU and the selection of the aux activations at once).
+template <typename T>
+__device__ void mask_nonpositive(T* g, const T* a, int64_t len) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) {
+    if (!(load(a, i) > 0.f)) store(g, i, 0.f);
+  }
+}
+extern "C" __global__ void sae_mask_nonpositive_f32(float* g, const float* a, int64_t len) {
+  mask_nonpositive(g, a, len);
+}
+extern "C" __global__ void sae_mask_nonpositive_bf16(__nv_bfloat16* g, const __nv_bfloat16* a, int64_t len) {
+  mask_nonpositive(g, a, len);
+}
+
+// In place: acc[rows[i]] += src[i] for i < count (rows null: row i), rows of d floats. The row indices are
+// distinct, so no two threads touch the same element.
+extern "C" __global__ void sae_rows_add(float* acc, const uint32_t* rows, const float* src, int64_t count,
+                                        int64_t d) {
+  const int64_t len = count * d;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) {
+    const int64_t r = i / d, c = i - r * d;
+    const int64_t dst = rows != nullptr ? (int64_t)rows[r] : r;
+    acc[dst * d + c] += src[i];
+  }
+}

@@ -1,6 +1,8 @@
 //! Aux-k loss (Gao et al. 2024): the `k_aux` largest pre-activations of each token among the dead latents
 //! reconstruct the residual error `e = x − recon` (detached); the loss is normalized by the variance of `e`.
 //! It gives dead latents a gradient toward the directions the live ones miss.
+use crate::aux_dense::{dead_columns_decode, flops_per_byte, prefer_dense};
+use crate::config::AuxDecode;
 use crate::model::{Encoded, Sae};
 use crate::select::select_rows;
 use crate::sparse::{dense_decode, fired_latents};
@@ -40,7 +42,9 @@ impl DeadTracker {
 }
 
 /// The normalized aux-k loss, or None when no latent is dead. `scores` are the selection scores of
-/// `enc` (ReLU pre-activations [B, n]); on CUDA they are overwritten.
+/// `enc` (ReLU pre-activations [B, n]); on CUDA the sparse form overwrites them. `decode` picks the
+/// sparse form (the selected pairs) or the dense one over the dead columns (`aux_dense`, training only:
+/// it needs the weight sinks); `Auto` takes the cheaper by [`prefer_dense`].
 #[allow(clippy::too_many_arguments)] // the step's tensors and the selector, each used once
 pub fn aux_loss(
     sae: &Sae,
@@ -50,26 +54,14 @@ pub fn aux_loss(
     recon: &Tensor,
     dead: (&Tensor, usize),
     k_aux: usize,
+    decode: AuxDecode,
     (selector, seed): (profk::Selector, u64),
 ) -> Result<Option<Tensor>> {
-    let (mask, n_dead) = dead;
+    let n_dead = dead.1;
     if n_dead == 0 || k_aux == 0 {
         return Ok(None);
     }
-    // Only the dead latents compete: the live columns score −1, below every dead one (scores ≥ 0), and
-    // each row keeps at most n_dead, so every pick is a dead latent.
-    let keep = k_aux.min(n_dead);
-    let scores = mask_live(scores, mask)?;
-    let flat = select_rows(&scores, keep, selector, seed)?;
-    drop(scores);
-    let vals = sae.values_at(&enc.xc, &flat)?;
-    let aux_recon = if sae.sparse {
-        sae.decode_pairs(&vals, &flat, enc.batch)?
-    } else {
-        dense_decode(&vals, &flat, sae.w_dec.as_tensor(), enc.batch)?
-    };
     let residual = (x - recon)?.detach();
-    let l2 = (&residual - aux_recon)?.sqr()?.sum(1)?.mean(0)?;
     let spread = residual
         .broadcast_sub(&residual.mean_keepdim(0)?)?
         .sqr()?
@@ -79,7 +71,45 @@ pub fn aux_loss(
     if denom.is_nan() || denom <= 0.0 {
         return Ok(None);
     }
+    let keep = k_aux.min(n_dead);
+    let d = sae.shape.d_in();
+    let dense = match (&sae.sinks, decode) {
+        (None, _) | (_, AuxDecode::Sparse) => None,
+        (Some(s), AuxDecode::Dense) => Some(s),
+        (Some(s), AuxDecode::Auto) => {
+            prefer_dense(enc.batch, keep, n_dead, d, flops_per_byte(sae)).then_some(s)
+        }
+    };
+    let aux_recon = match dense {
+        Some(sinks) => {
+            dead_columns_decode(sae, sinks, &enc.xc, &scores, dead, keep, (selector, seed))?
+        }
+        None => pairs_decode(sae, enc, scores, dead, keep, (selector, seed))?,
+    };
+    let l2 = (&residual - aux_recon)?.sqr()?.sum(1)?.mean(0)?;
     Ok(Some((l2 / denom)?))
+}
+
+/// The aux reconstruction through the B·keep selected pairs.
+fn pairs_decode(
+    sae: &Sae,
+    enc: &Encoded,
+    scores: Tensor,
+    (mask, _): (&Tensor, usize),
+    keep: usize,
+    (selector, seed): (profk::Selector, u64),
+) -> Result<Tensor> {
+    // Only the dead latents compete: the live columns score −1, below every dead one (scores ≥ 0), and
+    // each row keeps at most the dead count, so every pick is a dead latent.
+    let scores = mask_live(scores, mask)?;
+    let flat = select_rows(&scores, keep, selector, seed)?;
+    drop(scores);
+    let vals = sae.values_at(&enc.xc, &flat)?;
+    if sae.sparse {
+        sae.decode_pairs(&vals, &flat, enc.batch)
+    } else {
+        dense_decode(&vals, &flat, sae.w_dec.as_tensor(), enc.batch)
+    }
 }
 
 /// `scores` with the columns of live latents (mask 0) set to −1.

@@ -164,6 +164,33 @@ pub struct AuxConfig {
     /// A latent that has not fired for this many tokens is dead.
     #[serde(default = "default_dead_tokens")]
     pub dead_tokens: u64,
+    /// How the aux-k loss is computed over the dead latents.
+    #[serde(default, deserialize_with = "aux_decode")]
+    pub decode: AuxDecode,
+}
+
+/// The two forms of the aux-k loss; both compute the same function.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AuxDecode {
+    /// Per step, the cheaper of the two by a cost estimate (bytes of the pair passes against the flops of
+    /// the matmuls over the dead columns).
+    #[default]
+    Auto,
+    /// Through the B·k_aux selected (index, value) pairs, one W row read per pair and pass.
+    Sparse,
+    /// Matmuls over the dead columns only: cost ∝ B·|dead|·d, whatever k_aux.
+    Dense,
+}
+
+/// `sae.aux.decode`, with an error that names the key.
+fn aux_decode<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<AuxDecode, D::Error> {
+    let text = String::deserialize(d)?;
+    serde_json::from_value(serde_json::Value::String(text.clone())).map_err(|_| {
+        serde::de::Error::custom(format!(
+            "sae.aux.decode: \"{text}\" is not one of \"auto\", \"sparse\", \"dense\""
+        ))
+    })
 }
 
 fn default_aux_coef() -> f64 {
@@ -179,6 +206,7 @@ impl Default for AuxConfig {
             k_aux: 0,
             coefficient: default_aux_coef(),
             dead_tokens: default_dead_tokens(),
+            decode: AuxDecode::Auto,
         }
     }
 }

@@ -115,6 +115,7 @@ pub(crate) fn tensor_ptr(t: &Tensor) -> Result<(u64, CudaDevice)> {
         S::BF16(s) => (s.device_ptr(&stream).0, 2),
         S::I64(s) => (s.device_ptr(&stream).0, 8),
         S::U8(s) => (s.device_ptr(&stream).0, 1),
+        S::U32(s) => (s.device_ptr(&stream).0, 4),
         _ => bail!("unexpected dtype {:?}", t.dtype()),
     };
     Ok((base + (start * elem) as u64, cs.device.clone()))
@@ -302,6 +303,54 @@ pub fn mask_live_inplace(scores: &Tensor, dead: &Tensor) -> Result<()> {
     let (m, _) = tensor_ptr(dead)?;
     let (rows_i, n_i) = (rows as i64, n as i64);
     launch!(dev, Family::Sparse, &name, (n.div_ceil(256), rows.clamp(1, 65535)), 256; p, m, rows_i, n_i);
+    Ok(())
+}
+
+/// `out [rows, cols]` (zeroed, the dtype of `src`) takes `src`'s elements at the flat indices `idx`.
+pub fn scatter_pairs(src: &Tensor, idx: &Tensor, out: &Tensor) -> Result<()> {
+    let pairs = idx.elem_count();
+    if pairs == 0 {
+        return Ok(());
+    }
+    let name = format!("sae_scatter_pairs_{}", suffix(src)?);
+    let (s, dev) = tensor_ptr(src)?;
+    let (i, _) = tensor_ptr(idx)?;
+    let (o, _) = tensor_ptr(out)?;
+    let pairs_i = pairs as i64;
+    launch!(dev, Family::Sparse, &name, (pairs.div_ceil(256).clamp(1, MAX_GRID), 1), 256; s, i, o, pairs_i);
+    Ok(())
+}
+
+/// In place: `g` is zeroed wherever `a` (same shape and dtype) is not positive.
+pub fn mask_nonpositive_inplace(g: &Tensor, a: &Tensor) -> Result<()> {
+    let len = g.elem_count();
+    if len == 0 {
+        return Ok(());
+    }
+    let name = format!("sae_mask_nonpositive_{}", suffix(g)?);
+    let (gp, dev) = tensor_ptr(g)?;
+    let (ap, _) = tensor_ptr(a)?;
+    let len_i = len as i64;
+    launch!(dev, Family::Sparse, &name, (len.div_ceil(256).clamp(1, MAX_GRID), 1), 256; gp, ap, len_i);
+    Ok(())
+}
+
+/// In place: row `rows[i]` of `acc [n, d]` (row i without `rows`) += row i of `src [count, d]`; the rows
+/// are distinct.
+pub fn rows_add_inplace(acc: &Tensor, rows: Option<&Tensor>, src: &Tensor) -> Result<()> {
+    let (count, d) = src.dims2()?;
+    if count * d == 0 {
+        return Ok(());
+    }
+    let (a, dev) = tensor_ptr(acc)?;
+    let r = match rows {
+        Some(r) => tensor_ptr(r)?.0,
+        None => 0u64,
+    };
+    let (s, _) = tensor_ptr(src)?;
+    let (count_i, d_i) = (count as i64, d as i64);
+    launch!(dev, Family::Sparse, "sae_rows_add", ((count * d).div_ceil(256).clamp(1, MAX_GRID), 1), 256;
+        a, r, s, count_i, d_i);
     Ok(())
 }
 

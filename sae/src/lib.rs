@@ -5,6 +5,7 @@
 
 pub mod arch;
 pub mod aux;
+pub mod aux_dense;
 pub mod checkpoint;
 pub mod config;
 #[cfg(feature = "cuda")]

@@ -109,6 +109,39 @@ impl GradSink {
     }
 }
 
+impl GradSink {
+    /// Adds `src [count, d]` to the rows `rows` (u32, distinct; rows 0..count when None) of the gradient
+    /// [n, d].
+    pub(crate) fn add_rows(
+        &self,
+        rows: Option<&Tensor>,
+        src: &Tensor,
+        n: usize,
+    ) -> candle_core::Result<()> {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let src = src.detach().to_dtype(DType::F32)?.contiguous()?;
+        let acc = match (slot.take(), rows) {
+            (Some(acc), _) => acc,
+            (None, None) if src.dim(0)? == n => {
+                *slot = Some(src);
+                return Ok(());
+            }
+            (None, _) => Tensor::zeros((n, src.dim(1)?), DType::F32, src.device())?,
+        };
+        #[cfg(feature = "cuda")]
+        if acc.device().is_cuda() {
+            crate::cuda::rows_add_inplace(&acc, rows, &src)?;
+            *slot = Some(acc);
+            return Ok(());
+        }
+        *slot = Some(match rows {
+            Some(rows) => acc.index_add(rows, &src, 0)?,
+            None => (acc + src)?,
+        });
+        Ok(())
+    }
+}
+
 /// The device-agnostic formulation through candle ops (materializes an S×d temporary).
 pub fn gather_decode(vals: &Tensor, idx: &Tensor, w: &Tensor, batch: usize) -> Result<Tensor> {
     let (n, d) = w.dims2()?;

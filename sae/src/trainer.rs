@@ -154,6 +154,7 @@ impl Trainer {
             &fwd.recon,
             (&dead_mask, n_dead),
             self.k_aux(),
+            self.cfg.sae.aux.decode,
             (selector, seed),
         )?;
         let loss = match &aux {

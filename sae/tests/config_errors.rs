@@ -19,6 +19,12 @@ fn valid_configs_parse() {
     ))
     .unwrap();
     Config::from_toml(&synthetic_config("crosscoder", "", 3)).unwrap();
+    let dense = synthetic_config("batchtopk", "", 1)
+        .replace("dead_tokens = 512", "dead_tokens = 512\ndecode = \"dense\"");
+    assert_eq!(
+        Config::from_toml(&dense).unwrap().sae.aux.decode,
+        sae::config::AuxDecode::Dense
+    );
     for f in ["../configs/tiny.toml", "../configs/gpt2xl.toml"] {
         Config::from_path(std::path::Path::new(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
@@ -76,6 +82,10 @@ fn errors_name_the_key() {
         (
             base.replace("[train]", "[train]\nprecision = \"tf32\""),
             "train.precision",
+        ),
+        (
+            base.replace("dead_tokens = 512", "dead_tokens = 512\ndecode = \"pairs\""),
+            "sae.aux.decode",
         ),
     ];
     for (text, key) in cases {

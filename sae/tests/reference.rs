@@ -288,6 +288,7 @@ fn aux_loss_sparse_equals_dense() {
             &fwd.recon,
             (&mask, n / 2),
             3,
+            sae::config::AuxDecode::Auto,
             (profk::Selector::Profk, 0),
         )
         .unwrap()

@@ -300,6 +300,7 @@ fn sinks_equal_autograd(dev: &Device) -> Result<()> {
             &fwd.recon,
             (&dead, n.div_ceil(3)),
             4,
+            sae::config::AuxDecode::Sparse,
             (profk::Selector::Profk, 0),
         )?
         .expect("dead latents");
@@ -319,3 +320,173 @@ fn sinks_equal_autograd(dev: &Device) -> Result<()> {
     Ok(())
 }
 test_device!(sinks_equal_autograd_on, sinks_equal_autograd);
+
+/// f64 reference of the aux-k loss and its gradients (W_enc as [n, d] rows, b_enc, W_dec, b_dec) with a
+/// fixed reconstruction `recon`: each row keeps the `keep` largest ReLU pre-activations among the dead
+/// latents.
+#[allow(clippy::too_many_arguments)]
+fn aux_reference(
+    x: &[f64],
+    recon: &[f64],
+    (w_enc, b_enc, w_dec, b_dec): (&[f64], &[f64], &[f64], &[f64]),
+    dead: &[u8],
+    keep: usize,
+    (b, n, d): (usize, usize, usize),
+) -> (f64, [Vec<f64>; 4]) {
+    let xc: Vec<f64> = (0..b * d).map(|i| x[i] - b_dec[i % d]).collect();
+    let mut acts = vec![0.0; b * n];
+    for r in 0..b {
+        let pre = |j: usize| {
+            let dot: f64 = (0..d).map(|c| xc[r * d + c] * w_enc[j * d + c]).sum();
+            (dot + b_enc[j]).max(0.0)
+        };
+        let mut cand: Vec<(f64, usize)> = (0..n)
+            .filter(|&j| dead[j] != 0)
+            .map(|j| (pre(j), j))
+            .collect();
+        cand.sort_by(|a, b| b.0.total_cmp(&a.0));
+        for &(v, j) in cand.iter().take(keep) {
+            acts[r * n + j] = v;
+        }
+    }
+    let e: Vec<f64> = (0..b * d).map(|i| x[i] - recon[i]).collect();
+    let mean: Vec<f64> = (0..d)
+        .map(|c| (0..b).map(|r| e[r * d + c]).sum::<f64>() / b as f64)
+        .collect();
+    let denom = (0..b * d)
+        .map(|i| (e[i] - mean[i % d]).powi(2))
+        .sum::<f64>()
+        / b as f64;
+    let mut loss = 0.0;
+    let mut g = vec![0.0; b * d];
+    for r in 0..b {
+        for c in 0..d {
+            let rec: f64 = (0..n).map(|j| acts[r * n + j] * w_dec[j * d + c]).sum();
+            let diff = e[r * d + c] - rec;
+            loss += diff * diff / (b as f64 * denom);
+            g[r * d + c] = -2.0 * diff / (b as f64 * denom);
+        }
+    }
+    let (mut dwe, mut dbe, mut dwd, mut dbd) = (
+        vec![0.0; n * d],
+        vec![0.0; n],
+        vec![0.0; n * d],
+        vec![0.0; d],
+    );
+    for r in 0..b {
+        for j in 0..n {
+            let a = acts[r * n + j];
+            let da = if a > 0.0 {
+                (0..d).map(|c| g[r * d + c] * w_dec[j * d + c]).sum()
+            } else {
+                0.0
+            };
+            dbe[j] += da;
+            for c in 0..d {
+                dwd[j * d + c] += a * g[r * d + c];
+                dwe[j * d + c] += da * xc[r * d + c];
+                dbd[c] -= da * w_enc[j * d + c];
+            }
+        }
+    }
+    (loss, [dwe, dbe, dwd, dbd])
+}
+
+/// Both forms of the aux-k loss (the selected pairs, the dense matmuls over the dead columns) against
+/// the f64 reference and against each other: loss and the gradients of every parameter, for every
+/// latent dead, a third of them, and fewer than k_aux.
+fn aux_forms_match_reference(dev: &Device) -> Result<()> {
+    let (b, d, n, k, k_aux) = (16, 12, 40, 3, 4);
+    let shape = sae::model::Shape {
+        arch: sae::config::Arch::Batchtopk,
+        d_model: d,
+        layers: 1,
+        n,
+        k,
+        groups: vec![],
+    };
+    let x = uniform(b * d, 51, dev)?.reshape((b, d))?;
+    let recon = (uniform(b * d, 52, dev)?.reshape((b, d))? * 0.5)?;
+    let params = [
+        uniform(d * n, 53, dev)?.reshape((d, n))?,
+        (uniform(n, 54, dev)? * 0.1)?,
+        uniform(n * d, 55, dev)?.reshape((n, d))?,
+        (uniform(d, 56, dev)? * 0.1)?,
+    ];
+    let patterns: [(&str, Vec<u8>); 3] = [
+        ("all dead", vec![1; n]),
+        ("a third dead", (0..n).map(|j| (j % 3 == 0) as u8).collect()),
+        (
+            "fewer dead than k_aux",
+            (0..n).map(|j| (j == 7 || j == 30) as u8).collect(),
+        ),
+    ];
+    for (name, dead) in patterns {
+        let n_dead = dead.iter().filter(|&&v| v != 0).count();
+        let mask = Tensor::from_vec(dead.clone(), n, dev)?;
+        let mut results = Vec::new();
+        for form in [
+            sae::config::AuxDecode::Sparse,
+            sae::config::AuxDecode::Dense,
+        ] {
+            let mut model = sae::Sae::from_tensors(
+                shape.clone(),
+                &params[0],
+                &params[1],
+                &params[2],
+                &params[3],
+                sae::config::DecodeMode::Sparse,
+            )?;
+            model.sinks = Some(Default::default());
+            let fwd = sae::arch::forward(&model, &x, profk::Selector::Profk, 0)?;
+            let aux = sae::aux::aux_loss(
+                &model,
+                &fwd.enc,
+                fwd.enc.scores.clone(),
+                &x,
+                &recon,
+                (&mask, n_dead),
+                k_aux,
+                form,
+                (profk::Selector::Profk, 0),
+            )?
+            .expect("dead latents");
+            let g = aux.backward()?;
+            let grads: Vec<Vec<f64>> = sae::optim::collect_grads(&model, &g)?
+                .iter()
+                .map(host)
+                .collect::<Result<_>>()?;
+            results.push((aux.to_scalar::<f32>()? as f64, grads, model));
+        }
+        let model = &results[0].2;
+        let (w_enc, b_enc, w_dec, b_dec) = (
+            host(model.w_enc.as_tensor())?,
+            host(model.b_enc.as_tensor())?,
+            host(model.w_dec.as_tensor())?,
+            host(model.b_dec.as_tensor())?,
+        );
+        let (r_loss, r_grads) = aux_reference(
+            &host(&x)?,
+            &host(&recon)?,
+            (&w_enc, &b_enc, &w_dec, &b_dec),
+            &dead,
+            k_aux,
+            (b, n, d),
+        );
+        for (form, (loss, grads, _)) in ["sparse", "dense"].iter().zip(&results) {
+            assert!(
+                (loss - r_loss).abs() < 1e-4 * r_loss.max(1.0),
+                "{name}, {form}: loss {loss} vs {r_loss}"
+            );
+            for (i, (got, want)) in grads.iter().zip(&r_grads).enumerate() {
+                let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
+                assert!(
+                    max_err(got, want) < 1e-4 * scale,
+                    "{name}, {form}: gradient of parameter {i} differs from the reference"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+test_device!(aux_forms_match_reference_on, aux_forms_match_reference);
