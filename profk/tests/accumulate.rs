@@ -351,6 +351,31 @@ fn forced_fallback(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Samples too large to be selected inside one block take the written-out sample and the
+/// multi-launch threshold selection; with and without momentum.
+fn large_sample(dev: &Device) -> Result<()> {
+    for velocity in [false, true] {
+        let mut c = random_case(&ALIGNED, 61);
+        if velocity {
+            c.velocity = Some((
+                normal(c.n(), 62).into_iter().map(|x| x as f32).collect(),
+                0.9,
+            ));
+        }
+        let k = 500;
+        let plan: Plan = profk::params::exact(c.n() as u64, k as u64, 1e-3, Some(1 << 15))?.into();
+        let got = run(
+            &c,
+            k,
+            &magnitude(Selector::Profk, Order::Desc),
+            Some(plan),
+            dev,
+        )?;
+        ensure!(got.stats.sample == 1 << 15, "{:?}", got.stats);
+    }
+    Ok(())
+}
+
 /// Bad input gets an error naming what is wrong, before anything is written.
 fn bad_input(dev: &Device) -> Result<()> {
     let c = random_case(&[3, 4], 41);
@@ -420,5 +445,6 @@ test_device!(momentum, momentum);
 test_device!(ties_zeros_equal, ties_zeros_equal);
 test_device!(nan_and_inf, nan_and_inf);
 test_device!(forced_fallback, forced_fallback);
+test_device!(large_sample, large_sample);
 test_device!(bad_input, bad_input);
 test_device!(plain_update, plain_update);
