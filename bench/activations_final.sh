@@ -66,7 +66,7 @@ echo "| gpt2-xl | bf16 | 48 blocks (ln_final) | 16 x 1024 | $(fmt "$bf16_48") | 
 echo "| gpt2-xl | f32 (no TF32) | 24 blocks | 16 x 1024 | $(fmt "$f32_24") | $(fmt "$(hf f32 24)") | $(ratio "$f32_24" "$(hf f32 24)") |"
 echo "forward pass alone (no copy, no shards), bf16 to layer 24: $(fmt "$fwd") tokens/s; per-op times in \$OUT/activations/forward_bench.md"
 echo "shards: 131072 tokens each (419 MB bf16, 839 MB f32), written to /dev/shm; rates include the first batch's warm-up and the last shard's write"
-fails=$(grep -h "panicked at" "$LOG"/test-*.log 2>/dev/null | head -3 | tr '\n' ' ')
+fails=$(grep -h -A1 "panicked at" "$LOG"/test-*.log 2>/dev/null | grep -v "^--$" | head -4 | tr '\n' ' ')
 [ -n "$fails" ] && echo "test failures: $fails"
 [ -s "$LOG/extract.err" ] && echo "extract stderr (last lines): $(tail -3 "$LOG/extract.err" | tr '\n' ' ')"
 echo "target: >= 2.2e5 tokens/s for bf16 to layer 24 and no slower than HF; logs in \$OUT/activations/"
