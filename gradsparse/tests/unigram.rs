@@ -28,3 +28,30 @@ fn best_alpha_is_no_worse_than_any_fixed_alpha() {
     let wide = Unigram::fit([70u32, 1, 1], 64);
     assert!(wide.cross_entropy(&[70, 1], 0.5).is_finite());
 }
+
+#[test]
+fn eval_contexts_are_spread_over_the_held_out_documents() {
+    use candle_core::Device;
+    use gradsparse::data::{Batches, EVAL_BATCH};
+    use gradsparse::FinetuneConfig;
+    let cfg = FinetuneConfig::from_toml("[data]\ncontext = 64\nbatch = 2\n").unwrap();
+    let (batches, entropy) = Batches::from_config(&cfg, 50257).unwrap();
+    assert!(entropy.is_some());
+    let rows = |m: usize| -> Vec<Vec<u32>> {
+        let parts = batches.eval_batches(m, &Device::Cpu).unwrap();
+        assert!(parts.iter().all(|p| p.dim(0).unwrap() <= EVAL_BATCH.max(2)));
+        parts
+            .iter()
+            .flat_map(|p| p.to_vec2::<u32>().unwrap())
+            .collect()
+    };
+    let all = rows(usize::MAX);
+    let n = all.len();
+    assert!(n > 100, "{n} held-out contexts");
+    let four = rows(4);
+    let expected: Vec<Vec<u32>> = (0..4).map(|i| all[i * n / 4].clone()).collect();
+    assert_eq!(four, expected);
+    // The baseline is scored on the same contexts and is a plausible unigram loss.
+    let u = batches.unigram_eval_loss(4, 50257).unwrap();
+    assert!(u > 3.0 && u < 10.0, "{u}");
+}
