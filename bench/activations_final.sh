@@ -9,16 +9,17 @@
 #   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bins --tests --examples
 #   bash bench/activations_pack.sh     # strips + xz's extract, forward_bench, ops, gpt2 into .devbin/act/
 # Run on the GPU machine from the repo root: bash bench/activations_final.sh  (logs: $OUT/activations/)
+# A subset: ACT_BIN=.devbin/act2 ACT_TESTS="ops" ACT_RUNS="f32_24" bash bench/activations_final.sh
 set -uo pipefail
 LOG=${OUT:-/tmp}/activations; mkdir -p "$LOG"
 B=/tmp/actbin; mkdir -p "$B"
-for f in .devbin/act/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "$B/$n" && chmod +x "$B/$n"; done
+for f in "${ACT_BIN:-.devbin/act}"/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "$B/$n" && chmod +x "$B/$n"; done
 # Test binaries locate fixtures by the path they were built at.
 [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
 SCRATCH=/dev/shm/act-final; mkdir -p "$SCRATCH"
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
 tests=""
-for t in ops gpt2; do
+for t in ${ACT_TESTS:-ops gpt2}; do
   if (cd activations && timeout 60 "$B/$t" --test-threads 4) > "$LOG/test-$t.log" 2>&1; then r=ok; else r=FAILED; fi
   tests="$tests $t:$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$LOG/test-$t.log" | tail -1 | sed 's/test result: //')($r)"
 done
@@ -46,14 +47,23 @@ TOML
   rm -rf "$SCRATCH/out"
   echo "$line" | sed -nE 's/.*: ([0-9]+) tokens\/s.*/\1/p'
 }
-bf16_24=$(extract bf16 blocks.24.hook_resid_pre 2097152)
-bf16_48=$(extract bf16 ln_final 1048576)
-f32_24=$(extract f32 blocks.24.hook_resid_pre 524288)
-timeout 40 "$B/forward_bench" --device cuda --dtype bf16 --depth 24 --iters 2 > "$LOG/forward_bench.md" 2>&1
-fwd=$(grep -F "fused kernels" "$LOG/forward_bench.md" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
+RUNS=" ${ACT_RUNS:-bf16_24 bf16_48 f32_24} "
+bf16_24="" bf16_48="" f32_24="" fwd=""
+: > "$LOG/hf.log"
+if [[ $RUNS == *" bf16_24 "* ]]; then bf16_24=$(extract bf16 blocks.24.hook_resid_pre 2097152); fi
+if [[ $RUNS == *" bf16_48 "* ]]; then bf16_48=$(extract bf16 ln_final 1048576); fi
+if [[ $RUNS == *" f32_24 "* ]]; then f32_24=$(extract f32 blocks.24.hook_resid_pre 524288); fi
+if [[ $RUNS == *" bf16_"* ]]; then
+  timeout 40 "$B/forward_bench" --device cuda --dtype bf16 --depth 24 --iters 2 > "$LOG/forward_bench.md" 2>&1
+  fwd=$(grep -F "fused kernels" "$LOG/forward_bench.md" | awk -F'|' '{gsub(/ /,"",$5); print $5}')
+fi
 rm -rf "$SCRATCH"
-timeout 100 python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 48 --dtypes bf16 --iters 5 > "$LOG/hf.log" 2>&1
-timeout 60 python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 --dtypes f32 --iters 3 >> "$LOG/hf.log" 2>&1
+if [[ $RUNS == *" bf16_"* ]]; then
+  timeout 100 python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 48 --dtypes bf16 --iters 5 >> "$LOG/hf.log" 2>&1
+fi
+if [[ $RUNS == *" f32_24 "* ]]; then
+  timeout 60 python3 bench/peers/hf_extract.py --size xl --batch 16 --ctx 1024 --layers 24 --dtypes f32 --iters 3 >> "$LOG/hf.log" 2>&1
+fi
 hf() { grep -F "| $1 | $2 |" "$LOG/hf.log" | head -1 | awk -F'|' '{gsub(/ /,"",$7); print $7}'; }
 ratio() { python3 -c "import sys; a,b=sys.argv[1:]; print(f'{float(a)/float(b):.2f}x' if a and b else '-')" "$1" "$2" 2>/dev/null || echo -; }
 fmt() { [ -n "$1" ] && python3 -c "print(f'{float(\"$1\"):.3g}')" || echo FAILED; }
