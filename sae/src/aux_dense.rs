@@ -45,8 +45,9 @@ pub fn flops_per_byte(sae: &Sae) -> f64 {
 }
 
 /// The dead latents' reconstruction [B, d] (without b_dec): `A·W_dec[D]`, A [B, |D|] the `keep` largest
-/// scores of each row among the dead columns (zeros elsewhere). Differentiable wrt the centered input
-/// `xc` and b_enc through candle's autograd; W_enc's and W_dec's gradients go to `sinks`.
+/// scores of each row among the dead columns (zeros elsewhere), `xc = x − b_dec` the centered input.
+/// Differentiable wrt b_dec and b_enc through candle's autograd; W_enc's and W_dec's gradients go to
+/// `sinks`.
 #[allow(clippy::too_many_arguments)] // the step's tensors and the selector, each used once
 pub fn dead_columns_decode(
     sae: &Sae,
@@ -87,6 +88,7 @@ pub fn dead_columns_decode(
     let w_enc_d = pick(sae.w_enc.as_tensor())?;
     let recon = acts.matmul(&w_dec_d)?.to_dtype(DType::F32)?;
     let grads = DeadColumnsGrad {
+        xc: xc.detach(),
         acts,
         w_enc_d,
         w_dec_d,
@@ -94,7 +96,10 @@ pub fn dead_columns_decode(
         n,
         sinks: sinks.clone(),
     };
-    let tap = xc.apply_op2(sae.b_enc.as_tensor(), grads)?;
+    let tap = sae
+        .b_dec
+        .as_tensor()
+        .apply_op2(sae.b_enc.as_tensor(), grads)?;
     Ok((recon + tap)?)
 }
 
@@ -148,11 +153,14 @@ fn scatter_rows(src: Tensor, cols: Option<&Tensor>, n: usize) -> candle_core::Re
     zeros.index_add(cols, &src, 0)
 }
 
-/// A zero [B, d] in the forward pass whose backward, given the gradient `g` of the aux reconstruction,
-/// computes every gradient of `A·W_dec[D]` by matmuls: W_dec[D] gets Aᵀ·g, the aux activations
-/// dA = (g·W_dec[D]ᵀ) ⊙ [A > 0], W_enc[D] gets dAᵀ·xc, and the inputs xc and b_enc get dA·W_enc[D] and
-/// the column sums of dA.
+/// A zero [B, d] in the forward pass (inputs b_dec, b_enc) whose backward, given the gradient `g` of the
+/// aux reconstruction, computes every gradient of `A·W_dec[D]` by matmuls: W_dec[D] gets Aᵀ·g, the aux
+/// activations dA = (g·W_dec[D]ᵀ) ⊙ [A > 0], W_enc[D] gets dAᵀ·xc, b_enc[D] the column sums c = 1ᵀ·dA,
+/// and b_dec (through xc = x − b_dec) −c·W_enc[D]: a vector-matrix product instead of the B×|D|×d matmul
+/// of the per-token input gradient.
 struct DeadColumnsGrad {
+    /// The centered input [B, d], detached.
+    xc: Tensor,
     /// [B, |D|] in the scores' dtype.
     acts: Tensor,
     /// [|D|, d] in the scores' dtype.
@@ -172,11 +180,11 @@ impl CustomOp2 for DeadColumnsGrad {
     fn cpu_fwd(
         &self,
         _s1: &CpuStorage,
-        l1: &Layout,
+        _l1: &Layout,
         _s2: &CpuStorage,
         _l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let shape = l1.shape().clone();
+        let shape = self.xc.shape().clone();
         Ok((CpuStorage::F32(vec![0f32; shape.elem_count()]), shape))
     }
 
@@ -184,11 +192,11 @@ impl CustomOp2 for DeadColumnsGrad {
     fn cuda_fwd(
         &self,
         s1: &candle_core::cuda::CudaStorage,
-        l1: &Layout,
+        _l1: &Layout,
         _s2: &candle_core::cuda::CudaStorage,
         _l2: &Layout,
     ) -> candle_core::Result<(candle_core::cuda::CudaStorage, Shape)> {
-        let shape = l1.shape().clone();
+        let shape = self.xc.shape().clone();
         let zeros = s1.device.alloc_zeros::<f32>(shape.elem_count().max(1))?;
         Ok((
             candle_core::cuda::CudaStorage::wrap_cuda_slice(zeros, s1.device.clone()),
@@ -198,7 +206,7 @@ impl CustomOp2 for DeadColumnsGrad {
 
     fn bwd(
         &self,
-        xc: &Tensor,
+        _b_dec: &Tensor,
         _b_enc: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
@@ -210,18 +218,20 @@ impl CustomOp2 for DeadColumnsGrad {
             .w_dec
             .add_rows(cols, &self.acts.t()?.matmul(&g)?, self.n)?;
         let d_acts = mask_nonpositive(g.matmul(&self.w_dec_d.t()?)?, &self.acts)?;
-        let xc = xc.detach().to_dtype(dtype)?;
+        let xc = self.xc.to_dtype(dtype)?;
         self.sinks
             .w_enc
             .add_rows(cols, &d_acts.t()?.matmul(&xc)?, self.n)?;
-        let d_xc = d_acts.matmul(&self.w_enc_d)?.to_dtype(DType::F32)?;
         let ones = Tensor::ones((1, d_acts.dim(0)?), dtype, d_acts.device())?;
-        let d_b = ones
-            .matmul(&d_acts)?
+        let col_sums = ones.matmul(&d_acts)?;
+        drop(d_acts);
+        let d_b_dec = col_sums
+            .matmul(&self.w_enc_d)?
+            .neg()?
             .to_dtype(DType::F32)?
-            .t()?
-            .contiguous()?;
-        let d_b = scatter_rows(d_b, cols, self.n)?.reshape(self.n)?;
-        Ok((Some(d_xc), Some(d_b)))
+            .flatten_all()?;
+        let d_b_enc = col_sums.to_dtype(DType::F32)?.t()?.contiguous()?;
+        let d_b_enc = scatter_rows(d_b_enc, cols, self.n)?.reshape(self.n)?;
+        Ok((Some(d_b_dec), Some(d_b_enc)))
     }
 }
