@@ -23,7 +23,7 @@ timeout 20 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
 TESTS_RC=$?
 
 COMMON=(--device cuda --d 1600 --shapes "$SHAPES" --k 32 --selectors profk --warmup 2 --steps 5)
-timeout 45 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes auto,sparse \
+timeout 45 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
   --profile >"$LOG/ours.md" 2>&1
 OURS_RC=$?
 PYTHONUNBUFFERED=1 timeout 35 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
