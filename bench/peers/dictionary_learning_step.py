@@ -107,7 +107,7 @@ def main():
                 gen = torch.Generator().manual_seed(5)
                 dead_set = torch.ones(n, dtype=torch.bool) if frac >= 1 else torch.rand(n, generator=gen) < frac
                 dead_tokens = 10**9
-                pattern = torch.where(dead_set, 2.0 * dead_tokens, 0.0).to(dev)
+                pattern = (dead_set.float() * (2.0 * dead_tokens)).to(dev)
                 since = pattern.clone()
                 label = f"{100 * frac:.0f} %" if dead_set.any() else "off"
                 torch.cuda.reset_peak_memory_stats()
