@@ -19,7 +19,8 @@ SHAPES=${SAE_SHAPES:-65536x4096,131072x8192}
 START=$(date +%s)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/tests.log" 2>&1
-timeout 20 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+# On a fresh machine the first CUDA process JIT-compiles candle's PTX modules (tens of seconds).
+timeout 120 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
 TESTS_RC=$?
 
 COMMON=(--device cuda --d 1600 --shapes "$SHAPES" --k 32 --selectors profk --warmup 2 --steps 5)
