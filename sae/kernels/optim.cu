@@ -1,5 +1,6 @@
 // The optimizer's passes over the dense parameters, each one read of its inputs: sums of squares (for
-// the global gradient norm), the decoder-gradient projection, Adam, and the decoder-row renormalization.
+// the global gradient norm), the decoder-gradient projection, Adam, and the decoder-row renormalization;
+// and the fixed-order reductions of the aux-k loss's normalizer.
 #include <cstdint>
 
 namespace {
@@ -88,4 +89,45 @@ extern "C" __global__ void sae_renorm_rows(float* w, int64_t rows, int64_t d) {
     const float norm = fmaxf(sqrtf(block_sum(sq)), 1e-12f);
     for (int64_t c = threadIdx.x; c < d; c += blockDim.x) wr[c] = wr[c] / norm;
   }
+}
+
+// The aux-k loss's residual and its spread, in fixed-order reductions: e = x - r over [rows, d], and
+// partial[chunk * d + col] = the sum of e's column col over the rows of the chunk (one thread per column
+// and chunk: coalesced across the columns).
+extern "C" __global__ void sae_residual_cols(const float* x, const float* r, float* e, float* partial,
+                                             int64_t rows, int64_t d, int64_t chunk) {
+  const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= d) return;
+  const int64_t lo = (int64_t)blockIdx.y * chunk;
+  const int64_t hi = lo + chunk < rows ? lo + chunk : rows;
+  float acc = 0.f;
+  for (int64_t row = lo; row < hi; ++row) {
+    const int64_t i = row * d + col;
+    const float v = x[i] - r[i];
+    e[i] = v;
+    acc += v;
+  }
+  partial[blockIdx.y * d + col] = acc;
+}
+
+// mean[col] = the sum of the chunks' partial sums of column col, over rows.
+extern "C" __global__ void sae_col_mean(const float* partial, float* mean, int64_t chunks, int64_t rows, int64_t d) {
+  const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= d) return;
+  float acc = 0.f;
+  for (int64_t c = 0; c < chunks; ++c) acc += partial[c * d + col];
+  mean[col] = acc / (float)rows;
+}
+
+// partial[block] = sum of (e[i] - mean[col(i)])^2 over the block's grid-stride share of e [len / d, d].
+extern "C" __global__ void sae_centered_sumsq(const float* e, const float* mean, int64_t len, int64_t d,
+                                             float* partial) {
+  float acc = 0.f;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) {
+    const float v = e[i] - mean[i % d];
+    acc = fmaf(v, v, acc);
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }

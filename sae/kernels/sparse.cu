@@ -132,20 +132,43 @@ extern "C" __global__ void sae_mask_live_bf16(__nv_bfloat16* scores, const uint8
   mask_live(scores, dead, rows, n);
 }
 
-// Aux-k over the dead columns only. out [rows, cols] is zeroed by the caller; the selected flat indices
-// (row * cols + col, each at most once) take their score: the aux activation matrix. No two threads write
-// the same element.
+// Aux-k over the dead columns only. out [rows, cols] is zeroed by the caller; `idx [rows, keep]` holds the
+// selected columns of each row (each at most once), which take their score: the aux activation matrix.
+// No two threads write the same element.
 template <typename T>
-__device__ void scatter_pairs(const T* src, const int64_t* idx, T* out, int64_t pairs) {
+__device__ void scatter_rows(const T* src, const int64_t* idx, T* out, int64_t pairs, int64_t keep, int64_t cols) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s < pairs; s += stride) out[idx[s]] = src[idx[s]];
+  for (int64_t s = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; s < pairs; s += stride) {
+    const int64_t o = (s / keep) * cols + idx[s];
+    out[o] = src[o];
+  }
 }
-extern "C" __global__ void sae_scatter_pairs_f32(const float* src, const int64_t* idx, float* out, int64_t pairs) {
-  scatter_pairs(src, idx, out, pairs);
+extern "C" __global__ void sae_scatter_rows_f32(const float* src, const int64_t* idx, float* out, int64_t pairs,
+                                                int64_t keep, int64_t cols) {
+  scatter_rows(src, idx, out, pairs, keep, cols);
 }
-extern "C" __global__ void sae_scatter_pairs_bf16(const __nv_bfloat16* src, const int64_t* idx, __nv_bfloat16* out,
-                                                  int64_t pairs) {
-  scatter_pairs(src, idx, out, pairs);
+extern "C" __global__ void sae_scatter_rows_bf16(const __nv_bfloat16* src, const int64_t* idx, __nv_bfloat16* out,
+                                                 int64_t pairs, int64_t keep, int64_t cols) {
+  scatter_rows(src, idx, out, pairs, keep, cols);
+}
+
+// In place: y = e - y (the aux reconstruction becomes its residual).
+extern "C" __global__ void sae_sub_from(float* y, const float* e, int64_t len) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) y[i] = e[i] - y[i];
+}
+
+// out = s * src, in out's type (the aux loss's gradient wrt its reconstruction, in the matmuls' dtype).
+template <typename T>
+__device__ void scale_to(const float* src, T* out, float s, int64_t len) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) store(out, i, s * src[i]);
+}
+extern "C" __global__ void sae_scale_to_f32(const float* src, float* out, float s, int64_t len) {
+  scale_to(src, out, s, len);
+}
+extern "C" __global__ void sae_scale_to_bf16(const float* src, __nv_bfloat16* out, float s, int64_t len) {
+  scale_to(src, out, s, len);
 }
 
 // In place: g[i] = 0 wherever a[i] <= 0 (the ReLU and the selection of the aux activations at once).

@@ -1,7 +1,7 @@
 //! Aux-k loss (Gao et al. 2024): the `k_aux` largest pre-activations of each token among the dead latents
 //! reconstruct the residual error `e = x − recon` (detached); the loss is normalized by the variance of `e`.
 //! It gives dead latents a gradient toward the directions the live ones miss.
-use crate::aux_dense::{dead_columns_decode, flops_per_byte, prefer_dense};
+use crate::aux_dense::{dead_columns_loss, flops_per_byte, prefer_dense};
 use crate::config::AuxDecode;
 use crate::model::{Encoded, Sae};
 use crate::select::select_rows;
@@ -61,13 +61,7 @@ pub fn aux_loss(
     if n_dead == 0 || k_aux == 0 {
         return Ok(None);
     }
-    let residual = (x - recon)?.detach();
-    let spread = residual
-        .broadcast_sub(&residual.mean_keepdim(0)?)?
-        .sqr()?
-        .sum(1)?
-        .mean(0)?;
-    let denom = spread.to_scalar::<f32>()? as f64;
+    let (residual, denom) = residual_spread(x, recon)?;
     if denom.is_nan() || denom <= 0.0 {
         return Ok(None);
     }
@@ -80,14 +74,40 @@ pub fn aux_loss(
             prefer_dense(enc.batch, keep, n_dead, d, flops_per_byte(sae)).then_some(s)
         }
     };
-    let aux_recon = match dense {
-        Some(sinks) => {
-            dead_columns_decode(sae, sinks, &enc.xc, &scores, dead, keep, (selector, seed))?
-        }
-        None => pairs_decode(sae, enc, scores, dead, keep, (selector, seed))?,
-    };
+    if let Some(sinks) = dense {
+        let loss = dead_columns_loss(
+            sae,
+            sinks,
+            &enc.xc,
+            &scores,
+            (&residual, denom),
+            dead,
+            keep,
+            (selector, seed),
+        )?;
+        return Ok(Some(loss));
+    }
+    let aux_recon = pairs_decode(sae, enc, scores, dead, keep, (selector, seed))?;
     let l2 = (&residual - aux_recon)?.sqr()?.sum(1)?.mean(0)?;
     Ok(Some((l2 / denom)?))
+}
+
+/// The residual `e = x − recon` (detached) and its spread: the mean over tokens of ‖e_b − mean(e)‖².
+fn residual_spread(x: &Tensor, recon: &Tensor) -> Result<(Tensor, f64)> {
+    let recon = recon.detach();
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() {
+        let f32c = |t: &Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F32)?.contiguous()?) };
+        return Ok(crate::cuda::residual_spread(&f32c(x)?, &f32c(&recon)?)?);
+    }
+    let residual = (x - recon)?;
+    let spread = residual
+        .broadcast_sub(&residual.mean_keepdim(0)?)?
+        .sqr()?
+        .sum(1)?
+        .mean(0)?
+        .to_scalar::<f32>()? as f64;
+    Ok((residual, spread))
 }
 
 /// The aux reconstruction through the B·keep selected pairs.

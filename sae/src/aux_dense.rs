@@ -8,7 +8,7 @@
 //! ran on) rather than a recomputation at the pairs; the matmuls run in the scores' dtype, and the weight
 //! gradients go to the same sinks as the sparse path's, reduced in place in a fixed order (no atomics).
 use crate::model::{Sae, WeightSinks};
-use crate::select::select_rows;
+use crate::select::select_row_columns;
 use crate::Result;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
@@ -44,16 +44,20 @@ pub fn flops_per_byte(sae: &Sae) -> f64 {
     }
 }
 
-/// The dead latents' reconstruction [B, d] (without b_dec): `A·W_dec[D]`, A [B, |D|] the `keep` largest
-/// scores of each row among the dead columns (zeros elsewhere), `xc = x − b_dec` the centered input.
-/// Differentiable wrt b_dec and b_enc through candle's autograd; W_enc's and W_dec's gradients go to
+/// The normalized aux-k loss `Σ_b ‖e_b − A_b·W_dec[D]‖² / (B·spread)` of the dead latents, A [B, |D|]
+/// the `keep` largest scores of each row among the dead columns (zeros elsewhere), `residual` e [B, d]
+/// the detached error of the main reconstruction, `spread` its normalizer, `xc = x − b_dec` the centered
+/// input. The loss and its gradient wrt the aux reconstruction are formed here, in two passes over
+/// [B, d] (residual in place, sum of squares) instead of candle's chain of elementwise ops and their
+/// backward; b_dec's and b_enc's gradients come through candle's autograd, W_enc's and W_dec's go to
 /// `sinks`.
 #[allow(clippy::too_many_arguments)] // the step's tensors and the selector, each used once
-pub fn dead_columns_decode(
+pub fn dead_columns_loss(
     sae: &Sae,
     sinks: &WeightSinks,
     xc: &Tensor,
     scores: &Tensor,
+    (residual, spread): (&Tensor, f64),
     (mask, n_dead): (&Tensor, usize),
     keep: usize,
     (selector, seed): (profk::Selector, u64),
@@ -72,8 +76,8 @@ pub fn dead_columns_decode(
     let acts = if keep >= n_dead {
         scores_d
     } else {
-        let flat = select_rows(&scores_d, keep, selector, seed)?;
-        scatter(&scores_d, &flat)?
+        let top = select_row_columns(&scores_d, keep, selector, seed)?;
+        scatter(&scores_d, &top)?
     };
     let dtype = acts.dtype();
     let pick = |w: &Tensor| -> Result<Tensor> {
@@ -87,8 +91,13 @@ pub fn dead_columns_decode(
     let w_dec_d = pick(sae.w_dec.as_tensor())?;
     let w_enc_d = pick(sae.w_enc.as_tensor())?;
     let recon = acts.matmul(&w_dec_d)?.to_dtype(DType::F32)?;
+    let err = residual_of(recon, residual)?;
+    let scale = 1.0 / (err.dim(0)? as f64 * spread);
+    let loss = sum_sq(&err)? * scale;
     let grads = DeadColumnsGrad {
         xc: xc.detach(),
+        err,
+        scale,
         acts,
         w_enc_d,
         w_dec_d,
@@ -100,7 +109,40 @@ pub fn dead_columns_decode(
         .b_dec
         .as_tensor()
         .apply_op2(sae.b_enc.as_tensor(), grads)?;
-    Ok((recon + tap)?)
+    Ok((tap + loss)?)
+}
+
+/// `residual − recon`, in place of `recon` (a fresh f32 tensor) on CUDA.
+fn residual_of(recon: Tensor, residual: &Tensor) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if recon.device().is_cuda() {
+        let residual = residual.to_dtype(DType::F32)?.contiguous()?;
+        let recon = recon.contiguous()?;
+        crate::cuda::sub_from_inplace(&recon, &residual)?;
+        return Ok(recon);
+    }
+    Ok((residual - recon)?)
+}
+
+/// Σ x² of an f32 tensor (a fixed-order reduction on CUDA, f64 on the CPU).
+fn sum_sq(x: &Tensor) -> Result<f64> {
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() {
+        return Ok(crate::cuda::sum_sq(&x.contiguous()?)?);
+    }
+    Ok(x.to_dtype(DType::F64)?
+        .sqr()?
+        .sum_all()?
+        .to_scalar::<f64>()?)
+}
+
+/// `s · x` (f32) in `dtype`.
+fn scale_to(x: &Tensor, s: f64, dtype: DType) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() {
+        return crate::cuda::scale_to(&x.contiguous()?, s as f32, dtype);
+    }
+    (x * s)?.to_dtype(dtype)
 }
 
 /// The dead latents (u32) of a u8 mask [n].
@@ -113,15 +155,20 @@ fn dead_columns(mask: &Tensor) -> Result<Tensor> {
     Ok(Tensor::from_vec(cols, len, mask.device())?)
 }
 
-/// Zeros the shape of `src` [B, m] except at the flat indices `idx` (i64), which keep `src`'s values.
-fn scatter(src: &Tensor, idx: &Tensor) -> Result<Tensor> {
-    let idx = idx.to_dtype(DType::I64)?.contiguous()?;
+/// Zeros the shape of `src` [B, m] except at the columns `cols [B, keep]` (i64) of each row, which keep
+/// `src`'s values.
+fn scatter(src: &Tensor, cols: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if src.device().is_cuda() {
         let out = Tensor::zeros(src.shape(), src.dtype(), src.device())?;
-        crate::cuda::scatter_pairs(src, &idx, &out)?;
+        crate::cuda::scatter_rows(src, cols, &out)?;
         return Ok(out);
     }
+    let (b, m) = src.dims2()?;
+    let offsets = Tensor::arange(0i64, b as i64, src.device())?
+        .affine(m as f64, 0.0)?
+        .unsqueeze(1)?;
+    let idx = cols.broadcast_add(&offsets)?.flatten_all()?;
     let flat = src.flatten_all()?;
     let vals = flat.index_select(&idx, 0)?;
     Ok(flat
@@ -153,14 +200,17 @@ fn scatter_rows(src: Tensor, cols: Option<&Tensor>, n: usize) -> candle_core::Re
     zeros.index_add(cols, &src, 0)
 }
 
-/// A zero [B, d] in the forward pass (inputs b_dec, b_enc) whose backward, given the gradient `g` of the
-/// aux reconstruction, computes every gradient of `A·W_dec[D]` by matmuls: W_dec[D] gets Aᵀ·g, the aux
+/// A zero scalar in the forward pass (inputs b_dec, b_enc) whose backward, given the loss's gradient, forms
+/// the gradient `g = −2·scale·grad·err` of the aux reconstruction and computes every gradient of `A·W_dec[D]` by matmuls: W_dec[D] gets Aᵀ·g, the aux
 /// activations dA = (g·W_dec[D]ᵀ) ⊙ [A > 0], W_enc[D] gets dAᵀ·xc, b_enc[D] the column sums c = 1ᵀ·dA,
 /// and b_dec (through xc = x − b_dec) −c·W_enc[D]: a vector-matrix product instead of the B×|D|×d matmul
 /// of the per-token input gradient.
 struct DeadColumnsGrad {
     /// The centered input [B, d], detached.
     xc: Tensor,
+    /// The aux residual `e − A·W_dec[D]` [B, d] (f32) and the loss's factor on its sum of squares.
+    err: Tensor,
+    scale: f64,
     /// [B, |D|] in the scores' dtype.
     acts: Tensor,
     /// [|D|, d] in the scores' dtype.
@@ -184,8 +234,7 @@ impl CustomOp2 for DeadColumnsGrad {
         _s2: &CpuStorage,
         _l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let shape = self.xc.shape().clone();
-        Ok((CpuStorage::F32(vec![0f32; shape.elem_count()]), shape))
+        Ok((CpuStorage::F32(vec![0f32]), Shape::from(())))
     }
 
     #[cfg(feature = "cuda")]
@@ -196,11 +245,10 @@ impl CustomOp2 for DeadColumnsGrad {
         _s2: &candle_core::cuda::CudaStorage,
         _l2: &Layout,
     ) -> candle_core::Result<(candle_core::cuda::CudaStorage, Shape)> {
-        let shape = self.xc.shape().clone();
-        let zeros = s1.device.alloc_zeros::<f32>(shape.elem_count().max(1))?;
+        let zero = s1.device.alloc_zeros::<f32>(1)?;
         Ok((
-            candle_core::cuda::CudaStorage::wrap_cuda_slice(zeros, s1.device.clone()),
-            shape,
+            candle_core::cuda::CudaStorage::wrap_cuda_slice(zero, s1.device.clone()),
+            Shape::from(()),
         ))
     }
 
@@ -212,7 +260,8 @@ impl CustomOp2 for DeadColumnsGrad {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let dtype = self.acts.dtype();
-        let g = grad.to_dtype(dtype)?.contiguous()?;
+        let upstream = grad.to_dtype(DType::F32)?.to_scalar::<f32>()? as f64;
+        let g = scale_to(&self.err, -2.0 * self.scale * upstream, dtype)?;
         let cols = self.cols.as_ref();
         self.sinks
             .w_dec

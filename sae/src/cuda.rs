@@ -306,19 +306,51 @@ pub fn mask_live_inplace(scores: &Tensor, dead: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// `out [rows, cols]` (zeroed, the dtype of `src`) takes `src`'s elements at the flat indices `idx`.
-pub fn scatter_pairs(src: &Tensor, idx: &Tensor, out: &Tensor) -> Result<()> {
+/// `out [rows, cols]` (zeroed, the dtype of `src`) takes `src`'s elements at the columns `idx [rows, keep]`
+/// (i64) of each row.
+pub fn scatter_rows(src: &Tensor, idx: &Tensor, out: &Tensor) -> Result<()> {
     let pairs = idx.elem_count();
     if pairs == 0 {
         return Ok(());
     }
-    let name = format!("sae_scatter_pairs_{}", suffix(src)?);
+    let (_, keep) = idx.dims2()?;
+    let (_, cols) = src.dims2()?;
+    let name = format!("sae_scatter_rows_{}", suffix(src)?);
     let (s, dev) = tensor_ptr(src)?;
     let (i, _) = tensor_ptr(idx)?;
     let (o, _) = tensor_ptr(out)?;
-    let pairs_i = pairs as i64;
-    launch!(dev, Family::Sparse, &name, (pairs.div_ceil(256).clamp(1, MAX_GRID), 1), 256; s, i, o, pairs_i);
+    let (pairs_i, keep_i, cols_i) = (pairs as i64, keep as i64, cols as i64);
+    launch!(dev, Family::Sparse, &name, (pairs.div_ceil(256).clamp(1, MAX_GRID), 1), 256;
+        s, i, o, pairs_i, keep_i, cols_i);
     Ok(())
+}
+
+/// In place: `y = e − y` (both contiguous f32 of the same size).
+pub fn sub_from_inplace(y: &Tensor, e: &Tensor) -> Result<()> {
+    let len = y.elem_count();
+    if len == 0 {
+        return Ok(());
+    }
+    let (yp, dev) = tensor_ptr(y)?;
+    let (ep, _) = tensor_ptr(e)?;
+    let len_i = len as i64;
+    launch!(dev, Family::Sparse, "sae_sub_from", (len.div_ceil(256).clamp(1, MAX_GRID), 1), 256; yp, ep, len_i);
+    Ok(())
+}
+
+/// `s · src` (contiguous f32) as a fresh tensor of `dtype` (f32 or bf16).
+pub fn scale_to(src: &Tensor, s: f32, dtype: DType) -> Result<Tensor> {
+    let out = Tensor::zeros(src.shape(), dtype, src.device())?;
+    let len = src.elem_count();
+    if len == 0 {
+        return Ok(out);
+    }
+    let name = format!("sae_scale_to_{}", suffix(&out)?);
+    let (sp, dev) = tensor_ptr(src)?;
+    let (op, _) = tensor_ptr(&out)?;
+    let len_i = len as i64;
+    launch!(dev, Family::Sparse, &name, (len.div_ceil(256).clamp(1, MAX_GRID), 1), 256; sp, op, s, len_i);
+    Ok(out)
 }
 
 /// In place: `g` is zeroed wherever `a` (same shape and dtype) is not positive.
@@ -364,6 +396,37 @@ pub fn sum_sq(x: &Tensor) -> Result<f64> {
     let len = x.elem_count() as i64;
     launch!(dev, Family::Optim, "sae_sumsq", (SUMSQ_BLOCKS, 1), 256; xp, len, pp);
     Ok(partial.to_vec1::<f32>()?.iter().map(|&v| v as f64).sum())
+}
+
+/// `e = x − r` (contiguous f32 [rows, d]) and the mean over the rows of ‖e_row − column mean of e‖², by
+/// reductions in a fixed order (bit-reproducible); NaN without rows.
+pub fn residual_spread(x: &Tensor, r: &Tensor) -> Result<(Tensor, f64)> {
+    let (rows, d) = x.dims2()?;
+    let e = Tensor::zeros((rows, d), DType::F32, x.device())?;
+    if rows * d == 0 {
+        return Ok((e, f64::NAN));
+    }
+    let chunks = rows.min(64);
+    let chunk = rows.div_ceil(chunks);
+    let partial = Tensor::zeros(chunks * d, DType::F32, x.device())?;
+    let mean = Tensor::zeros(d, DType::F32, x.device())?;
+    let sums = Tensor::zeros(SUMSQ_BLOCKS, DType::F32, x.device())?;
+    let (xp, dev) = tensor_ptr(x)?;
+    let (rp, ep, pp) = (tensor_ptr(r)?.0, tensor_ptr(&e)?.0, tensor_ptr(&partial)?.0);
+    let (mp, sp) = (tensor_ptr(&mean)?.0, tensor_ptr(&sums)?.0);
+    let (rows_i, d_i, chunk_i, chunks_i, len_i) = (
+        rows as i64,
+        d as i64,
+        chunk as i64,
+        chunks as i64,
+        (rows * d) as i64,
+    );
+    launch!(dev, Family::Optim, "sae_residual_cols", (d.div_ceil(256), chunks), 256;
+        xp, rp, ep, pp, rows_i, d_i, chunk_i);
+    launch!(dev, Family::Optim, "sae_col_mean", (d.div_ceil(256), 1), 256; pp, mp, chunks_i, rows_i, d_i);
+    launch!(dev, Family::Optim, "sae_centered_sumsq", (SUMSQ_BLOCKS, 1), 256; ep, mp, len_i, d_i, sp);
+    let total: f64 = sums.to_vec1::<f32>()?.iter().map(|&v| v as f64).sum();
+    Ok((e, total / rows as f64))
 }
 
 /// In place: every row of `g [rows, d]` loses its component along the same row of `w`; returns the

@@ -44,6 +44,20 @@ pub fn select_rows(
     seed: u64,
 ) -> Result<Tensor> {
     let (b, n) = scores.dims2()?;
+    let cols = select_row_columns(scores, keep, selector, seed)?;
+    let offsets = Tensor::arange(0i64, b as i64, scores.device())?
+        .broadcast_mul(&Tensor::new(n as i64, scores.device())?)?
+        .unsqueeze(1)?;
+    Ok(cols.broadcast_add(&offsets)?.flatten_all()?)
+}
+
+/// Per-row selection of `keep` elements of `scores [B, n]`: the columns (i64, ascending) [B, keep].
+pub fn select_row_columns(
+    scores: &Tensor,
+    keep: usize,
+    selector: profk::Selector,
+    seed: u64,
+) -> Result<Tensor> {
     let opts = profk::TopKOptions {
         selector,
         mode: profk::Mode::Rowwise,
@@ -51,11 +65,7 @@ pub fn select_rows(
         seed,
         ..Default::default()
     };
-    let sel = profk::topk(scores, keep, &opts)?;
-    let offsets = Tensor::arange(0i64, b as i64, scores.device())?
-        .broadcast_mul(&Tensor::new(n as i64, scores.device())?)?
-        .unsqueeze(1)?;
-    Ok(sel.indices.broadcast_add(&offsets)?.flatten_all()?)
+    Ok(profk::topk(scores, keep, &opts)?.indices.contiguous()?)
 }
 
 /// Runs `cfg.compare_with` on the same input and requires the identical set of elements.

@@ -392,6 +392,9 @@ fn aux_reference(
     (loss, [dwe, dbe, dwd, dbd])
 }
 
+/// The aux-k loss's coefficient in the reference comparison.
+const AUX_COEF: f64 = 0.375;
+
 /// Both forms of the aux-k loss (the selected pairs, the dense matmuls over the dead columns) against
 /// the f64 reference and against each other: loss and the gradients of every parameter, for every
 /// latent dead, a third of them, and fewer than k_aux.
@@ -451,7 +454,8 @@ fn aux_forms_match_reference(dev: &Device) -> Result<()> {
                 (profk::Selector::Profk, 0),
             )?
             .expect("dead latents");
-            let g = aux.backward()?;
+            // A coefficient other than 1, as in training: the backward must scale by its upstream gradient.
+            let g = (&aux * AUX_COEF)?.backward()?;
             let grads: Vec<Vec<f64>> = sae::optim::collect_grads(&model, &g)?
                 .iter()
                 .map(host)
@@ -479,9 +483,10 @@ fn aux_forms_match_reference(dev: &Device) -> Result<()> {
                 "{name}, {form}: loss {loss} vs {r_loss}"
             );
             for (i, (got, want)) in grads.iter().zip(&r_grads).enumerate() {
+                let want: Vec<f64> = want.iter().map(|v| v * AUX_COEF).collect();
                 let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
                 assert!(
-                    max_err(got, want) < 1e-4 * scale,
+                    max_err(got, &want) < 1e-4 * scale,
                     "{name}, {form}: gradient of parameter {i} differs from the reference"
                 );
             }
