@@ -6,8 +6,14 @@
 # the same call. Writes logs to $OUT/sae/ (tests.log, ours.md, peer.md) and prints a side-by-side table
 # last. About 100 s; every stage has a timeout (150 s in all).
 #
+# SAE_QUICK=1: only the CUDA tests and our step (profk, TF32 / bf16, both shapes, aux-k off / 5 % dead /
+# all dead in its automatic form) with the stage table; no peer, no sparse form, no f32; under 60 s.
+#
 # The binaries come prebuilt in .devbin/sae/ (xz); docs/perf/sae.md gives the build commands.
 set -uo pipefail
+QUICK=${SAE_QUICK:-0}
+# Keep every JIT-compiled PTX module of candle's in the driver's cache for the later processes.
+export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 OUT=${OUT:-/tmp/out}
 LOG=$OUT/sae
 BIN=/tmp/sae-bin
@@ -19,22 +25,31 @@ SHAPES=${SAE_SHAPES:-65536x4096,131072x8192}
 START=$(date +%s)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/tests.log" 2>&1
-# On a fresh machine the first CUDA process JIT-compiles candle's PTX modules (tens of seconds).
-timeout 120 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
-TESTS_RC=$?
-
 COMMON=(--device cuda --d 1600 --shapes "$SHAPES" --k 32 --selectors profk --warmup 2 --steps 5)
-timeout 45 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
-  --profile >"$LOG/ours.md" 2>&1
-OURS_RC=$?
-PYTHONUNBUFFERED=1 timeout 35 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
-  --precisions tf32,bf16 --dead 0,0.05,1 --warmup 2 --steps 5 >"$LOG/peer.md" 2>&1
-PEER_RC=$?
-timeout 25 "$BIN/sae-bench" "${COMMON[@]}" --precisions f32 --dead 0,1 >>"$LOG/ours.md" 2>&1
-OURS_RC="$OURS_RC/$?"
-PYTHONUNBUFFERED=1 timeout 25 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
-  --precisions f32 --dead 0,1 --warmup 2 --steps 5 >>"$LOG/peer.md" 2>&1
-PEER_RC="$PEER_RC/$?"
+if [ "$QUICK" = 1 ]; then
+  timeout 28 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+  TESTS_RC=$?
+  timeout 26 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes auto \
+    --profile >"$LOG/ours.md" 2>&1
+  OURS_RC=$?
+  : >"$LOG/peer.md"
+  PEER_RC="not run (SAE_QUICK)"
+else
+  # On a fresh machine the first CUDA process JIT-compiles candle's PTX modules (tens of seconds).
+  timeout 120 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+  TESTS_RC=$?
+  timeout 45 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
+    --profile >"$LOG/ours.md" 2>&1
+  OURS_RC=$?
+  PYTHONUNBUFFERED=1 timeout 35 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
+    --precisions tf32,bf16 --dead 0,0.05,1 --warmup 2 --steps 5 >"$LOG/peer.md" 2>&1
+  PEER_RC=$?
+  timeout 25 "$BIN/sae-bench" "${COMMON[@]}" --precisions f32 --dead 0,1 >>"$LOG/ours.md" 2>&1
+  OURS_RC="$OURS_RC/$?"
+  PYTHONUNBUFFERED=1 timeout 25 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
+    --precisions f32 --dead 0,1 --warmup 2 --steps 5 >>"$LOG/peer.md" 2>&1
+  PEER_RC="$PEER_RC/$?"
+fi
 
 python3 - "$LOG" "$TESTS_RC" "$OURS_RC" "$PEER_RC" "$(( $(date +%s) - START ))" <<'PY'
 import re, sys
@@ -65,7 +80,9 @@ def num(s):
 def extra(step, off):
     s, o = num(step), num(off)
     return f"+{s - o:.1f} ({100 * (s - o) / o:.0f} %)" if s is not None and o else "-"
-print(f"\nSAE training step on {dev}: sparsetrain sae-bench vs a dictionary_learning-style PyTorch step, same call")
+peer_what = ("no peer (SAE_QUICK=1: ours only, aux-k in its automatic form)" if peer_rc.startswith("not run")
+             else "vs a dictionary_learning-style PyTorch step, same call")
+print(f"\nSAE training step on {dev}: sparsetrain sae-bench {peer_what}")
 print(f"CUDA tests (sae sparse_ops): rc={tests_rc}, {result[-1] if result else 'no result'}"
       f"{'; FAILED: ' + ', '.join(failed) if failed else ''}; bench rc={ours_rc}, peer rc={peer_rc}; {secs} s")
 print("BatchTopK, d=1600, k=32, k_aux=800, profk; median of 5 steps after 2 warm-up, ms. 'aux dead': fixed random "
