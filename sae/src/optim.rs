@@ -122,7 +122,7 @@ pub fn lr_at(step: u64, base: f64, cfg: &TrainConfig) -> f64 {
 /// gradient store and the model's weight sinks.
 pub fn collect_grads(sae: &Sae, grads: &GradStore) -> Result<Vec<Tensor>> {
     let sinks = sae.sinks.clone().unwrap_or_default();
-    let sunk = [sinks.w_enc.take(), None, sinks.w_dec.take(), None];
+    let sunk = [sinks.w_enc.take()?, None, sinks.w_dec.take()?, None];
     sae.vars()
         .iter()
         .zip(sunk)

@@ -72,15 +72,36 @@ pub fn gather_linear_to(
 
 /// Receives the dense weight gradient [n, d] of the pair ops outside candle's gradient store, whose
 /// accumulation (a zero tensor plus an add per contribution) costs three passes over n·d floats in
-/// unfused kernels; here the first contribution is kept as computed and later ones are reduced into it
-/// in place (CUDA).
+/// unfused kernels; here the first per-latent reduction is kept as computed (it writes every row) and
+/// later ones are reduced into it in place (CUDA). Row blocks (the dense aux-k form's) that arrive before
+/// any reduction wait, and are added into its result: no zero [n, d] to fill and re-read.
 #[derive(Clone, Debug, Default)]
-pub struct GradSink(Arc<Mutex<Option<Tensor>>>);
+pub struct GradSink(Arc<Mutex<Slot>>);
+
+#[derive(Debug, Default)]
+struct Slot {
+    acc: Option<Tensor>,
+    /// Row blocks `(rows, src [count, d], n)` not yet added (no `acc` when they came).
+    pending: Vec<(Option<Tensor>, Tensor, usize)>,
+}
 
 impl GradSink {
     /// The gradient gathered since the last take.
-    pub fn take(&self) -> Option<Tensor> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    pub fn take(&self) -> candle_core::Result<Option<Tensor>> {
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = std::mem::take(&mut slot.pending);
+        let mut acc = slot.acc.take();
+        for (rows, src, n) in pending {
+            acc = Some(match acc {
+                Some(acc) => rows_add(acc, rows.as_ref(), &src)?,
+                None if rows.is_none() && src.dim(0)? == n => src,
+                None => {
+                    let zeros = Tensor::zeros((n, src.dim(1)?), DType::F32, src.device())?;
+                    rows_add(zeros, rows.as_ref(), &src)?
+                }
+            });
+        }
+        Ok(acc)
     }
 
     /// Adds the per-latent reduction of `vals[s]·rows[row(s)]`.
@@ -93,23 +114,40 @@ impl GradSink {
     ) -> candle_core::Result<()> {
         let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let (rows, vals) = (rows.detach().contiguous()?, vals.detach().contiguous()?);
-        match slot.take() {
-            None => *slot = Some(rows.apply_op3_no_bwd(idx, &vals, &ColReduce { n })?),
+        match slot.acc.take() {
+            None => {
+                let pending = std::mem::take(&mut slot.pending);
+                // One block of every row (all latents dead) is the accumulator itself.
+                #[cfg(feature = "cuda")]
+                if rows.device().is_cuda()
+                    && pending.len() == 1
+                    && pending[0].0.is_none()
+                    && pending[0].1.dim(0)? == n
+                {
+                    let acc = pending[0].1.clone();
+                    crate::cuda::col_reduce_into(&acc, &rows, idx, &vals)?;
+                    slot.acc = Some(acc);
+                    return Ok(());
+                }
+                let mut acc = rows.apply_op3_no_bwd(idx, &vals, &ColReduce { n })?;
+                for (rows, src, _) in pending {
+                    acc = rows_add(acc, rows.as_ref(), &src)?;
+                }
+                slot.acc = Some(acc);
+            }
             Some(acc) => {
                 #[cfg(feature = "cuda")]
                 if acc.device().is_cuda() {
                     crate::cuda::col_reduce_into(&acc, &rows, idx, &vals)?;
-                    *slot = Some(acc);
+                    slot.acc = Some(acc);
                     return Ok(());
                 }
-                *slot = Some((acc + rows.apply_op3_no_bwd(idx, &vals, &ColReduce { n })?)?);
+                slot.acc = Some((acc + rows.apply_op3_no_bwd(idx, &vals, &ColReduce { n })?)?);
             }
         }
         Ok(())
     }
-}
 
-impl GradSink {
     /// Adds `src [count, d]` to the rows `rows` (u32, distinct; rows 0..count when None) of the gradient
     /// [n, d].
     pub(crate) fn add_rows(
@@ -120,25 +158,25 @@ impl GradSink {
     ) -> candle_core::Result<()> {
         let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let src = src.detach().to_dtype(DType::F32)?.contiguous()?;
-        let acc = match (slot.take(), rows) {
-            (Some(acc), _) => acc,
-            (None, None) if src.dim(0)? == n => {
-                *slot = Some(src);
-                return Ok(());
-            }
-            (None, _) => Tensor::zeros((n, src.dim(1)?), DType::F32, src.device())?,
-        };
-        #[cfg(feature = "cuda")]
-        if acc.device().is_cuda() {
-            crate::cuda::rows_add_inplace(&acc, rows, &src)?;
-            *slot = Some(acc);
-            return Ok(());
+        match slot.acc.take() {
+            Some(acc) => slot.acc = Some(rows_add(acc, rows, &src)?),
+            None => slot.pending.push((rows.cloned(), src, n)),
         }
-        *slot = Some(match rows {
-            Some(rows) => acc.index_add(rows, &src, 0)?,
-            None => (acc + src)?,
-        });
         Ok(())
+    }
+}
+
+/// `acc [n, d]` plus `src [count, d]` at the rows `rows` (distinct; rows 0..count when None), in place on
+/// CUDA.
+fn rows_add(acc: Tensor, rows: Option<&Tensor>, src: &Tensor) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if acc.device().is_cuda() {
+        crate::cuda::rows_add_inplace(&acc, rows, src)?;
+        return Ok(acc);
+    }
+    match rows {
+        Some(rows) => acc.index_add(rows, src, 0),
+        None => acc + src,
     }
 }
 

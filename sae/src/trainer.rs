@@ -131,8 +131,8 @@ impl Trainer {
         let t0 = Instant::now();
         if let Some(sinks) = &self.sae.sinks {
             // A step that failed after its backward must not leak gradients into this one.
-            sinks.w_enc.take();
-            sinks.w_dec.take();
+            sinks.w_enc.take()?;
+            sinks.w_dec.take()?;
         }
         let x = self.prepare(raw)?;
         let selector = self.cfg.selector.kind.selector();

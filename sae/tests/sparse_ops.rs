@@ -262,7 +262,8 @@ fn training_steps_match_cpu(dev: &Device) -> Result<()> {
 test_device!(training_steps_match_cpu_on, training_steps_match_cpu);
 
 /// The weight sinks (used in training) receive the same gradients as candle's autograd, with the
-/// aux-k loss adding a second contribution to both weight matrices.
+/// aux-k loss adding a second contribution to both weight matrices: pair reductions in the sparse
+/// form, row blocks of the dead latents (arriving before the main reduction) in the dense one.
 fn sinks_equal_autograd(dev: &Device) -> Result<()> {
     let (b, d, n, k) = (16, 12, 40, 3);
     let shape = sae::model::Shape {
@@ -279,7 +280,7 @@ fn sinks_equal_autograd(dev: &Device) -> Result<()> {
         n,
         dev,
     )?;
-    let grads = |with_sinks: bool| -> Result<Vec<Vec<f64>>> {
+    let grads = |with_sinks: bool, form: sae::config::AuxDecode| -> Result<Vec<Vec<f64>>> {
         let mut sae = sae::Sae::from_tensors(
             shape.clone(),
             &uniform(d * n, 42, dev)?.reshape((d, n))?,
@@ -300,7 +301,7 @@ fn sinks_equal_autograd(dev: &Device) -> Result<()> {
             &fwd.recon,
             (&dead, n.div_ceil(3)),
             4,
-            sae::config::AuxDecode::Sparse,
+            form,
             (profk::Selector::Profk, 0),
         )?
         .expect("dead latents");
@@ -310,12 +311,18 @@ fn sinks_equal_autograd(dev: &Device) -> Result<()> {
             .map(host)
             .collect()
     };
-    let (with, without) = (grads(true)?, grads(false)?);
-    for (i, (a, b)) in with.iter().zip(&without).enumerate() {
-        assert!(
-            max_err(a, b) < 1e-4,
-            "parameter {i}: sink and autograd gradients differ"
-        );
+    let without = grads(false, sae::config::AuxDecode::Sparse)?;
+    for form in [
+        sae::config::AuxDecode::Sparse,
+        sae::config::AuxDecode::Dense,
+    ] {
+        let with = grads(true, form)?;
+        for (i, (a, b)) in with.iter().zip(&without).enumerate() {
+            assert!(
+                max_err(a, b) < 1e-4,
+                "{form:?}: parameter {i}: sink and autograd gradients differ"
+            );
+        }
     }
     Ok(())
 }
