@@ -158,10 +158,11 @@ fn dead_columns(mask: &Tensor) -> Result<Tensor> {
 /// Zeros the shape of `src` [B, m] except at the columns `cols [B, keep]` (i64) of each row, which keep
 /// `src`'s values.
 fn scatter(src: &Tensor, cols: &Tensor) -> Result<Tensor> {
+    let cols = cols.to_dtype(DType::I64)?.contiguous()?;
     #[cfg(feature = "cuda")]
     if src.device().is_cuda() {
         let out = Tensor::zeros(src.shape(), src.dtype(), src.device())?;
-        crate::cuda::scatter_rows(src, cols, &out)?;
+        crate::cuda::scatter_rows(src, &cols, &out)?;
         return Ok(out);
     }
     let (b, m) = src.dims2()?;
