@@ -152,6 +152,25 @@ extern "C" __global__ void sae_scatter_rows_bf16(const __nv_bfloat16* src, const
   scatter_rows(src, idx, out, pairs, keep, cols);
 }
 
+// In place over x [rows, cols]: the columns from `from` on become 0 (the alignment padding of the
+// compacted dead columns).
+template <typename T>
+__device__ void zero_tail(T* x, int64_t rows, int64_t cols, int64_t from) {
+  const int64_t pad = cols - from;
+  const int64_t len = rows * pad;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) {
+    const int64_t r = i / pad;
+    store(x, r * cols + from + (i - r * pad), 0.f);
+  }
+}
+extern "C" __global__ void sae_zero_tail_f32(float* x, int64_t rows, int64_t cols, int64_t from) {
+  zero_tail(x, rows, cols, from);
+}
+extern "C" __global__ void sae_zero_tail_bf16(__nv_bfloat16* x, int64_t rows, int64_t cols, int64_t from) {
+  zero_tail(x, rows, cols, from);
+}
+
 // In place: y = e - y (the aux reconstruction becomes its residual).
 extern "C" __global__ void sae_sub_from(float* y, const float* e, int64_t len) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;

@@ -63,16 +63,17 @@ pub fn dead_columns_loss(
     (selector, seed): (profk::Selector, u64),
 ) -> Result<Tensor> {
     let n = sae.shape.n;
-    let cols = if n_dead < n {
+    // The dead columns, padded to an aligned width (the padding repeats the first: its W rows are read,
+    // its scores zeroed); all columns when every latent is dead.
+    let padded = if n_dead < n {
         Some(dead_columns(mask)?)
     } else {
         None
     };
-    let scores_d = match &cols {
-        Some(c) => scores.index_select(c, 1)?,
-        None => scores.clone(),
-    }
-    .contiguous()?;
+    let scores_d = match &padded {
+        Some(c) => zero_tail_columns(scores.index_select(c, 1)?.contiguous()?, n_dead)?,
+        None => scores.contiguous()?,
+    };
     let acts = if keep >= n_dead {
         scores_d
     } else {
@@ -82,7 +83,7 @@ pub fn dead_columns_loss(
     let dtype = acts.dtype();
     let pick = |w: &Tensor| -> Result<Tensor> {
         let w = w.detach();
-        let w = match &cols {
+        let w = match &padded {
             Some(c) => w.index_select(c, 0)?,
             None => w,
         };
@@ -101,7 +102,8 @@ pub fn dead_columns_loss(
         acts,
         w_enc_d,
         w_dec_d,
-        cols,
+        cols: padded.map(|c| c.narrow(0, 0, n_dead)).transpose()?,
+        n_dead,
         n,
         sinks: sinks.clone(),
     };
@@ -145,14 +147,35 @@ fn scale_to(x: &Tensor, s: f64, dtype: DType) -> candle_core::Result<Tensor> {
     (x * s)?.to_dtype(dtype)
 }
 
-/// The dead latents (u32) of a u8 mask [n].
+/// Width of the compacted [B, |D|] matrices: a multiple of 16 columns, so that every row starts 64-byte
+/// aligned (f32) and cuBLAS can take its tensor-core kernels (Hopper's need 16-byte aligned strides;
+/// |D| = 3277 gives 4-byte ones).
+const ALIGN_COLS: usize = 16;
+
+/// The dead latents (u32) of a u8 mask [n], padded to a multiple of [`ALIGN_COLS`] with the first one.
 fn dead_columns(mask: &Tensor) -> Result<Tensor> {
     let host: Vec<u8> = mask.to_dtype(DType::U8)?.to_vec1()?;
-    let cols: Vec<u32> = (0..host.len() as u32)
+    let mut cols: Vec<u32> = (0..host.len() as u32)
         .filter(|&j| host[j as usize] != 0)
         .collect();
+    let first = cols.first().copied().unwrap_or(0);
+    cols.resize(cols.len().next_multiple_of(ALIGN_COLS), first);
     let len = cols.len();
     Ok(Tensor::from_vec(cols, len, mask.device())?)
+}
+
+/// `t [B, w]` with its columns from `from` on set to zero (in place on CUDA).
+fn zero_tail_columns(t: Tensor, from: usize) -> Result<Tensor> {
+    let (_, w) = t.dims2()?;
+    if from >= w {
+        return Ok(t);
+    }
+    #[cfg(feature = "cuda")]
+    if t.device().is_cuda() {
+        crate::cuda::zero_tail_columns_inplace(&t, from)?;
+        return Ok(t);
+    }
+    Ok(t.narrow(1, 0, from)?.pad_with_zeros(1, 0, w - from)?)
 }
 
 /// Zeros the shape of `src` [B, m] except at the columns `cols [B, keep]` (i64) of each row, which keep
@@ -217,8 +240,9 @@ struct DeadColumnsGrad {
     /// [|D|, d] in the scores' dtype.
     w_enc_d: Tensor,
     w_dec_d: Tensor,
-    /// The dead latents (u32), None when every latent is dead.
+    /// The dead latents (u32, without the padding), None when every latent is dead; their count.
     cols: Option<Tensor>,
+    n_dead: usize,
     n: usize,
     sinks: WeightSinks,
 }
@@ -264,9 +288,11 @@ impl CustomOp2 for DeadColumnsGrad {
         let upstream = grad.to_dtype(DType::F32)?.to_scalar::<f32>()? as f64;
         let g = scale_to(&self.err, -2.0 * self.scale * upstream, dtype)?;
         let cols = self.cols.as_ref();
+        // The padded columns' rows of every product are dropped (their activations are zero).
+        let real = |t: Tensor| t.narrow(0, 0, self.n_dead);
         self.sinks
             .w_dec
-            .add_rows(cols, &self.acts.t()?.matmul(&g)?, self.n)?;
+            .add_rows(cols, &real(self.acts.t()?.matmul(&g)?)?, self.n)?;
         let d_acts = mask_nonpositive(g.matmul(&self.w_dec_d.t()?)?, &self.acts)?;
         let xc = if dtype == self.xc.dtype() {
             self.xc.clone()
@@ -275,7 +301,7 @@ impl CustomOp2 for DeadColumnsGrad {
         };
         self.sinks
             .w_enc
-            .add_rows(cols, &d_acts.t()?.matmul(&xc)?, self.n)?;
+            .add_rows(cols, &real(d_acts.t()?.matmul(&xc)?)?, self.n)?;
         let ones = Tensor::ones((1, d_acts.dim(0)?), dtype, d_acts.device())?;
         let col_sums = ones.matmul(&d_acts)?;
         drop(d_acts);
@@ -284,7 +310,7 @@ impl CustomOp2 for DeadColumnsGrad {
             .neg()?
             .to_dtype(DType::F32)?
             .flatten_all()?;
-        let d_b_enc = col_sums.to_dtype(DType::F32)?.t()?.contiguous()?;
+        let d_b_enc = real(col_sums.to_dtype(DType::F32)?.t()?)?.contiguous()?;
         let d_b_enc = scatter_rows(d_b_enc, cols, self.n)?.reshape(self.n)?;
         Ok((Some(d_b_dec), Some(d_b_enc)))
     }

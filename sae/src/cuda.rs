@@ -325,6 +325,21 @@ pub fn scatter_rows(src: &Tensor, idx: &Tensor, out: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// In place over `x [rows, cols]` (contiguous, f32 or bf16): the columns from `from` on become 0.
+pub fn zero_tail_columns_inplace(x: &Tensor, from: usize) -> Result<()> {
+    let (rows, cols) = x.dims2()?;
+    let len = rows * cols.saturating_sub(from);
+    if len == 0 {
+        return Ok(());
+    }
+    let name = format!("sae_zero_tail_{}", suffix(x)?);
+    let (xp, dev) = tensor_ptr(x)?;
+    let (rows_i, cols_i, from_i) = (rows as i64, cols as i64, from as i64);
+    launch!(dev, Family::Sparse, &name, (len.div_ceil(256).clamp(1, MAX_GRID), 1), 256;
+        xp, rows_i, cols_i, from_i);
+    Ok(())
+}
+
 /// In place: `y = e − y` (both contiguous f32 of the same size).
 pub fn sub_from_inplace(y: &Tensor, e: &Tensor) -> Result<()> {
     let len = y.elem_count();
