@@ -83,7 +83,8 @@ def extra(step, off):
 peer_what = ("no peer (SAE_QUICK=1: ours only, aux-k in its automatic form)" if peer_rc.startswith("not run")
              else "vs a dictionary_learning-style PyTorch step, same call")
 print(f"\nSAE training step on {dev}: sparsetrain sae-bench {peer_what}")
-print(f"CUDA tests (sae sparse_ops): rc={tests_rc}, {result[-1] if result else 'no result'}"
+oks = len(re.findall(r" \.\.\. ok", tests))
+print(f"CUDA tests (sae sparse_ops): rc={tests_rc}, {result[-1] if result else f'no result ({oks} ok before the stop)'}"
       f"{'; FAILED: ' + ', '.join(failed) if failed else ''}; bench rc={ours_rc}, peer rc={peer_rc}; {secs} s")
 print("BatchTopK, d=1600, k=32, k_aux=800, profk; median of 5 steps after 2 warm-up, ms. 'aux dead': fixed random "
       "fraction of latents held dead (aux-k off when none). ours: step (form of the aux-k loss: auto picks dense "
