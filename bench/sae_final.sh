@@ -4,7 +4,7 @@
 # aux-k off / 5 % of the latents dead / all dead, the aux-k loss in its automatic form and in the sparse
 # pair form, peak pool memory) and the dictionary_learning-style PyTorch step with the same dead sets, in
 # the same call. Writes logs to $OUT/sae/ (tests.log, ours.md, peer.md) and prints a side-by-side table
-# last. About 100 s; every stage has a timeout (150 s in all).
+# last. About 100 s; every stage has a timeout.
 #
 # SAE_QUICK=1: only the CUDA tests and our step (profk, TF32 / bf16, both shapes, aux-k off / 5 % dead /
 # all dead in its automatic form) with the stage table; no peer, no sparse form, no f32; under 60 s.
@@ -41,12 +41,12 @@ else
   timeout 45 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
     --profile >"$LOG/ours.md" 2>&1
   OURS_RC=$?
-  PYTHONUNBUFFERED=1 timeout 35 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
+  PYTHONUNBUFFERED=1 timeout 70 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
     --precisions tf32,bf16 --dead 0,0.05,1 --warmup 2 --steps 5 >"$LOG/peer.md" 2>&1
   PEER_RC=$?
   timeout 25 "$BIN/sae-bench" "${COMMON[@]}" --precisions f32 --dead 0,1 >>"$LOG/ours.md" 2>&1
   OURS_RC="$OURS_RC/$?"
-  PYTHONUNBUFFERED=1 timeout 25 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
+  PYTHONUNBUFFERED=1 timeout 45 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
     --precisions f32 --dead 0,1 --warmup 2 --steps 5 >>"$LOG/peer.md" 2>&1
   PEER_RC="$PEER_RC/$?"
 fi
