@@ -416,16 +416,17 @@ impl Gpt2 {
     }
 
     /// Runs as few blocks as `hooks` and `want_logits` need; captures hooks in request order and
-    /// replaces the stream at `patch`'s hook point by the patch's output.
+    /// replaces the stream at each patch's hook point by the patch's output (patches of one hook point
+    /// apply in list order).
     fn run(
         &self,
         tokens: &Tensor,
         hooks: &[HookPoint],
-        patch: Option<(HookPoint, Patch)>,
+        patches: &[(HookPoint, Patch)],
         want_logits: bool,
     ) -> Result<(Vec<Tensor>, Option<Tensor>)> {
         let n_layer = self.cfg.n_layer;
-        for h in hooks.iter().chain(patch.iter().map(|(h, _)| h)) {
+        for h in hooks.iter().chain(patches.iter().map(|(h, _)| h)) {
             h.validate(n_layer)?;
         }
         let depth = if want_logits {
@@ -439,10 +440,12 @@ impl Gpt2 {
         };
         let mut captured: Vec<Option<Tensor>> = vec![None; hooks.len()];
         let mut visit = |point: HookPoint, x: Tensor| -> Result<Tensor> {
-            let x = match &patch {
-                Some((p, f)) if *p == point => f(&x)?,
-                _ => x,
-            };
+            let mut x = x;
+            for (p, f) in patches {
+                if *p == point {
+                    x = f(&x)?;
+                }
+            }
             for (slot, h) in captured.iter_mut().zip(hooks) {
                 if *h == point {
                     *slot = Some(x.clone());
@@ -492,12 +495,12 @@ impl Gpt2 {
     /// The residual stream at each hook point, each [B, T, d_model], in request order. Stops after the
     /// last block that any hook needs.
     pub fn forward_hooks(&self, tokens: &Tensor, hooks: &[HookPoint]) -> Result<Vec<Tensor>> {
-        Ok(self.run(tokens, hooks, None, false)?.0)
+        Ok(self.run(tokens, hooks, &[], false)?.0)
     }
 
     /// Next-token logits [B, T, vocab].
     pub fn forward_logits(&self, tokens: &Tensor) -> Result<Tensor> {
-        self.logits_of(self.run(tokens, &[], None, true)?.1)
+        self.logits_of(self.run(tokens, &[], &[], true)?.1)
     }
 
     /// Logits with the residual stream at `hook` replaced by `patch(stream)` (e.g. an SAE's
@@ -508,7 +511,18 @@ impl Gpt2 {
         hook: HookPoint,
         patch: Patch,
     ) -> Result<Tensor> {
-        self.logits_of(self.run(tokens, &[], Some((hook, patch)), true)?.1)
+        self.forward_logits_patched_many(tokens, &[(hook, patch)])
+    }
+
+    /// Logits with the residual stream at every listed hook point replaced by its patch's output, in
+    /// one forward (e.g. a crosscoder's reconstruction of each of its layers). A patch sees the stream
+    /// as the earlier patches left it; patches of one hook point apply in list order.
+    pub fn forward_logits_patched_many(
+        &self,
+        tokens: &Tensor,
+        patches: &[(HookPoint, Patch)],
+    ) -> Result<Tensor> {
+        self.logits_of(self.run(tokens, &[], patches, true)?.1)
     }
 
     fn logits_of(&self, logits: Option<Tensor>) -> Result<Tensor> {
