@@ -217,3 +217,115 @@ extern "C" __global__ void sae_rows_add(float* acc, const uint32_t* rows, const 
     acc[dst * d + c] += src[i];
   }
 }
+
+// The aux-k activations over the dead columns, in one pass per row: one block per row gathers
+// scores[b, cols[j]] into shared memory (j < real; the alignment padding reads 0; cols null: column j),
+// finds the keep-th largest by a radix select over order-preserving keys of the float bits (four 8-bit
+// digits, from the top; -0 counts as +0), and writes out[b] dense: the kept scores, zeros elsewhere.
+// Among the scores equal to the threshold the lowest positions are kept, as a full sort by (value
+// descending, index ascending) would; no float atomics, so the result is exact and deterministic.
+// Requires 1 <= keep < width <= AUX_ROW_MAX.
+namespace {
+constexpr int AUX_ROW_MAX = 11264;  // 44 KiB of f32: with the histogram, under the 48 KiB static limit
+constexpr int AUX_THREADS = 256;    // one histogram bin per thread
+
+__device__ __forceinline__ uint32_t order_key(float v) {
+  const uint32_t u = __float_as_uint(v == 0.f ? 0.f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+template <typename T>
+__device__ void aux_topk_rows(const T* scores, const uint32_t* cols, T* out, int64_t rows, int64_t n,
+                              int64_t real, int64_t width, int64_t keep) {
+  __shared__ float row[AUX_ROW_MAX];
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t s_prefix, s_need;  // the threshold's digits so far; how many to take at or below it
+  __shared__ uint32_t warp_eq[AUX_THREADS / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t span = (width + AUX_THREADS - 1) / AUX_THREADS * AUX_THREADS;
+  for (int64_t b = blockIdx.x; b < rows; b += gridDim.x) {
+    const T* src = scores + b * n;
+    for (int64_t j = tid; j < width; j += AUX_THREADS) {
+      row[j] = j < real ? load(src, cols != nullptr ? (int64_t)cols[j] : j) : 0.f;
+    }
+    if (tid == 0) {
+      s_prefix = 0;
+      s_need = (uint32_t)keep;
+    }
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      hist[tid] = 0;
+      __syncthreads();
+      const uint32_t prefix = s_prefix;
+      const uint32_t high = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
+      for (int64_t j = tid; j < span; j += AUX_THREADS) {
+        uint32_t digit = 256;  // not counted
+        if (j < width) {
+          const uint32_t key = order_key(row[j]);
+          if (((key ^ prefix) & high) == 0) digit = (key >> shift) & 255u;
+        }
+        // One shared atomic per distinct digit of the warp (the ReLU's zeros share one bin).
+        const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+        if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], (uint32_t)__popc(peers));
+      }
+      __syncthreads();
+      if (warp == 0) {
+        // Lane l holds bins 255 - 8l down to 248 - 8l; the first lane whose running count from the top
+        // reaches `need` holds the threshold's digit.
+        uint32_t c[8], sum = 0;
+        for (int i = 0; i < 8; ++i) {
+          c[i] = hist[255 - 8 * lane - i];
+          sum += c[i];
+        }
+        uint32_t incl = sum;
+        for (int o = 1; o < 32; o <<= 1) {
+          const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+          if (lane >= o) incl += v;
+        }
+        const uint32_t need = s_need;
+        const uint32_t hit = __ballot_sync(0xffffffffu, incl >= need);
+        if (lane == __ffs(hit) - 1) {
+          uint32_t above = incl - sum;
+          int i = 0;
+          while (above + c[i] < need) above += c[i++];
+          s_prefix = prefix | ((uint32_t)(255 - 8 * lane - i) << shift);
+          s_need = need - above;
+        }
+      }
+      __syncthreads();
+    }
+    // Everything above the threshold, and the first `need` equal to it in position order.
+    const uint32_t thr = s_prefix, need = s_need;
+    uint32_t taken = 0;
+    T* dst = out + b * width;
+    for (int64_t base = 0; base < span; base += AUX_THREADS) {
+      const int64_t j = base + tid;
+      const float v = j < width ? row[j] : 0.f;
+      const uint32_t key = order_key(v);
+      const bool eq = j < width && key == thr;
+      const uint32_t ball = __ballot_sync(0xffffffffu, eq);
+      if (lane == 0) warp_eq[warp] = __popc(ball);
+      __syncthreads();
+      uint32_t before = taken + __popc(ball & ((1u << lane) - 1u));
+      uint32_t total = 0;
+      for (int w = 0; w < AUX_THREADS / 32; ++w) {
+        if (w < warp) before += warp_eq[w];
+        total += warp_eq[w];
+      }
+      if (j < width) store(dst, j, key > thr || (eq && before < need) ? v : 0.f);
+      taken += total;
+      __syncthreads();
+    }
+  }
+}
+}  // namespace
+
+extern "C" __global__ void sae_aux_topk_rows_f32(const float* scores, const uint32_t* cols, float* out,
+                                                 int64_t rows, int64_t n, int64_t real, int64_t width,
+                                                 int64_t keep) {
+  aux_topk_rows(scores, cols, out, rows, n, real, width, keep);
+}
+extern "C" __global__ void sae_aux_topk_rows_bf16(const __nv_bfloat16* scores, const uint32_t* cols,
+                                                  __nv_bfloat16* out, int64_t rows, int64_t n, int64_t real,
+                                                  int64_t width, int64_t keep) {
+  aux_topk_rows(scores, cols, out, rows, n, real, width, keep);
+}

@@ -70,16 +70,14 @@ pub fn dead_columns_loss(
     } else {
         None
     };
-    let scores_d = match &padded {
-        Some(c) => zero_tail_columns(scores.index_select(c, 1)?.contiguous()?, n_dead)?,
-        None => scores.contiguous()?,
-    };
-    let acts = if keep >= n_dead {
-        scores_d
-    } else {
-        let top = select_row_columns(&scores_d, keep, selector, seed)?;
-        scatter(&scores_d, &top)?
-    };
+    let acts = dead_column_acts(
+        scores,
+        padded.as_ref(),
+        n_dead,
+        keep,
+        AuxSelect::from_env()?,
+        (selector, seed),
+    )?;
     let dtype = acts.dtype();
     let pick = |w: &Tensor| -> Result<Tensor> {
         let w = w.detach();
@@ -112,6 +110,100 @@ pub fn dead_columns_loss(
         .as_tensor()
         .apply_op2(sae.b_enc.as_tensor(), grads)?;
     Ok((tap + loss)?)
+}
+
+/// How the aux activations are selected on CUDA: `Fused`, one kernel per batch that gathers each row's
+/// dead columns into shared memory, selects its `keep` largest by a radix select and writes the row of A
+/// (rows up to `cuda::AUX_ROW_MAX` columns; wider ones, e.g. every latent dead, take the other route);
+/// `Profk`, the gather, profk's row-wise selection and a scatter. The CPU computes the same function by
+/// the second route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuxSelect {
+    Fused,
+    Profk,
+}
+
+impl AuxSelect {
+    /// `SAE_AUX_SELECT` (`fused`, the default, or `profk`).
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("SAE_AUX_SELECT") {
+            Err(std::env::VarError::NotPresent) => Ok(Self::Fused),
+            Ok(v) if v == "fused" => Ok(Self::Fused),
+            Ok(v) if v == "profk" => Ok(Self::Profk),
+            other => Err(crate::Error::Config {
+                key: "SAE_AUX_SELECT (environment)".into(),
+                msg: format!("must be `fused` or `profk`, not {other:?}"),
+            }),
+        }
+    }
+}
+
+/// The aux activations A [B, w]: the scores [B, n] at the columns `cols` (u32 [w]: the first `n_dead`
+/// the dead latents, the rest alignment padding that scores 0; None: every column, n_dead = n), each
+/// row's `keep` largest kept — ties to the lowest position, as a full sort by (value descending, index
+/// ascending) — and zeros elsewhere; all of them when `keep ≥ n_dead`. The step's scores are ReLU
+/// outputs, so the padding's zeros never outrank a dead latent's score.
+pub fn dead_column_acts(
+    scores: &Tensor,
+    cols: Option<&Tensor>,
+    n_dead: usize,
+    keep: usize,
+    how: AuxSelect,
+    (selector, seed): (profk::Selector, u64),
+) -> Result<Tensor> {
+    let width = match cols {
+        Some(c) => c.dim(0)?,
+        None => scores.dim(1)?,
+    };
+    if keep == 0 {
+        return Ok(Tensor::zeros(
+            (scores.dim(0)?, width),
+            scores.dtype(),
+            scores.device(),
+        )?);
+    }
+    if how == AuxSelect::Fused && keep < n_dead {
+        if let Some(acts) = fused_acts(scores, cols, n_dead, width, keep)? {
+            return Ok(acts);
+        }
+    }
+    let scores_d = match cols {
+        Some(c) => zero_tail_columns(scores.index_select(c, 1)?.contiguous()?, n_dead)?,
+        None => scores.contiguous()?,
+    };
+    if keep >= n_dead {
+        return Ok(scores_d);
+    }
+    let top = select_row_columns(&scores_d, keep, selector, seed)?;
+    scatter(&scores_d, &top)
+}
+
+/// The fused selection kernel's A, where it applies (a CUDA tensor, rows that fit its shared memory).
+#[cfg(feature = "cuda")]
+fn fused_acts(
+    scores: &Tensor,
+    cols: Option<&Tensor>,
+    n_dead: usize,
+    width: usize,
+    keep: usize,
+) -> Result<Option<Tensor>> {
+    if !scores.device().is_cuda() || width > crate::cuda::AUX_ROW_MAX {
+        return Ok(None);
+    }
+    Ok(Some(crate::cuda::aux_topk_rows(
+        scores, cols, n_dead, width, keep,
+    )?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn fused_acts(
+    _scores: &Tensor,
+    _cols: Option<&Tensor>,
+    _n_dead: usize,
+    _width: usize,
+    _keep: usize,
+) -> Result<Option<Tensor>> {
+    Ok(None)
 }
 
 /// `residual − recon`, in place of `recon` (a fresh f32 tensor) on CUDA.

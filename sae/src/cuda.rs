@@ -325,6 +325,55 @@ pub fn scatter_rows(src: &Tensor, idx: &Tensor, out: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// Widest row of dead columns that [`aux_topk_rows`] takes (`AUX_ROW_MAX` in `kernels/sparse.cu`: the
+/// row is selected in shared memory).
+pub const AUX_ROW_MAX: usize = 11264;
+
+/// The aux-k activations `[rows, width]` (the dtype of `scores`) in one kernel: row b holds
+/// `scores[b, cols[j]]` (`cols` u32 [width], the first `real` of them read, the rest padding that reads 0;
+/// None: column j) where it is among the row's `keep` largest (ties to the lowest position), 0 elsewhere.
+/// Requires `1 ≤ keep < width ≤ AUX_ROW_MAX`.
+pub fn aux_topk_rows(
+    scores: &Tensor,
+    cols: Option<&Tensor>,
+    real: usize,
+    width: usize,
+    keep: usize,
+) -> Result<Tensor> {
+    let (rows, n) = scores.dims2()?;
+    if keep == 0 || keep >= width || width > AUX_ROW_MAX || real > width.min(n) {
+        bail!("aux_topk_rows: keep {keep}, width {width}, real {real}, n {n} out of range");
+    }
+    if let Some(c) = cols {
+        if c.dims1()? != width || c.dtype() != DType::U32 {
+            bail!("aux_topk_rows: cols must be u32 [{width}]");
+        }
+    }
+    let out = Tensor::zeros((rows, width), scores.dtype(), scores.device())?;
+    if rows == 0 {
+        return Ok(out);
+    }
+    let name = format!("sae_aux_topk_rows_{}", suffix(scores)?);
+    let scores = scores.contiguous()?;
+    let (s, dev) = tensor_ptr(&scores)?;
+    let cols = cols.map(Tensor::contiguous).transpose()?;
+    let c = match &cols {
+        Some(c) => tensor_ptr(c)?.0,
+        None => 0u64,
+    };
+    let (o, _) = tensor_ptr(&out)?;
+    let (rows_i, n_i, real_i, width_i, keep_i) = (
+        rows as i64,
+        n as i64,
+        real as i64,
+        width as i64,
+        keep as i64,
+    );
+    launch!(dev, Family::Sparse, &name, (rows.clamp(1, MAX_GRID), 1), 256;
+        s, c, o, rows_i, n_i, real_i, width_i, keep_i);
+    Ok(out)
+}
+
 /// In place over `x [rows, cols]` (contiguous, f32 or bf16): the columns from `from` on become 0.
 pub fn zero_tail_columns_inplace(x: &Tensor, from: usize) -> Result<()> {
     let (rows, cols) = x.dims2()?;

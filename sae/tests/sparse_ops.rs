@@ -502,3 +502,127 @@ fn aux_forms_match_reference(dev: &Device) -> Result<()> {
     Ok(())
 }
 test_device!(aux_forms_match_reference_on, aux_forms_match_reference);
+
+/// f64 reference of the aux activations: each row of `scores [b, n]` at `cols` (the first `n_dead`
+/// read, the padding 0), its `keep` largest kept by a full sort (value descending, index ascending).
+fn aux_acts_reference(
+    scores: &[f64],
+    n: usize,
+    cols: &[u32],
+    n_dead: usize,
+    keep: usize,
+) -> Vec<f64> {
+    let rows = scores.len() / n;
+    let mut out = vec![0.0; rows * cols.len()];
+    for b in 0..rows {
+        let vals: Vec<f64> = (0..cols.len())
+            .map(|j| {
+                if j < n_dead {
+                    scores[b * n + cols[j] as usize]
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..vals.len()).collect();
+        order.sort_by(|&i, &j| vals[j].partial_cmp(&vals[i]).unwrap().then(i.cmp(&j)));
+        for &j in order.iter().take(keep) {
+            out[b * cols.len() + j] = vals[j];
+        }
+    }
+    out
+}
+
+/// The aux activations over the dead columns, by both selection routes (the fused kernel, profk and a
+/// scatter), against the f64 full sort: distinct and tied scores (ties across the kernel's 256-column
+/// chunks and at the threshold), ±0, negative scores, all-equal rows, |D| < k_aux, |D| = 1, every
+/// column, rows wider than the kernel's shared memory, keep ∈ {1, |D| − 1}; f32 and bf16.
+fn aux_acts_match_sort(dev: &Device) -> Result<()> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(61);
+    let every = |n: usize, step: usize| (0..n).filter(|j| j % step == 0).collect::<Vec<_>>();
+    type Case = (&'static str, usize, usize, Option<Vec<usize>>, usize, u8);
+    // (name, rows, n, dead columns (None: all), k_aux, scores: 0 distinct ≥ 0, 1 few levels, 2 all equal,
+    // 3 distinct of both signs). The training step's scores are ReLU outputs, never below the padding's
+    // zeros: negative ones only where there is no padding (|D| a multiple of 16, or every column).
+    let cases: Vec<Case> = vec![
+        ("distinct, a third dead", 5, 300, Some(every(300, 3)), 30, 0),
+        ("distinct, keep 1", 4, 300, Some(every(300, 3)), 1, 0),
+        ("distinct, keep |D| - 1", 4, 300, Some(every(300, 3)), 99, 0),
+        ("ties across chunks", 6, 1400, Some(every(1400, 2)), 100, 1),
+        ("ties, keep 1", 3, 1400, Some(every(1400, 2)), 1, 1),
+        ("ties, keep |D| - 1", 3, 1400, Some(every(1400, 2)), 699, 1),
+        ("all equal", 3, 500, Some(every(500, 5)), 10, 2),
+        (
+            "fewer dead than k_aux",
+            4,
+            200,
+            Some(vec![3, 77, 150]),
+            10,
+            0,
+        ),
+        ("one dead", 4, 200, Some(vec![42]), 10, 1),
+        ("every column", 5, 40, None, 4, 1),
+        (
+            "negative scores, no padding",
+            4,
+            320,
+            Some(every(320, 2)),
+            40,
+            3,
+        ),
+        ("negative scores, every column", 4, 300, None, 40, 3),
+        ("wider than shared memory", 2, 12000, None, 800, 1),
+    ];
+    for (name, rows, n, dead, k_aux, kind) in cases {
+        let levels = [0.0f32, -0.0, 0.25, 0.5, 1.0];
+        let host_scores: Vec<f32> = (0..rows * n)
+            .map(|_| match kind {
+                0 => rng.random::<f32>(),
+                1 => levels[rng.random_range(0..levels.len())],
+                2 => 0.5,
+                _ => rng.random::<f32>() * 2.0 - 1.0,
+            })
+            .collect();
+        let n_dead = dead.as_ref().map_or(n, Vec::len);
+        let keep = k_aux.min(n_dead);
+        // The dead columns padded to a multiple of 16 with the first, as the training step pads them.
+        let cols: Option<Vec<u32>> = dead.map(|d| {
+            let mut c: Vec<u32> = d.iter().map(|&j| j as u32).collect();
+            c.resize(c.len().next_multiple_of(16), c[0]);
+            c
+        });
+        let all: Vec<u32> = (0..n as u32).collect();
+        let ref_cols = cols.as_deref().unwrap_or(&all);
+        for dtype in [DType::F32, DType::BF16] {
+            let scores = Tensor::from_vec(host_scores.clone(), (rows, n), dev)?.to_dtype(dtype)?;
+            let want = aux_acts_reference(&host(&scores)?, n, ref_cols, n_dead, keep);
+            let cols_t = cols
+                .as_ref()
+                .map(|c| Tensor::from_vec(c.clone(), c.len(), dev))
+                .transpose()?;
+            for how in [
+                sae::aux_dense::AuxSelect::Fused,
+                sae::aux_dense::AuxSelect::Profk,
+            ] {
+                let got = sae::aux_dense::dead_column_acts(
+                    &scores,
+                    cols_t.as_ref(),
+                    n_dead,
+                    keep,
+                    how,
+                    (profk::Selector::Profk, 7),
+                )?;
+                assert_eq!(got.dims2()?, (rows, ref_cols.len()), "{name}");
+                assert_eq!(got.dtype(), dtype, "{name}");
+                let got = host(&got)?;
+                let wrong = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+                assert_eq!(
+                    wrong, 0,
+                    "{name}, {dtype:?}, {how:?}: {wrong} activations differ"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+test_device!(aux_acts_match_sort_on, aux_acts_match_sort);
