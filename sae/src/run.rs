@@ -1,12 +1,14 @@
 //! `train-sae CONFIG [--out DIR] [--resume]`: builds the activation source from the config, trains through
 //! the shared training loop (progress bar, metrics.jsonl, checkpoints, Ctrl-C), evaluates on held-out tokens
-//! (FVU, L0, CE-loss recovered with the SAE spliced in at its hook) and writes the SAE in SAELens' layout.
+//! (FVU, L0, CE-loss recovered with the SAE spliced in at its hook, a crosscoder at all of its hooks) and writes
+//! the SAE in SAELens' layout.
 use crate::checkpoint::{load_state, save_state, write_saelens};
-use crate::config::{Arch, Config, DataConfig, DeviceKind, Precision};
+use crate::config::{Config, DataConfig, DeviceKind, Precision};
 use crate::data::{skip, with_layer_axis, Synthetic};
 use crate::trainer::Trainer;
 use crate::{Error, Result};
 use activations::corpus::{Contexts, Corpus, Split};
+use activations::gpt2::Patch;
 use activations::{ActivationSource, Gpt2, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
 use eval::{
@@ -139,10 +141,11 @@ pub struct Data {
     pub splice: Option<Splice>,
 }
 
-/// A model, its hook point and held-out contexts: the SAE is spliced in there to measure CE-loss recovered.
+/// A model, the SAE's hook points (one per layer of the SAE) and held-out contexts: the SAE is spliced in there
+/// to measure CE-loss recovered.
 pub struct Splice {
     pub model: Arc<Gpt2>,
-    pub hook: HookPoint,
+    pub hooks: Vec<HookPoint>,
     pub tokens: Tensor,
 }
 
@@ -260,9 +263,9 @@ impl Data {
                     hooks.clone(),
                     opts(true, *buffer_tokens),
                 )?;
-                let splice = (hooks.len() == 1 && ce_n > 0).then(|| Splice {
+                let splice = (ce_n > 0).then(|| Splice {
                     model,
-                    hook: hooks[0],
+                    hooks,
                     tokens: ce_tokens,
                 });
                 Ok(Self {
@@ -347,12 +350,15 @@ impl eval::Trainer for SaeJob {
             }
         }
         if let Some(splice) = &self.data.splice {
-            if self.trainer.sae.shape.arch != Arch::Crosscoder {
-                let ce = ce_loss_recovered(&self.trainer, splice)?;
-                m.insert("ce_clean".into(), ce.clean);
-                m.insert("ce_sae".into(), ce.spliced);
-                m.insert("ce_zero_ablation".into(), ce.zero);
-                m.insert("ce_loss_recovered".into(), ce.recovered());
+            let ce = ce_loss_recovered(&self.trainer, splice)?;
+            m.insert("ce_clean".into(), ce.all.clean);
+            m.insert("ce_sae".into(), ce.all.spliced);
+            m.insert("ce_zero_ablation".into(), ce.all.zero);
+            m.insert("ce_loss_recovered".into(), ce.all.recovered());
+            for (l, layer) in ce.per_layer.iter().enumerate() {
+                m.insert(format!("ce_sae_layer{l}"), layer.spliced);
+                m.insert(format!("ce_zero_ablation_layer{l}"), layer.zero);
+                m.insert(format!("ce_loss_recovered_layer{l}"), layer.recovered());
             }
         }
         Ok(m)
@@ -360,7 +366,8 @@ impl eval::Trainer for SaeJob {
 }
 
 /// Next-token cross-entropy with the clean stream, with the SAE's reconstruction spliced in, and with the
-/// stream zeroed at the hook.
+/// stream zeroed where it was spliced.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CeLosses {
     pub clean: f64,
     pub spliced: f64,
@@ -374,38 +381,116 @@ impl CeLosses {
     }
 }
 
-/// Splices the SAE (JumpReLU inference with the learned threshold) into positions 1.. of the hook; the first
-/// (BOS) position, excluded from training, keeps its activation.
-pub fn ce_loss_recovered(trainer: &Trainer, splice: &Splice) -> Result<CeLosses> {
-    let model = &splice.model;
+/// CE losses of the splice at every hook point at once (`all`) and, with several hook points (a crosscoder),
+/// of each hook point spliced alone, the others clean (`per_layer`, in the order of the hook points).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CeSplices {
+    pub all: CeLosses,
+    pub per_layer: Vec<CeLosses>,
+}
+
+/// A reconstruction of raw activations [N, L, d] (a token per row, a hook point per layer), as [N, L, d].
+pub type Reconstruct<'a> = &'a dyn Fn(&Tensor) -> Result<Tensor>;
+
+/// Splices the SAE (JumpReLU inference with the learned threshold) into positions 1.. of each of its hook
+/// points; the first (BOS) position, excluded from training, keeps its activation.
+pub fn ce_loss_recovered(trainer: &Trainer, splice: &Splice) -> Result<CeSplices> {
+    let reconstruct = |raw: &Tensor| splice_reconstruction(trainer, raw);
+    ce_splices(&splice.model, &splice.tokens, &splice.hooks, &reconstruct)
+}
+
+/// CE-loss recovered with `reconstruct` spliced in, the way crosscoders are evaluated: one clean forward
+/// gives the activations at every hook point, `reconstruct` maps them (positions 1..) to each layer's
+/// reconstruction, and one forward replaces the stream at every hook point by its layer's reconstruction
+/// (another zeroes every hook point). For one hook point this is the single-layer SAE splice.
+pub fn ce_splices(
+    model: &Gpt2,
+    tokens: &Tensor,
+    hooks: &[HookPoint],
+    reconstruct: Reconstruct,
+) -> Result<CeSplices> {
+    let (b, t) = tokens.dims2()?;
+    if hooks.is_empty() || t < 2 {
+        return Err(Error::Data(format!(
+            "CE-loss recovered needs a hook point and contexts of ≥ 2 tokens, got {} hook points and \
+             {t} tokens",
+            hooks.len()
+        )));
+    }
     let ce = |logits: Tensor| -> Result<f64> {
-        Ok(Gpt2::next_token_loss(&logits, &splice.tokens)?
+        Ok(Gpt2::next_token_loss(&logits, tokens)?
             .to_dtype(DType::F64)?
             .to_scalar::<f64>()?)
     };
-    let clean = ce(model.forward_logits(&splice.tokens)?)?;
-    let reconstruct = |h: &Tensor| -> candle_core::Result<Tensor> {
-        let (b, t, d) = h.dims3()?;
-        let body = h.narrow(1, 1, t - 1)?.reshape((b * (t - 1), 1, d))?;
-        let recon = splice_reconstruction(trainer, &body)
-            .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-        let recon = recon.reshape((b, t - 1, d))?.to_dtype(h.dtype())?;
-        Tensor::cat(&[&h.narrow(1, 0, 1)?, &recon], 1)
+    let clean = ce(model.forward_logits(tokens)?)?;
+    let acts = model.forward_hooks(tokens, hooks)?;
+    let layers = hooks.len();
+    let d = acts[0].dim(2)?;
+    let body = acts
+        .iter()
+        .map(|a| a.narrow(1, 1, t - 1))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let rows = b * (t - 1);
+    let body = Tensor::stack(&body, 2)?.reshape((rows, layers, d))?;
+    let recon = reconstruct(&body)?;
+    if recon.dims() != [rows, layers, d] {
+        return Err(Error::Data(format!(
+            "the reconstruction has shape {:?}, expected [{rows}, {layers}, {d}]",
+            recon.dims()
+        )));
+    }
+    let recon = recon
+        .to_device(acts[0].device())?
+        .to_dtype(acts[0].dtype())?
+        .reshape((b, t - 1, layers, d))?;
+    let layer_recon = (0..layers)
+        .map(|l| recon.narrow(2, l, 1)?.squeeze(2))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let put = |r: &Tensor| {
+        let r = r.clone();
+        move |h: &Tensor| Tensor::cat(&[&h.narrow(1, 0, 1)?, &r], 1)
     };
-    let spliced = ce(model.forward_logits_patched(&splice.tokens, splice.hook, &reconstruct)?)?;
+    let puts: Vec<_> = layer_recon.iter().map(put).collect();
     let zero_out = |h: &Tensor| h.zeros_like();
-    let zero = ce(model.forward_logits_patched(&splice.tokens, splice.hook, &zero_out)?)?;
-    Ok(CeLosses {
+    let spliced_at: Vec<(HookPoint, Patch)> = hooks
+        .iter()
+        .zip(&puts)
+        .map(|(h, p)| (*h, p as Patch))
+        .collect();
+    let zeroed_at: Vec<(HookPoint, Patch)> =
+        hooks.iter().map(|h| (*h, &zero_out as Patch)).collect();
+    let all = CeLosses {
         clean,
-        spliced,
-        zero,
-    })
+        spliced: ce(model.forward_logits_patched_many(tokens, &spliced_at)?)?,
+        zero: ce(model.forward_logits_patched_many(tokens, &zeroed_at)?)?,
+    };
+    let per_layer = if layers > 1 {
+        spliced_at
+            .iter()
+            .zip(&zeroed_at)
+            .map(|(s, z)| {
+                Ok(CeLosses {
+                    clean,
+                    spliced: ce(
+                        model.forward_logits_patched_many(tokens, std::slice::from_ref(s))?
+                    )?,
+                    zero: ce(model.forward_logits_patched_many(tokens, std::slice::from_ref(z))?)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    Ok(CeSplices { all, per_layer })
 }
 
-/// The SAE's reconstruction of raw activations [N, 1, d], in the raw scale.
+/// The SAE's reconstruction of raw activations [N, L, d], in the raw scale of each layer.
 fn splice_reconstruction(trainer: &Trainer, raw: &Tensor) -> Result<Tensor> {
+    let (n, layers, d) = raw.dims3()?;
     let x = trainer.prepare(raw)?;
     let theta = trainer.threshold.max(0.0);
     let (recon, _) = trainer.sae.reconstruct_threshold(&x, theta)?;
-    Ok((recon / trainer.scales[0])?)
+    let unscale: Vec<f32> = trainer.scales.iter().map(|s| (1.0 / s) as f32).collect();
+    let unscale = Tensor::from_vec(unscale, (1, layers, 1), recon.device())?;
+    Ok(recon.reshape((n, layers, d))?.broadcast_mul(&unscale)?)
 }
