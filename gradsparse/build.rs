@@ -1,37 +1,5 @@
-//! Under the `cuda` feature, compiles `kernels/ef.cu` into a fatbin (sm_90 machine code plus compute_90
-//! PTX) that `src/cuda.rs` embeds and loads without JIT. nvcc is `$NVCC`, else `$CUDA_HOME/bin/nvcc`,
-//! else `nvcc` on the PATH. The CPU build needs no CUDA toolchain.
-use std::env;
-use std::path::PathBuf;
-use std::process::Command;
-
+//! Compiles `kernels/ef.cu` into a fatbin under the `cuda` feature (see the `cuda-build` crate),
+//! embedded by `src/cuda.rs`.
 fn main() {
-    println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=kernels");
-    println!("cargo:rerun-if-env-changed=NVCC");
-    println!("cargo:rerun-if-env-changed=CUDA_HOME");
-    if env::var_os("CARGO_FEATURE_CUDA").is_none() {
-        return;
-    }
-    let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let nvcc =
-        env::var("NVCC")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| match env::var("CUDA_HOME") {
-                Ok(home) => PathBuf::from(home).join("bin/nvcc"),
-                Err(_) => PathBuf::from("nvcc"),
-            });
-    let status = Command::new(&nvcc)
-        .args([
-            "-std=c++17",
-            "-O3",
-            "-gencode=arch=compute_90,code=[sm_90,compute_90]",
-            "--fatbin",
-            "-o",
-        ])
-        .arg(out.join("ef.fatbin"))
-        .arg("kernels/ef.cu")
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", nvcc.display()));
-    assert!(status.success(), "nvcc failed on kernels/ef.cu");
+    cuda_build::compile(&["ef"], None);
 }
