@@ -8,52 +8,9 @@ use std::time::Instant;
 use profk::params::{self, Hypergeometric, Method};
 use statrs::distribution::{DiscreteCDF, Hypergeometric as StatrsHypergeometric};
 
-/// Neumaier's compensated running sum.
-#[derive(Default)]
-struct CompensatedSum {
-    sum: f64,
-    compensation: f64,
-}
-
-impl CompensatedSum {
-    fn add(&mut self, x: f64) {
-        let t = self.sum + x;
-        self.compensation += if self.sum.abs() >= x.abs() {
-            (self.sum - t) + x
-        } else {
-            (x - t) + self.sum
-        };
-        self.sum = t;
-    }
-
-    fn value(&self) -> f64 {
-        self.sum + self.compensation
-    }
-}
-
-/// ln Pr(X = j) for j in 0..=S from Pr(X = 0) = Π_{i<S} (N−K−i)/(N−i) and the ratio of consecutive
-/// masses, summed with compensation. Needs S ≤ N − K.
-fn reference_ln_pmfs(n: u64, k: u64, s: u64) -> Vec<f64> {
-    let (nf, kf, sf) = (n as f64, k as f64, s as f64);
-    let mut ln_p = CompensatedSum::default();
-    for i in 0..s {
-        ln_p.add((-kf / (nf - i as f64)).ln_1p());
-    }
-    let mut out = vec![ln_p.value()];
-    for j in 0..s.min(k) {
-        let jf = j as f64;
-        ln_p.add(((kf - jf) / (jf + 1.0)).ln());
-        ln_p.add(((sf - jf) / (nf - kf - sf + jf + 1.0)).ln());
-        out.push(ln_p.value());
-    }
-    out.resize(s as usize + 1, f64::NEG_INFINITY);
-    out
-}
-
-fn ln_sum_exp(xs: &[f64]) -> f64 {
-    let max = xs.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    max + xs.iter().map(|x| (x - max).exp()).sum::<f64>().ln()
-}
+#[path = "../tests/support/hypergeometric.rs"]
+mod hypergeometric;
+use hypergeometric::{ln_sum_exp, reference_ln_pmfs};
 
 /// Mean seconds per call of `f`, repeated until 0.2 s have passed (at least 3 calls).
 fn time_per_call<T>(mut f: impl FnMut() -> T) -> f64 {
