@@ -214,11 +214,13 @@ fn col_reduce_raw(
         let end_bit = (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1) as i32;
         let mut temp_bytes = 0usize;
         let cu = stream.cu_stream() as *mut std::ffi::c_void;
-        // SAFETY: CUB's size query reads no device memory.
-        let e = unsafe {
+        // CUB's two-phase call: a null scratch pointer asks for the scratch size, then the sort runs.
+        // SAFETY: all buffers hold `pairs` elements; they are freed stream-ordered (cuMemFreeAsync), so
+        // they outlive the queued sort and reduce; with a null scratch pointer CUB reads no device memory.
+        let sort = |temp: *mut std::ffi::c_void, bytes: &mut usize| unsafe {
             sae_sort_pairs_u32(
-                std::ptr::null_mut(),
-                &mut temp_bytes,
+                temp,
+                bytes,
                 kin_p as *const u32,
                 kout_p as *mut u32,
                 vin_p as *const u32,
@@ -228,27 +230,14 @@ fn col_reduce_raw(
                 cu,
             )
         };
+        let e = sort(std::ptr::null_mut(), &mut temp_bytes);
         if e != 0 {
             bail!("CUB sort size query failed ({e})")
         }
         // SAFETY: CUB's scratch space, written before it is read.
         let temp = unsafe { dev.alloc::<u8>(temp_bytes.max(1))? };
         let temp_p = temp.device_ptr(&stream).0;
-        // SAFETY: all buffers hold `pairs` elements; they are freed stream-ordered (cuMemFreeAsync), so
-        // they outlive the queued sort and reduce.
-        let e = unsafe {
-            sae_sort_pairs_u32(
-                temp_p as *mut std::ffi::c_void,
-                &mut temp_bytes,
-                kin_p as *const u32,
-                kout_p as *mut u32,
-                vin_p as *const u32,
-                vout_p as *mut u32,
-                pairs_i,
-                end_bit,
-                cu,
-            )
-        };
+        let e = sort(temp_p as *mut std::ffi::c_void, &mut temp_bytes);
         if e != 0 {
             bail!("CUB sort failed ({e})")
         }
