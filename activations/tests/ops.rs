@@ -10,58 +10,10 @@
 //! g.main('activations/tests/fixtures/gpt2-ref-hd64')"`.
 use activations::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
 use activations::{Gpt2, Gpt2Config, HookPoint};
+mod common;
+
 use candle_core::{DType, Device, Tensor, D};
-
-/// The CPU, and the first GPU when the build has one.
-fn devices() -> Vec<Device> {
-    let mut v = vec![Device::Cpu];
-    if let Ok(d) = Device::cuda_if_available(0) {
-        if !d.is_cpu() {
-            v.push(d);
-        }
-    }
-    v
-}
-
-/// Largest |a - b| (both moved to the CPU as f64).
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.dims(), b.dims());
-    let a = a
-        .to_device(&Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
-    let b = b
-        .to_device(&Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
-    let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
-    let v = d.to_vec1::<f64>().unwrap();
-    assert!(v.iter().all(|x| x.is_finite()), "non-finite output");
-    v.into_iter().fold(0.0, f64::max)
-}
-
-fn randn(shape: &[usize], std: f64, seed: u64) -> Tensor {
-    // Deterministic on every device: drawn on the CPU from a seeded generator.
-    let n: usize = shape.iter().product();
-    let mut state = seed
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let mut uniform = || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    let v: Vec<f64> = (0..n)
-        .map(|_| {
-            let (u1, u2) = (uniform(), uniform());
-            (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos() * std
-        })
-        .collect();
-    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-}
+use common::{devices, max_abs_diff, randn};
 
 /// Causal attention in float64 from candle's composite ops: [B, T, 3 H hd] -> [B, T, H hd].
 fn attention_reference(qkv: &Tensor, h: usize) -> Tensor {
