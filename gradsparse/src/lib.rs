@@ -14,7 +14,6 @@ pub mod error;
 pub mod feedback;
 pub mod flatops;
 pub mod layout;
-pub mod loss;
 pub mod run;
 pub mod select;
 pub mod trainer;

@@ -5,7 +5,6 @@ use crate::data::Batches;
 use crate::error::{Error, Result};
 use crate::feedback::ErrorFeedback;
 use crate::layout::FlatLayout;
-use crate::loss::next_token_loss;
 use crate::select::{k_for, Scope, SelectorChoice};
 use activations::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device, Tensor, Var};
@@ -217,7 +216,7 @@ impl Trainer {
         let tokens = self.batches.train_batch(step, &self.device)?;
         let start = self.sync()?;
         let logits = self.model.forward_logits(&tokens).map_err(candle_of)?;
-        let loss = next_token_loss(&logits, &tokens)?;
+        let loss = Gpt2::next_token_loss(&logits, &tokens).map_err(candle_of)?;
         let grads = loss.backward()?;
         let loss_value = loss.to_scalar::<f32>()?;
         if !loss_value.is_finite() {
@@ -285,7 +284,10 @@ impl Trainer {
                 .detach();
             let (b, t) = tokens.dims2()?;
             let rows = b * (t - 1);
-            sum += next_token_loss(&logits, tokens)?.to_scalar::<f32>()? as f64 * rows as f64;
+            sum += Gpt2::next_token_loss(&logits, tokens)
+                .map_err(candle_of)?
+                .to_scalar::<f32>()? as f64
+                * rows as f64;
             count += rows;
         }
         Ok(Some((sum / count as f64) as f32))

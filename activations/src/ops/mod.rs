@@ -4,6 +4,7 @@
 //! function. The plain ops are forward only (extraction); the `*_train` ops carry gradients.
 mod attention;
 mod attention_train;
+mod cross_entropy;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod layer_norm;
@@ -12,6 +13,7 @@ mod linear_train;
 
 pub use attention::{causal_attention, causal_attention_with, AttentionKernel, FUSED_HEAD_DIM};
 pub use attention_train::causal_attention_train;
+pub use cross_entropy::next_token_cross_entropy;
 #[cfg(feature = "cuda")]
 pub use cuda::host_copy::{PendingCopy, PinnedCopier};
 pub use layer_norm::{layer_norm, layer_norm_train};

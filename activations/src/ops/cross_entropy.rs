@@ -1,26 +1,18 @@
-//! Next-token cross-entropy as one fused CPU op with its own backward pass.
+//! Next-token cross-entropy as one fused op with its own backward pass.
 //!
 //! Composed from candle ops, the loss over [tokens, 50 257] logits is a chain of log-softmax,
 //! gather and mean whose backward allocates and streams several logits-sized tensors. Here the
-//! forward reads each row twice (max, then sum of exponentials, both from cache) and keeps the
-//! per-row log-sum-exp; the backward writes `(softmax − onehot) · g / rows` in one pass. Rows are
-//! spread over the rayon pool. Other devices and dtypes use [`Gpt2::next_token_loss`].
-use activations::gpt2::Gpt2;
+//! forward reads each row once or twice and keeps the per-row log-sum-exp; the backward writes
+//! `(softmax − onehot) · g / rows` in one pass. On the CPU rows are spread over the rayon pool; on
+//! CUDA it is three kernels (`kernels/cross_entropy.cu`) with fixed-order sums.
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::Mutex;
 
 /// Mean next-token cross-entropy of `logits` [B, T, V] for `tokens` [B, T] (positions 0..T-1
-/// predict 1..T), differentiable with respect to `logits`.
-pub fn next_token_loss(logits: &Tensor, tokens: &Tensor) -> candle_core::Result<Tensor> {
-    let fused = logits.device().is_cpu()
-        && logits.dtype() == DType::F32
-        && tokens.dtype() == DType::U32
-        && logits.rank() == 3;
-    if !fused {
-        return Gpt2::next_token_loss(logits, tokens)
-            .map_err(|e| candle_core::Error::Msg(e.to_string()));
-    }
+/// predict 1..T), differentiable with respect to `logits`; computed in f32 whatever the logits'
+/// dtype. An out-of-vocabulary target, or NaN / +∞ in a predicting row, makes the loss NaN.
+pub fn next_token_cross_entropy(logits: &Tensor, tokens: &Tensor) -> candle_core::Result<Tensor> {
     let (b, t, _) = logits.dims3()?;
     if tokens.dims() != [b, t] || t < 2 {
         return Err(candle_core::Error::Msg(format!(
@@ -29,17 +21,17 @@ pub fn next_token_loss(logits: &Tensor, tokens: &Tensor) -> candle_core::Result<
             tokens.dims()
         )));
     }
-    logits.contiguous()?.apply_op2(
-        &tokens.contiguous()?,
+    logits.to_dtype(DType::F32)?.contiguous()?.apply_op2(
+        &tokens.to_dtype(DType::U32)?.contiguous()?,
         NextTokenCrossEntropy {
-            log_sum_exp: Mutex::new(Vec::new()),
+            log_sum_exp: Mutex::new(None),
         },
     )
 }
 
 struct NextTokenCrossEntropy {
     /// Log-sum-exp of each predicting row, b-major (B · (T − 1) values), saved for the backward.
-    log_sum_exp: Mutex<Vec<f32>>,
+    log_sum_exp: Mutex<Option<Tensor>>,
 }
 
 /// The contiguous data of a CPU tensor's storage.
@@ -87,12 +79,22 @@ impl CustomOp2 for NextTokenCrossEntropy {
             .collect();
         let total: f64 = per_row.iter().map(|&(_, l)| l as f64).sum();
         let lse: Vec<f32> = per_row.iter().map(|&(s, _)| s).collect();
-        *self
-            .log_sum_exp
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("next-token loss: lock poisoned".into()))? = lse;
+        self.save(Tensor::from_vec(lse, rows, &candle_core::Device::Cpu)?)?;
         let mean = (total / rows as f64) as f32;
         Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let (mean, lse) = super::cuda::cross_entropy::forward(s1, l1, s2, l2)?;
+        self.save(lse)?;
+        Ok((mean, Shape::from(())))
     }
 
     fn bwd(
@@ -102,59 +104,94 @@ impl CustomOp2 for NextTokenCrossEntropy {
         _loss: &Tensor,
         grad_loss: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let (b, t, v) = logits.dims3()?;
-        let rows = b * (t - 1);
-        let scale = grad_loss.to_dtype(DType::F32)?.to_scalar::<f32>()? / rows as f32;
-        let (storage, layout) = logits.storage_and_layout();
-        let candle_core::Storage::Cpu(CpuStorage::F32(data)) = &*storage else {
-            return Err(candle_core::Error::Msg(
-                "next-token loss: backward needs f32 CPU logits".into(),
-            ));
-        };
-        let x = slice_of(data, layout, "logits")?;
-        let tokens = tokens.flatten_all()?.to_vec1::<u32>()?;
         let lse = self
             .log_sum_exp
             .lock()
-            .map_err(|_| candle_core::Error::Msg("next-token loss: lock poisoned".into()))?;
-        if lse.len() != rows {
-            return Err(candle_core::Error::Msg(
-                "next-token loss: backward without its forward".into(),
-            ));
+            .map_err(|_| candle_core::Error::Msg("next-token loss: lock poisoned".into()))?
+            .clone()
+            .ok_or_else(|| {
+                candle_core::Error::Msg("next-token loss: backward without its forward".into())
+            })?;
+        #[cfg(feature = "cuda")]
+        if logits.device().is_cuda() {
+            let grad = super::cuda::cross_entropy::grad(
+                logits,
+                tokens,
+                &lse,
+                &grad_loss.to_dtype(DType::F32)?,
+            )?;
+            return Ok((Some(grad), None));
         }
-        // Every element is written below, so the buffer is not zeroed first (51 MB at 256 × 50 257).
-        let mut grad: Vec<f32> = Vec::with_capacity(b * t * v);
-        grad.spare_capacity_mut()
-            .par_chunks_mut(v)
-            .enumerate()
-            .for_each(|(i, out)| {
-                let (seq, pos) = (i / t, i % t);
-                if pos + 1 == t {
-                    // The last position predicts nothing.
-                    out.iter_mut().for_each(|o| {
-                        o.write(0.0);
-                    });
-                    return;
-                }
-                let r = seq * (t - 1) + pos;
-                let row = &x[i * v..][..v];
-                let m = lse[r];
-                for (o, &xi) in out.iter_mut().zip(row) {
-                    o.write(scale * exp(xi - m));
-                }
-                let target = tokens[seq * t + pos + 1] as usize;
-                if let Some(o) = out.get_mut(target) {
-                    // SAFETY: written in the loop above.
-                    let g = unsafe { o.assume_init_mut() };
-                    *g -= scale;
-                }
-            });
-        // SAFETY: the chunks cover the whole capacity and every element was written.
-        unsafe { grad.set_len(b * t * v) };
-        drop(storage);
-        let grad = Tensor::from_vec(grad, (b, t, v), logits.device())?;
+        let grad = cpu_grad(logits, tokens, &lse.to_vec1::<f32>()?, grad_loss)?;
         Ok((Some(grad), None))
     }
+}
+
+impl NextTokenCrossEntropy {
+    fn save(&self, lse: Tensor) -> candle_core::Result<()> {
+        *self
+            .log_sum_exp
+            .lock()
+            .map_err(|_| candle_core::Error::Msg("next-token loss: lock poisoned".into()))? =
+            Some(lse);
+        Ok(())
+    }
+}
+
+/// `(softmax − onehot) · g / rows` on the CPU, zeros for each sequence's last position.
+fn cpu_grad(
+    logits: &Tensor,
+    tokens: &Tensor,
+    lse: &[f32],
+    grad_loss: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let (b, t, v) = logits.dims3()?;
+    let rows = b * (t - 1);
+    let scale = grad_loss.to_dtype(DType::F32)?.to_scalar::<f32>()? / rows as f32;
+    let (storage, layout) = logits.storage_and_layout();
+    let candle_core::Storage::Cpu(CpuStorage::F32(data)) = &*storage else {
+        return Err(candle_core::Error::Msg(
+            "next-token loss: backward needs f32 CPU logits".into(),
+        ));
+    };
+    let x = slice_of(data, layout, "logits")?;
+    let tokens = tokens.flatten_all()?.to_vec1::<u32>()?;
+    if lse.len() != rows {
+        return Err(candle_core::Error::Msg(
+            "next-token loss: backward without its forward".into(),
+        ));
+    }
+    // Every element is written below, so the buffer is not zeroed first (51 MB at 256 × 50 257).
+    let mut grad: Vec<f32> = Vec::with_capacity(b * t * v);
+    grad.spare_capacity_mut()
+        .par_chunks_mut(v)
+        .enumerate()
+        .for_each(|(i, out)| {
+            let (seq, pos) = (i / t, i % t);
+            if pos + 1 == t {
+                // The last position predicts nothing.
+                out.iter_mut().for_each(|o| {
+                    o.write(0.0);
+                });
+                return;
+            }
+            let r = seq * (t - 1) + pos;
+            let row = &x[i * v..][..v];
+            let m = lse[r];
+            for (o, &xi) in out.iter_mut().zip(row) {
+                o.write(scale * exp(xi - m));
+            }
+            let target = tokens[seq * t + pos + 1] as usize;
+            if let Some(o) = out.get_mut(target) {
+                // SAFETY: written in the loop above.
+                let g = unsafe { o.assume_init_mut() };
+                *g -= scale;
+            }
+        });
+    // SAFETY: the chunks cover the whole capacity and every element was written.
+    unsafe { grad.set_len(b * t * v) };
+    drop(storage);
+    Tensor::from_vec(grad, (b, t, v), logits.device())
 }
 
 /// Lanes of the partial maxima and sums (wide enough for the compiler to vectorize).
