@@ -1,5 +1,6 @@
 //! The CUDA side of the fused ops: kernel launches, cuBLASLt calls and pinned host copies.
 pub mod attention;
+pub mod attention_train;
 pub mod host_copy;
 pub mod layer_norm;
 pub mod linear;
