@@ -117,6 +117,43 @@ extern "C" __global__ void sae_bias_relu_bf16(__nv_bfloat16* pre, const float* b
   bias_relu(pre, bias, rows, n);
 }
 
+// The dead latents of a mask, compacted on the device: cols[p] = the position of the p-th nonzero byte
+// of mask [n] (ascending), p < width, and the positions from their count on repeat the first (the
+// alignment padding). One block of DEAD_COLUMNS_THREADS threads: each counts a contiguous share of the
+// mask, an exclusive scan of the counts gives each share's first position, then the shares are written.
+// Requires at least one nonzero byte.
+namespace {
+constexpr int DEAD_COLUMNS_THREADS = 1024;
+}
+extern "C" __global__ void sae_dead_columns(const uint8_t* mask, uint32_t* cols, int64_t n, int64_t width) {
+  __shared__ uint32_t scan[DEAD_COLUMNS_THREADS];
+  const int tid = threadIdx.x;
+  const int64_t share = (n + DEAD_COLUMNS_THREADS - 1) / DEAD_COLUMNS_THREADS;
+  const int64_t lo = tid * share < n ? tid * share : n;
+  const int64_t hi = lo + share < n ? lo + share : n;
+  uint32_t count = 0;
+  for (int64_t j = lo; j < hi; ++j) count += mask[j] != 0;
+  scan[tid] = count;
+  __syncthreads();
+  // Inclusive scan (Hillis-Steele), then each share's first position.
+  for (int off = 1; off < DEAD_COLUMNS_THREADS; off <<= 1) {
+    const uint32_t v = tid >= off ? scan[tid - off] : 0u;
+    __syncthreads();
+    scan[tid] += v;
+    __syncthreads();
+  }
+  uint32_t pos = scan[tid] - count;
+  const uint32_t total = scan[DEAD_COLUMNS_THREADS - 1];
+  for (int64_t j = lo; j < hi; ++j) {
+    if (mask[j] != 0) {
+      if (pos < width) cols[pos] = (uint32_t)j;
+      ++pos;
+    }
+  }
+  __syncthreads();  // cols[0] is written by the share holding the first dead latent
+  for (int64_t p = (int64_t)total + tid; p < width; p += DEAD_COLUMNS_THREADS) cols[p] = cols[0];
+}
+
 // In place over scores [rows, n] (non-negative): the columns of live latents become -1, below every
 // dead latent's score, so that a row-wise selection of at most the dead count picks dead latents only.
 template <typename T>
@@ -177,32 +214,70 @@ extern "C" __global__ void sae_sub_from(float* y, const float* e, int64_t len) {
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) y[i] = e[i] - y[i];
 }
 
-// out = s * src, in out's type (the aux loss's gradient wrt its reconstruction, in the matmuls' dtype).
+// out = s * src (times by[0] when `by` is not null: the loss's upstream gradient, read on the device),
+// in out's type (the aux loss's gradient wrt its reconstruction, in the matmuls' dtype).
 template <typename T>
-__device__ void scale_to(const float* src, T* out, float s, int64_t len) {
+__device__ void scale_to(const float* src, T* out, float s, const float* by, int64_t len) {
+  const float f = by != nullptr ? s * by[0] : s;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) store(out, i, s * src[i]);
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) store(out, i, f * src[i]);
 }
-extern "C" __global__ void sae_scale_to_f32(const float* src, float* out, float s, int64_t len) {
-  scale_to(src, out, s, len);
+extern "C" __global__ void sae_scale_to_f32(const float* src, float* out, float s, const float* by, int64_t len) {
+  scale_to(src, out, s, by, len);
 }
-extern "C" __global__ void sae_scale_to_bf16(const float* src, __nv_bfloat16* out, float s, int64_t len) {
-  scale_to(src, out, s, len);
+extern "C" __global__ void sae_scale_to_bf16(const float* src, __nv_bfloat16* out, float s, const float* by,
+                                             int64_t len) {
+  scale_to(src, out, s, by, len);
 }
 
-// In place: g[i] = 0 wherever a[i] <= 0 (the ReLU and the selection of the aux activations at once).
+// In place over g [rows, width]: g = 0 wherever a <= 0 (the ReLU and the selection of the aux
+// activations at once), and partial[chunk * width + col] = the sum of the masked column col over the
+// rows of the chunk, in row order (one thread per column and chunk: coalesced across the columns; the
+// loads of MASK_UNROLL rows are issued before they are used, so that enough reads are in flight).
+namespace {
+constexpr int MASK_UNROLL = 8;
+}
 template <typename T>
-__device__ void mask_nonpositive(T* g, const T* a, int64_t len) {
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) {
-    if (!(load(a, i) > 0.f)) store(g, i, 0.f);
+__device__ void mask_colsum(T* g, const T* a, float* partial, int64_t rows, int64_t width, int64_t chunk) {
+  const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= width) return;
+  const int64_t lo = (int64_t)blockIdx.y * chunk;
+  const int64_t hi = lo + chunk < rows ? lo + chunk : rows;
+  float acc = 0.f;
+  int64_t r = lo;
+  for (; r + MASK_UNROLL <= hi; r += MASK_UNROLL) {
+    float av[MASK_UNROLL], gv[MASK_UNROLL];
+#pragma unroll
+    for (int u = 0; u < MASK_UNROLL; ++u) {
+      av[u] = load(a, (r + u) * width + col);
+      gv[u] = load(g, (r + u) * width + col);
+    }
+#pragma unroll
+    for (int u = 0; u < MASK_UNROLL; ++u) {
+      if (av[u] > 0.f) {
+        acc += gv[u];
+      } else {
+        store(g, (r + u) * width + col, 0.f);
+      }
+    }
   }
+  for (; r < hi; ++r) {
+    const int64_t i = r * width + col;
+    if (load(a, i) > 0.f) {
+      acc += load(g, i);
+    } else {
+      store(g, i, 0.f);
+    }
+  }
+  partial[blockIdx.y * width + col] = acc;
 }
-extern "C" __global__ void sae_mask_nonpositive_f32(float* g, const float* a, int64_t len) {
-  mask_nonpositive(g, a, len);
+extern "C" __global__ void sae_mask_colsum_f32(float* g, const float* a, float* partial, int64_t rows,
+                                               int64_t width, int64_t chunk) {
+  mask_colsum(g, a, partial, rows, width, chunk);
 }
-extern "C" __global__ void sae_mask_nonpositive_bf16(__nv_bfloat16* g, const __nv_bfloat16* a, int64_t len) {
-  mask_nonpositive(g, a, len);
+extern "C" __global__ void sae_mask_colsum_bf16(__nv_bfloat16* g, const __nv_bfloat16* a, float* partial,
+                                                int64_t rows, int64_t width, int64_t chunk) {
+  mask_colsum(g, a, partial, rows, width, chunk);
 }
 
 // In place: acc[rows[i]] += src[i] for i < count (rows null: row i), rows of d floats. The row indices are
@@ -226,7 +301,9 @@ extern "C" __global__ void sae_rows_add(float* acc, const uint32_t* rows, const 
 // descending, index ascending) would; no float atomics, so the result is exact and deterministic.
 // Requires 1 <= keep < width <= AUX_ROW_MAX.
 namespace {
-constexpr int AUX_ROW_MAX = 11264;  // 44 KiB of f32: with the histogram, under the 48 KiB static limit
+// The row lives in dynamic shared memory sized to its width (more blocks per multiprocessor for narrow
+// rows); at most 44 KiB of f32, with the histogram under the 48 KiB a launch gets without opting in.
+constexpr int AUX_ROW_MAX = 11264;
 constexpr int AUX_THREADS = 256;    // one histogram bin per thread
 
 __device__ __forceinline__ uint32_t order_key(float v) {
@@ -237,7 +314,7 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 template <typename T>
 __device__ void aux_topk_rows(const T* scores, const uint32_t* cols, T* out, int64_t rows, int64_t n,
                               int64_t real, int64_t width, int64_t keep) {
-  __shared__ float row[AUX_ROW_MAX];
+  extern __shared__ float row[];  // [width]
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix, s_need;  // the threshold's digits so far; how many to take at or below it
   __shared__ uint32_t warp_eq[AUX_THREADS / 32];

@@ -66,7 +66,7 @@ pub fn dead_columns_loss(
     // The dead columns, padded to an aligned width (the padding repeats the first: its W rows are read,
     // its scores zeroed); all columns when every latent is dead.
     let padded = if n_dead < n {
-        Some(dead_columns(mask)?)
+        Some(dead_columns(mask, n_dead)?)
     } else {
         None
     };
@@ -92,7 +92,7 @@ pub fn dead_columns_loss(
     let recon = acts.matmul(&w_dec_d)?.to_dtype(DType::F32)?;
     let err = residual_of(recon, residual)?;
     let scale = 1.0 / (err.dim(0)? as f64 * spread);
-    let loss = sum_sq(&err)? * scale;
+    let loss = (sum_sq(&err)? * scale)?;
     let grads = DeadColumnsGrad {
         xc: xc.detach(),
         err,
@@ -218,25 +218,34 @@ fn residual_of(recon: Tensor, residual: &Tensor) -> Result<Tensor> {
     Ok((residual - recon)?)
 }
 
-/// Σ x² of an f32 tensor (a fixed-order reduction on CUDA, f64 on the CPU).
-fn sum_sq(x: &Tensor) -> Result<f64> {
+/// Σ x² of an f32 tensor as an f32 scalar on its device (a fixed-order reduction on CUDA, read by no
+/// one before the step's end; f64 on the CPU).
+fn sum_sq(x: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if x.device().is_cuda() {
-        return Ok(crate::cuda::sum_sq(&x.contiguous()?)?);
+        return Ok(crate::cuda::sum_sq_scalar(&x.contiguous()?)?);
     }
     Ok(x.to_dtype(DType::F64)?
         .sqr()?
         .sum_all()?
-        .to_scalar::<f64>()?)
+        .to_dtype(DType::F32)?)
 }
 
-/// `s · x` (f32) in `dtype`, in one pass on CUDA (candle's cast and affine kernels are two slow ones).
-fn scale_to(x: &Tensor, s: f64, dtype: DType) -> candle_core::Result<Tensor> {
+/// `s · by · x` (x f32, `by` a scalar tensor of x's device, 1 when None) in `dtype`, in one pass on CUDA
+/// that reads `by` there (no wait for the device; candle's cast and affine kernels are two slow passes).
+fn scale_to(x: &Tensor, s: f64, by: Option<&Tensor>, dtype: DType) -> candle_core::Result<Tensor> {
     #[cfg(feature = "cuda")]
     if x.device().is_cuda() {
-        return crate::cuda::scale_to(&x.contiguous()?, s as f32, dtype);
+        let by = by
+            .map(|b| b.to_dtype(DType::F32)?.contiguous())
+            .transpose()?;
+        return crate::cuda::scale_to(&x.contiguous()?, s as f32, by.as_ref(), dtype);
     }
-    (x * s)?.to_dtype(dtype)
+    let by = match by {
+        Some(b) => b.to_dtype(DType::F64)?.to_scalar::<f64>()?,
+        None => 1.0,
+    };
+    (x * (s * by))?.to_dtype(dtype)
 }
 
 /// Width of the compacted [B, |D|] matrices: a multiple of 16 columns, so that every row starts 64-byte
@@ -244,16 +253,30 @@ fn scale_to(x: &Tensor, s: f64, dtype: DType) -> candle_core::Result<Tensor> {
 /// |D| = 3277 gives 4-byte ones).
 const ALIGN_COLS: usize = 16;
 
-/// The dead latents (u32) of a u8 mask [n], padded to a multiple of [`ALIGN_COLS`] with the first one.
-fn dead_columns(mask: &Tensor) -> Result<Tensor> {
+/// The dead latents (u32, ascending) of a u8 mask [n] holding `n_dead` of them, padded to a multiple of
+/// [`ALIGN_COLS`] with the first one; compacted on the device on CUDA (no copy of the mask to the host).
+pub fn dead_columns(mask: &Tensor, n_dead: usize) -> Result<Tensor> {
+    let width = n_dead.next_multiple_of(ALIGN_COLS);
+    #[cfg(feature = "cuda")]
+    if mask.device().is_cuda() && n_dead > 0 {
+        return Ok(crate::cuda::dead_columns(
+            &mask.to_dtype(DType::U8)?.contiguous()?,
+            width,
+        )?);
+    }
     let host: Vec<u8> = mask.to_dtype(DType::U8)?.to_vec1()?;
     let mut cols: Vec<u32> = (0..host.len() as u32)
         .filter(|&j| host[j as usize] != 0)
         .collect();
+    if cols.len() != n_dead {
+        return Err(crate::Error::Shape(format!(
+            "dead mask holds {} latents, expected {n_dead}",
+            cols.len()
+        )));
+    }
     let first = cols.first().copied().unwrap_or(0);
-    cols.resize(cols.len().next_multiple_of(ALIGN_COLS), first);
-    let len = cols.len();
-    Ok(Tensor::from_vec(cols, len, mask.device())?)
+    cols.resize(width, first);
+    Ok(Tensor::from_vec(cols, width, mask.device())?)
 }
 
 /// `t [B, w]` with its columns from `from` on set to zero (in place on CUDA).
@@ -293,15 +316,18 @@ fn scatter(src: &Tensor, cols: &Tensor) -> Result<Tensor> {
         .reshape(src.shape())?)
 }
 
-/// `g` zeroed wherever `acts` is not positive: the ReLU's derivative and the selection at once.
-fn mask_nonpositive(g: Tensor, acts: &Tensor) -> candle_core::Result<Tensor> {
+/// `g` zeroed wherever `acts` is not positive (the ReLU's derivative and the selection at once), and its
+/// column sums in f32 (in one pass on CUDA, in a fixed order).
+fn mask_colsum(g: Tensor, acts: &Tensor) -> candle_core::Result<(Tensor, Tensor)> {
     #[cfg(feature = "cuda")]
     if g.device().is_cuda() {
-        crate::cuda::mask_nonpositive_inplace(&g, acts)?;
-        return Ok(g);
+        let g = g.contiguous()?;
+        let sums = crate::cuda::mask_colsum_inplace(&g, &acts.contiguous()?)?;
+        return Ok((g, sums));
     }
-    let keep = acts.gt(0f64)?.to_dtype(g.dtype())?;
-    g * keep
+    let g = (g * acts.gt(0f64)?.to_dtype(acts.dtype())?)?;
+    let sums = g.to_dtype(DType::F32)?.sum(0)?;
+    Ok((g, sums))
 }
 
 /// `src [|D|, c]` placed at the rows `cols` of a zero [n, c] (all rows when None).
@@ -318,7 +344,9 @@ fn scatter_rows(src: Tensor, cols: Option<&Tensor>, n: usize) -> candle_core::Re
 
 /// A zero scalar in the forward pass (inputs b_dec, b_enc) whose backward, given the loss's gradient,
 /// forms the gradient `g = −2·scale·grad·err` of the aux reconstruction (one pass over [B, d]) and
-/// computes every gradient of `A·W_dec[D]` by matmuls: W_dec[D] gets Aᵀ·g, the aux activations dA = (g·W_dec[D]ᵀ) ⊙ [A > 0], W_enc[D] gets dAᵀ·xc, b_enc[D] the column sums c = 1ᵀ·dA,
+/// computes every gradient of `A·W_dec[D]` by matmuls: W_dec[D] gets Aᵀ·g, the aux activations
+/// dA = (g·W_dec[D]ᵀ) ⊙ [A > 0] (the mask in one pass that also sums the columns), W_enc[D] gets dAᵀ·xc,
+/// b_enc[D] the column sums c = 1ᵀ·dA,
 /// and b_dec (through xc = x − b_dec) −c·W_enc[D]: a vector-matrix product instead of the B×|D|×d matmul
 /// of the per-token input gradient.
 struct DeadColumnsGrad {
@@ -377,32 +405,31 @@ impl CustomOp2 for DeadColumnsGrad {
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let dtype = self.acts.dtype();
-        let upstream = grad.to_dtype(DType::F32)?.to_scalar::<f32>()? as f64;
-        let g = scale_to(&self.err, -2.0 * self.scale * upstream, dtype)?;
+        let g = scale_to(&self.err, -2.0 * self.scale, Some(grad), dtype)?;
         let cols = self.cols.as_ref();
         // The padded columns' rows of every product are dropped (their activations are zero).
         let real = |t: Tensor| t.narrow(0, 0, self.n_dead);
         self.sinks
             .w_dec
             .add_rows(cols, &real(self.acts.t()?.matmul(&g)?)?, self.n)?;
-        let d_acts = mask_nonpositive(g.matmul(&self.w_dec_d.t()?)?, &self.acts)?;
+        let (d_acts, col_sums) = mask_colsum(g.matmul(&self.w_dec_d.t()?)?, &self.acts)?;
         let xc = if dtype == self.xc.dtype() {
             self.xc.clone()
         } else {
-            scale_to(&self.xc, 1.0, dtype)?
+            scale_to(&self.xc, 1.0, None, dtype)?
         };
         self.sinks
             .w_enc
             .add_rows(cols, &real(d_acts.t()?.matmul(&xc)?)?, self.n)?;
-        let ones = Tensor::ones((1, d_acts.dim(0)?), dtype, d_acts.device())?;
-        let col_sums = ones.matmul(&d_acts)?;
         drop(d_acts);
         let d_b_dec = col_sums
+            .to_dtype(dtype)?
+            .unsqueeze(0)?
             .matmul(&self.w_enc_d)?
             .neg()?
             .to_dtype(DType::F32)?
             .flatten_all()?;
-        let d_b_enc = real(col_sums.to_dtype(DType::F32)?.t()?)?.contiguous()?;
+        let d_b_enc = real(col_sums.unsqueeze(1)?)?.contiguous()?;
         let d_b_enc = scatter_rows(d_b_enc, cols, self.n)?.reshape(self.n)?;
         Ok((Some(d_b_dec), Some(d_b_enc)))
     }

@@ -69,7 +69,10 @@ fn function(stream: &Arc<CudaStream>, family: Family, name: &str) -> Result<Cuda
 
 /// Launches `name` on `dev`'s stream; the arguments are variables (pointers as u64, sizes as i64).
 macro_rules! launch {
-    ($dev:expr, $fam:expr, $name:expr, ($gx:expr, $gy:expr), $block:expr; $($arg:ident),*) => {{
+    ($dev:expr, $fam:expr, $name:expr, ($gx:expr, $gy:expr), $block:expr; $($arg:ident),*) => {
+        launch!($dev, $fam, $name, ($gx, $gy), $block, 0; $($arg),*)
+    };
+    ($dev:expr, $fam:expr, $name:expr, ($gx:expr, $gy:expr), $block:expr, $shared:expr; $($arg:ident),*) => {{
         let stream = $dev.cuda_stream();
         let f = function(&stream, $fam, $name)?;
         let mut b = stream.launch_builder(&f);
@@ -77,7 +80,7 @@ macro_rules! launch {
         let cfg = LaunchConfig {
             grid_dim: ($gx as u32, $gy as u32, 1),
             block_dim: ($block as u32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: $shared as u32,
         };
         // SAFETY: the arguments match the kernel's parameters (sizes i64, pointers to live device
         // memory of the documented lengths, kept alive by the caller until the stream reaches the launch).
@@ -284,6 +287,26 @@ pub fn bias_relu_inplace(pre: &Tensor, bias: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// The positions (u32 [width], ascending) of the nonzero bytes of `mask` (u8 [n], contiguous), padded
+/// with the first: one block compacts the mask on the device. `width` is at least the number of
+/// nonzero bytes, which must not be 0; later ones would be dropped.
+pub fn dead_columns(mask: &Tensor, width: usize) -> Result<Tensor> {
+    let n = mask.dims1()?;
+    if width == 0 || mask.dtype() != DType::U8 {
+        bail!("dead_columns: a u8 mask and a width > 0");
+    }
+    // SAFETY: the kernel writes every position (the padding after the compacted ones).
+    let cols = unsafe { Tensor::empty(width, DType::U32, mask.device())? };
+    let (m, dev) = tensor_ptr(mask)?;
+    let (c, _) = tensor_ptr(&cols)?;
+    let (n_i, width_i) = (n as i64, width as i64);
+    launch!(dev, Family::Sparse, "sae_dead_columns", (1, 1), DEAD_COLUMNS_THREADS; m, c, n_i, width_i);
+    Ok(cols)
+}
+
+/// `DEAD_COLUMNS_THREADS` of `kernels/sparse.cu`.
+const DEAD_COLUMNS_THREADS: usize = 1024;
+
 /// In place over `scores [rows, n]`: the columns where `dead` (u8 [n]) is 0 become -1.
 pub fn mask_live_inplace(scores: &Tensor, dead: &Tensor) -> Result<()> {
     let (rows, n) = scores.dims2()?;
@@ -338,11 +361,12 @@ pub fn aux_topk_rows(
             bail!("aux_topk_rows: cols must be u32 [{width}]");
         }
     }
-    let out = Tensor::zeros((rows, width), scores.dtype(), scores.device())?;
+    let name = format!("sae_aux_topk_rows_{}", suffix(scores)?);
+    // SAFETY: the kernel writes every element of every row.
+    let out = unsafe { Tensor::empty((rows, width), scores.dtype(), scores.device())? };
     if rows == 0 {
         return Ok(out);
     }
-    let name = format!("sae_aux_topk_rows_{}", suffix(scores)?);
     let scores = scores.contiguous()?;
     let (s, dev) = tensor_ptr(&scores)?;
     let cols = cols.map(Tensor::contiguous).transpose()?;
@@ -358,7 +382,9 @@ pub fn aux_topk_rows(
         width as i64,
         keep as i64,
     );
-    launch!(dev, Family::Sparse, &name, (rows.clamp(1, MAX_GRID), 1), 256;
+    // The row in dynamic shared memory, as f32 whatever the scores' dtype.
+    let shared = width * std::mem::size_of::<f32>();
+    launch!(dev, Family::Sparse, &name, (rows.clamp(1, MAX_GRID), 1), 256, shared;
         s, c, o, rows_i, n_i, real_i, width_i, keep_i);
     Ok(out)
 }
@@ -391,33 +417,58 @@ pub fn sub_from_inplace(y: &Tensor, e: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// `s · src` (contiguous f32) as a fresh tensor of `dtype` (f32 or bf16).
-pub fn scale_to(src: &Tensor, s: f32, dtype: DType) -> Result<Tensor> {
-    let out = Tensor::zeros(src.shape(), dtype, src.device())?;
+/// `s · src` (contiguous f32), times the f32 scalar `by` when given (read on the device: no wait), as a
+/// fresh tensor of `dtype` (f32 or bf16).
+pub fn scale_to(src: &Tensor, s: f32, by: Option<&Tensor>, dtype: DType) -> Result<Tensor> {
     let len = src.elem_count();
     if len == 0 {
-        return Ok(out);
+        return Tensor::zeros(src.shape(), dtype, src.device());
     }
+    // SAFETY: the kernel writes every element.
+    let out = unsafe { Tensor::empty(src.shape(), dtype, src.device())? };
     let name = format!("sae_scale_to_{}", suffix(&out)?);
     let (sp, dev) = tensor_ptr(src)?;
     let (op, _) = tensor_ptr(&out)?;
+    let bp = match by {
+        Some(b) if b.elem_count() == 1 && b.dtype() == DType::F32 => tensor_ptr(b)?.0,
+        Some(_) => bail!("scale_to: `by` must be one f32"),
+        None => 0u64,
+    };
     let len_i = len as i64;
-    launch!(dev, Family::Sparse, &name, (len.div_ceil(256).clamp(1, MAX_GRID), 1), 256; sp, op, s, len_i);
+    launch!(dev, Family::Sparse, &name, (len.div_ceil(256).clamp(1, MAX_GRID), 1), 256; sp, op, s, bp, len_i);
     Ok(out)
 }
 
-/// In place: `g` is zeroed wherever `a` (same shape and dtype) is not positive.
-pub fn mask_nonpositive_inplace(g: &Tensor, a: &Tensor) -> Result<()> {
-    let len = g.elem_count();
-    if len == 0 {
-        return Ok(());
+/// In place: `g [rows, width]` is zeroed wherever `a` (same shape and dtype, contiguous) is not
+/// positive; returns the column sums of the masked `g` (f32 [width]), reduced in a fixed order.
+pub fn mask_colsum_inplace(g: &Tensor, a: &Tensor) -> Result<Tensor> {
+    let (rows, width) = g.dims2()?;
+    if a.dims2()? != (rows, width) || a.dtype() != g.dtype() {
+        bail!("mask_colsum: g and a must have the same shape and dtype");
     }
-    let name = format!("sae_mask_nonpositive_{}", suffix(g)?);
+    let sums = Tensor::zeros(width, DType::F32, g.device())?;
+    if rows * width == 0 {
+        return Ok(sums);
+    }
+    let chunks = rows.min(64);
+    let chunk = rows.div_ceil(chunks);
+    let chunks = rows.div_ceil(chunk);
+    // SAFETY: every (chunk, column) partial is written by the kernel.
+    let partial = unsafe { Tensor::empty(chunks * width, DType::F32, g.device())? };
+    let name = format!("sae_mask_colsum_{}", suffix(g)?);
     let (gp, dev) = tensor_ptr(g)?;
-    let (ap, _) = tensor_ptr(a)?;
-    let len_i = len as i64;
-    launch!(dev, Family::Sparse, &name, (len.div_ceil(256).clamp(1, MAX_GRID), 1), 256; gp, ap, len_i);
-    Ok(())
+    let (ap, pp, sp) = (
+        tensor_ptr(a)?.0,
+        tensor_ptr(&partial)?.0,
+        tensor_ptr(&sums)?.0,
+    );
+    let (rows_i, width_i, chunk_i, chunks_i, one) =
+        (rows as i64, width as i64, chunk as i64, chunks as i64, 1i64);
+    launch!(dev, Family::Sparse, &name, (width.div_ceil(256), chunks), 256;
+        gp, ap, pp, rows_i, width_i, chunk_i);
+    // The chunks' partials summed in chunk order (a mean over one row is the sum).
+    launch!(dev, Family::Optim, "sae_col_mean", (width.div_ceil(256), 1), 256; pp, sp, chunks_i, one, width_i);
+    Ok(sums)
 }
 
 /// In place: row `rows[i]` of `acc [n, d]` (row i without `rows`) += row i of `src [count, d]`; the rows
@@ -449,6 +500,21 @@ pub fn sum_sq(x: &Tensor) -> Result<f64> {
     let len = x.elem_count() as i64;
     launch!(dev, Family::Optim, "sae_sumsq", (SUMSQ_BLOCKS, 1), 256; xp, len, pp);
     Ok(partial.to_vec1::<f32>()?.iter().map(|&v| v as f64).sum())
+}
+
+/// Σ x² of a contiguous f32 tensor as an f32 scalar on the device (no wait for it), reduced in a fixed
+/// order: [`sum_sq`]'s block partials, then their sum in block order.
+pub fn sum_sq_scalar(x: &Tensor) -> Result<Tensor> {
+    // SAFETY: every block writes its partial.
+    let partial = unsafe { Tensor::empty(SUMSQ_BLOCKS, DType::F32, x.device())? };
+    // SAFETY: written by the one thread of sae_col_mean's first block.
+    let total = unsafe { Tensor::empty((), DType::F32, x.device())? };
+    let (xp, dev) = tensor_ptr(x)?;
+    let (pp, tp) = (tensor_ptr(&partial)?.0, tensor_ptr(&total)?.0);
+    let (len, chunks, one) = (x.elem_count() as i64, SUMSQ_BLOCKS as i64, 1i64);
+    launch!(dev, Family::Optim, "sae_sumsq", (SUMSQ_BLOCKS, 1), 256; xp, len, pp);
+    launch!(dev, Family::Optim, "sae_col_mean", (1, 1), 32; pp, tp, chunks, one, one);
+    Ok(total)
 }
 
 /// `e = x − r` (contiguous f32 [rows, d]) and the mean over the rows of ‖e_row − column mean of e‖², by

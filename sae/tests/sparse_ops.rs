@@ -626,3 +626,51 @@ fn aux_acts_match_sort(dev: &Device) -> Result<()> {
     Ok(())
 }
 test_device!(aux_acts_match_sort_on, aux_acts_match_sort);
+
+/// The dead columns of a mask (compacted on the device on CUDA) against a host scan: ascending, padded
+/// to a multiple of 16 with the first; masks shorter and longer than the kernel's thread count, dead
+/// latents at both ends, a count already aligned, every latent dead.
+fn dead_columns_match_host(dev: &Device) -> Result<()> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(81);
+    let masks: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "a third of 40",
+            (0..40).map(|j| (j % 3 == 0) as u8).collect(),
+        ),
+        (
+            "one of 10, the last",
+            (0..10).map(|j| (j == 9) as u8).collect(),
+        ),
+        (
+            "one of 5000, the first",
+            (0..5000).map(|j| (j == 0) as u8).collect(),
+        ),
+        (
+            "the first 32 of 3000",
+            (0..3000).map(|j| (j < 32) as u8).collect(),
+        ),
+        ("every one of 2000", vec![1; 2000]),
+        (
+            "5 % of 2^17 + 5",
+            (0..(1 << 17) + 5)
+                .map(|_| (rng.random::<f32>() < 0.05) as u8)
+                .collect(),
+        ),
+        (
+            "nonzero bytes other than 1",
+            (0..777).map(|j| if j % 5 == 1 { 7 } else { 0 }).collect(),
+        ),
+    ];
+    for (name, mask) in masks {
+        let mut want: Vec<u32> = (0..mask.len() as u32)
+            .filter(|&j| mask[j as usize] != 0)
+            .collect();
+        let n_dead = want.len();
+        want.resize(n_dead.next_multiple_of(16), want[0]);
+        let t = Tensor::from_vec(mask.clone(), mask.len(), dev)?;
+        let got: Vec<u32> = sae::aux_dense::dead_columns(&t, n_dead)?.to_vec1()?;
+        assert_eq!(got, want, "{name}");
+    }
+    Ok(())
+}
+test_device!(dead_columns_match_host_on, dead_columns_match_host);
