@@ -8,8 +8,9 @@
 //! CUDA: 2048 rows (batch 4 x 512) at GPT-2 Medium and XL widths; CPU: the tiny model's width at
 //! its training batch (2 x 256 rows). "fwd" is the op on variables (the CUDA path also saves the
 //! row statistics); "fwd+bwd" adds `y.backward()` (seed gradient all ones), which includes candle's
-//! gradient bookkeeping (the seed, a zero buffer and an add per input). Medians of `--iters` runs
-//! after warm-ups. Prints a markdown table with the memory floor of one pass each way.
+//! gradient bookkeeping (the seed, a zero buffer and an add per input); the row "candle's backward
+//! bookkeeping" times the same for `affine(x, 1, 0)`, whose own backward is one pass. Medians of
+//! 10 rounds of `--iters / 10` calls back to back. Prints a markdown table with the memory floor of each direction.
 use activations::ops::layer_norm_train;
 use candle_core::{DType, Device, Tensor, Var};
 use clap::Parser;
@@ -28,25 +29,31 @@ struct Args {
     /// f32, bf16 (CUDA) or f16.
     #[arg(long, default_value = "f32")]
     dtype: String,
-    #[arg(long, default_value_t = 50)]
+    #[arg(long, default_value_t = 200)]
     iters: usize,
     /// Memory bandwidth for the floor: H200 read+write about 4.3 TB/s.
     #[arg(long, default_value_t = 4.3)]
     tb_per_s: f64,
 }
 
-/// Median seconds of `f` over `iters` runs after two warm-ups, synchronizing the device.
+/// Seconds per call of `f`: the median over 10 rounds, each of `iters / 10` calls back to back
+/// with one synchronization at the end (the device's throughput, as in a training step;
+/// synchronizing every call would add the launch latency and let candle's CUDA memory pool trim
+/// itself each time), after two warm-ups.
 fn time(dev: &Device, iters: usize, f: impl Fn() -> anyhow::Result<()>) -> anyhow::Result<f64> {
     for _ in 0..2 {
         f()?;
     }
     dev.synchronize()?;
-    let mut v = Vec::with_capacity(iters);
-    for _ in 0..iters {
+    let per_round = (iters / 10).max(1);
+    let mut v = Vec::with_capacity(10);
+    for _ in 0..10 {
         let t0 = Instant::now();
-        f()?;
+        for _ in 0..per_round {
+            f()?;
+        }
         dev.synchronize()?;
-        v.push(t0.elapsed().as_secs_f64());
+        v.push(t0.elapsed().as_secs_f64() / per_round as f64);
     }
     v.sort_by(f64::total_cmp);
     Ok(v[v.len() / 2])
@@ -85,12 +92,15 @@ fn main() -> anyhow::Result<()> {
         let elem = rows * d * dtype.size_in_bytes();
         let floor = |passes: usize| (passes * elem) as f64 / (args.tb_per_s * 1e12) * 1e3;
         type Ln = fn(&Tensor, &Tensor, &Tensor, f32) -> candle_core::Result<Tensor>;
-        let ops: [(&str, Ln); 2] = [
+        let ops: [(&str, Ln); 3] = [
             ("layer_norm_train", layer_norm_train),
             (
                 "composed (layer_norm_slow)",
                 candle_nn::ops::layer_norm_slow,
             ),
+            ("candle's backward bookkeeping", |x, _, _, _| {
+                x.affine(1.0, 0.0)
+            }),
         ];
         for (name, op) in ops {
             let fwd = time(&dev, args.iters, || {

@@ -195,10 +195,10 @@ fn layer_norm_train_matches_float64_reference() {
     .iter()
     .map(|dims| Case::new(dims))
     .collect();
+    // The mean-100 row also catches the one-pass variance E[x^2] - E[x]^2, off by about 1e-3 there
+    // in f32 (the two-pass CUDA kernel measured 3e-6 on an H200).
     cases.push(Case {
         special_rows: true,
-        // The mean-100 row: f32 sums of the row are off by a few ulps of 100 * d.
-        tol: 5e-4,
         ..Case::new(&[6, 130])
     });
     cases.push(Case {

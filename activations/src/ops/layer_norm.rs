@@ -1,12 +1,11 @@
 //! Layer norm over the last dimension: forward only (`layer_norm`, for extraction) and
 //! differentiable (`layer_norm_train`, for training). On CUDA each direction is one kernel (plus a
 //! small fixed-order reduction of the weight and bias gradients); the training op's CPU path
-//! computes the same function over rows in parallel, accumulating in f64.
+//! computes the same function over row blocks in parallel, accumulating in f64.
 use candle_core::backend::BackendStorage;
 use candle_core::{
     CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor, WithDType,
 };
-use rayon::prelude::*;
 use std::sync::Mutex;
 
 /// `(x - mean) / sqrt(var + eps) * weight + bias` over the last dimension of `x`.
@@ -229,7 +228,7 @@ fn contiguous<'a, T: WithDType>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [T]
     Ok(&s.as_slice::<T>()?[start..end])
 }
 
-/// The CPU path: rows in parallel, statistics and sums in f64.
+/// The CPU path: blocks of rows in parallel, statistics and sums in f64.
 mod cpu {
     use super::*;
 
@@ -238,6 +237,31 @@ mod cpu {
     /// number of threads.
     fn rows_per_task(d: usize) -> usize {
         (16_384 / d).max(1)
+    }
+
+    /// `f` of every task, in task order, computed on candle's CPU worker pool: the pool of the
+    /// element-wise ops that run just before and after a layer norm, so that no second pool's
+    /// threads spin for the same cores between them.
+    fn run_tasks<I: Send, R: Send>(tasks: Vec<I>, f: impl Fn(I) -> R + Sync) -> Vec<R> {
+        if tasks.len() <= 1 {
+            return tasks.into_iter().map(f).collect();
+        }
+        let slots: Vec<Mutex<(Option<I>, Option<R>)>> = tasks
+            .into_iter()
+            .map(|t| Mutex::new((Some(t), None)))
+            .collect();
+        candle_core::utils::barrier_pool().execute_chunked(slots.len(), |range| {
+            for slot in &slots[range] {
+                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(task) = slot.0.take() {
+                    slot.1 = Some(f(task));
+                }
+            }
+        });
+        slots
+            .into_iter()
+            .filter_map(|s| s.into_inner().unwrap_or_else(|e| e.into_inner()).1)
+            .collect()
     }
 
     fn widen<T: WithDType>(v: &[T]) -> Vec<f64> {
@@ -257,11 +281,15 @@ mod cpu {
         let mut y = vec![T::zero(); x.len()];
         let mut mean = vec![0.0; rows];
         let mut rstd = vec![0.0; rows];
-        y.par_chunks_mut(d)
-            .zip(x.par_chunks(d))
-            .zip(mean.par_iter_mut().zip(rstd.par_iter_mut()))
-            .with_min_len(rows_per_task(d))
-            .for_each(|((yr, xr), (m, r))| {
+        let per_task = rows_per_task(d);
+        let tasks: Vec<_> = y
+            .chunks_mut(per_task * d)
+            .zip(x.chunks(per_task * d))
+            .zip(mean.chunks_mut(per_task).zip(rstd.chunks_mut(per_task)))
+            .collect();
+        run_tasks(tasks, |((yc, xc), (mc, rc))| {
+            let rows = yc.chunks_mut(d).zip(xc.chunks(d));
+            for ((yr, xr), (m, r)) in rows.zip(mc.iter_mut().zip(rc.iter_mut())) {
                 let mu = xr.iter().map(|v| v.to_f64()).sum::<f64>() / d as f64;
                 let var = xr.iter().map(|v| (v.to_f64() - mu).powi(2)).sum::<f64>() / d as f64;
                 let rs = 1.0 / (var + eps as f64).sqrt();
@@ -270,7 +298,8 @@ mod cpu {
                 }
                 *m = mu;
                 *r = rs;
-            });
+            }
+        });
         (y, mean, rstd)
     }
 
@@ -285,40 +314,40 @@ mod cpu {
     ) -> (Vec<T>, Vec<T>, Vec<T>) {
         let d = w.len();
         let w = widen(w);
-        let chunk = rows_per_task(d) * d;
+        let per_task = rows_per_task(d);
         let mut dx = vec![T::zero(); x.len()];
-        let partials: Vec<Vec<f64>> = dx
-            .par_chunks_mut(chunk)
-            .zip(x.par_chunks(chunk))
-            .zip(dy.par_chunks(chunk))
-            .zip(mean.par_chunks(chunk / d).zip(rstd.par_chunks(chunk / d)))
-            .map(|(((dxc, xc), dyc), (mc, rc))| {
-                let mut sums = vec![0.0; 2 * d];
-                let (mut xh, mut g) = (vec![0.0; d], vec![0.0; d]);
-                let rows = dxc.chunks_mut(d).zip(xc.chunks(d)).zip(dyc.chunks(d));
-                for (((dxr, xr), dyr), (&mu, &rs)) in rows.zip(mc.iter().zip(rc)) {
-                    let (mut sg, mut sgx) = (0.0, 0.0);
-                    let (dw, db) = sums.split_at_mut(d);
-                    let cols = xh.iter_mut().zip(g.iter_mut()).zip(xr.iter().zip(dyr));
-                    for (((xhv, gv), (xv, dyv)), ((wv, dwv), dbv)) in
-                        cols.zip(w.iter().zip(dw.iter_mut()).zip(db.iter_mut()))
-                    {
-                        let dyv = dyv.to_f64();
-                        *xhv = (xv.to_f64() - mu) * rs;
-                        *gv = dyv * wv;
-                        sg += *gv;
-                        sgx += *gv * *xhv;
-                        *dwv += dyv * *xhv;
-                        *dbv += dyv;
-                    }
-                    let (mg, mgx) = (sg / d as f64, sgx / d as f64);
-                    for ((dxv, gv), xhv) in dxr.iter_mut().zip(&g).zip(&xh) {
-                        *dxv = T::from_f64(rs * (gv - mg - xhv * mgx));
-                    }
-                }
-                sums
-            })
+        let tasks: Vec<_> = dx
+            .chunks_mut(per_task * d)
+            .zip(x.chunks(per_task * d))
+            .zip(dy.chunks(per_task * d))
+            .zip(mean.chunks(per_task).zip(rstd.chunks(per_task)))
             .collect();
+        let partials = run_tasks(tasks, |(((dxc, xc), dyc), (mc, rc))| {
+            let mut sums = vec![0.0; 2 * d];
+            let (mut xh, mut g) = (vec![0.0; d], vec![0.0; d]);
+            let rows = dxc.chunks_mut(d).zip(xc.chunks(d)).zip(dyc.chunks(d));
+            for (((dxr, xr), dyr), (&mu, &rs)) in rows.zip(mc.iter().zip(rc)) {
+                let (mut sg, mut sgx) = (0.0, 0.0);
+                let (dw, db) = sums.split_at_mut(d);
+                let cols = xh.iter_mut().zip(g.iter_mut()).zip(xr.iter().zip(dyr));
+                for (((xhv, gv), (xv, dyv)), ((wv, dwv), dbv)) in
+                    cols.zip(w.iter().zip(dw.iter_mut()).zip(db.iter_mut()))
+                {
+                    let dyv = dyv.to_f64();
+                    *xhv = (xv.to_f64() - mu) * rs;
+                    *gv = dyv * wv;
+                    sg += *gv;
+                    sgx += *gv * *xhv;
+                    *dwv += dyv * *xhv;
+                    *dbv += dyv;
+                }
+                let (mg, mgx) = (sg / d as f64, sgx / d as f64);
+                for ((dxv, gv), xhv) in dxr.iter_mut().zip(&g).zip(&xh) {
+                    *dxv = T::from_f64(rs * (gv - mg - xhv * mgx));
+                }
+            }
+            sums
+        });
         let mut sums = vec![0.0; 2 * d];
         for p in &partials {
             for (s, v) in sums.iter_mut().zip(p) {
