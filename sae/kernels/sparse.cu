@@ -298,7 +298,9 @@ extern "C" __global__ void sae_rows_add(float* acc, const uint32_t* rows, const 
 // finds the keep-th largest by a radix select over order-preserving keys of the float bits (four 8-bit
 // digits, from the top; -0 counts as +0, NaN above +inf), and writes out[b] dense: the kept scores, zeros elsewhere.
 // Among the scores equal to the threshold the lowest positions are kept, as a full sort by (value
-// descending, index ascending) would; no float atomics, so the result is exact and deterministic.
+// descending, index ascending) would; no float atomics, so the result is exact and deterministic. The
+// position-ordered write pass runs only where it matters: when some but not all of the scores equal to
+// the threshold are kept, and the threshold is not zero (kept or not, a zero writes 0).
 // Requires 1 <= keep < width <= AUX_ROW_MAX.
 namespace {
 // The row lives in dynamic shared memory sized to its width (more blocks per multiprocessor for narrow
@@ -317,6 +319,7 @@ __device__ void aux_topk_rows(const T* scores, const uint32_t* cols, T* out, int
   extern __shared__ float row[];  // [width]
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix, s_need;  // the threshold's digits so far; how many to take at or below it
+  __shared__ uint32_t s_all;             // after the last digit: every score equal to the threshold is kept
   __shared__ uint32_t warp_eq[AUX_THREADS / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t span = (width + AUX_THREADS - 1) / AUX_THREADS * AUX_THREADS;
@@ -342,9 +345,12 @@ __device__ void aux_topk_rows(const T* scores, const uint32_t* cols, T* out, int
           const uint32_t key = order_key(row[j]);
           if (((key ^ prefix) & high) == 0) digit = (key >> shift) & 255u;
         }
-        // One shared atomic per distinct digit of the warp (the ReLU's zeros share one bin).
-        const uint32_t peers = __match_any_sync(0xffffffffu, digit);
-        if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], (uint32_t)__popc(peers));
+        // One shared atomic per distinct digit of the warp (the ReLU's zeros share one bin); nothing for a
+        // warp whose scores all lie outside the prefix (most of them after the first digit).
+        if (__any_sync(0xffffffffu, digit < 256)) {
+          const uint32_t peers = __match_any_sync(0xffffffffu, digit);
+          if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], (uint32_t)__popc(peers));
+        }
       }
       __syncthreads();
       if (warp == 0) {
@@ -368,14 +374,26 @@ __device__ void aux_topk_rows(const T* scores, const uint32_t* cols, T* out, int
           while (above + c[i] < need) above += c[i++];
           s_prefix = prefix | ((uint32_t)(255 - 8 * lane - i) << shift);
           s_need = need - above;
+          s_all = above + c[i] == need ? 1u : 0u;
         }
       }
       __syncthreads();
     }
-    // Everything above the threshold, and the first `need` equal to it in position order.
     const uint32_t thr = s_prefix, need = s_need;
-    uint32_t taken = 0;
+    const bool all = s_all != 0;
     T* dst = out + b * width;
+    if (all || thr == order_key(0.f)) {
+      // Everything above the threshold, and every score equal to it when all of those are kept.
+      for (int64_t j = tid; j < width; j += AUX_THREADS) {
+        const float v = row[j];
+        const uint32_t key = order_key(v);
+        store(dst, j, key > thr || (all && key == thr) ? v : 0.f);
+      }
+      __syncthreads();  // the next row overwrites `row`
+      continue;
+    }
+    // Everything above the threshold, and the first `need` equal to it in position order.
+    uint32_t taken = 0;
     for (int64_t base = 0; base < span; base += AUX_THREADS) {
       const int64_t j = base + tid;
       const float v = j < width ? row[j] : 0.f;

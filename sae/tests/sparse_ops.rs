@@ -542,7 +542,8 @@ fn aux_acts_match_sort(dev: &Device) -> Result<()> {
     let every = |n: usize, step: usize| (0..n).filter(|j| j % step == 0).collect::<Vec<_>>();
     type Case = (&'static str, usize, usize, Option<Vec<usize>>, usize, u8);
     // (name, rows, n, dead columns (None: all), k_aux, scores: 0 distinct ≥ 0, 1 few levels, 2 all equal,
-    // 3 distinct of both signs). The training step's scores are ReLU outputs, never below the padding's
+    // 3 distinct of both signs, 4 three levels at fixed positions: a tenth 1, a fifth 0.5, the rest 0.25,
+    // so that k_aux can take every tie of the threshold or all but one). The training step's scores are ReLU outputs, never below the padding's
     // zeros: negative ones only where there is no padding (|D| a multiple of 16, or every column).
     let cases: Vec<Case> = vec![
         ("distinct, a third dead", 5, 300, Some(every(300, 3)), 30, 0),
@@ -572,15 +573,23 @@ fn aux_acts_match_sort(dev: &Device) -> Result<()> {
         ),
         ("negative scores, every column", 4, 300, None, 40, 3),
         ("wider than shared memory", 2, 12000, None, 800, 1),
+        ("every tie of the threshold kept", 3, 400, None, 120, 4),
+        ("all ties but one kept", 3, 400, None, 119, 4),
+        ("the top level exactly", 3, 400, None, 40, 4),
     ];
     for (name, rows, n, dead, k_aux, kind) in cases {
         let levels = [0.0f32, -0.0, 0.25, 0.5, 1.0];
         let host_scores: Vec<f32> = (0..rows * n)
-            .map(|_| match kind {
+            .map(|i| match kind {
                 0 => rng.random::<f32>(),
                 1 => levels[rng.random_range(0..levels.len())],
                 2 => 0.5,
-                _ => rng.random::<f32>() * 2.0 - 1.0,
+                3 => rng.random::<f32>() * 2.0 - 1.0,
+                _ => match i % n % 10 {
+                    0 => 1.0,
+                    1 | 2 => 0.5,
+                    _ => 0.25,
+                },
             })
             .collect();
         let n_dead = dead.as_ref().map_or(n, Vec::len);
