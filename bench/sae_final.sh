@@ -11,7 +11,8 @@
 # selection's profk route (SAE_AUX_SELECT=profk) instead of the fused kernel; no peer, no sparse form,
 # no f32; under 120 s.
 #
-# The binaries come prebuilt in .devbin/sae/ (xz); docs/perf/sae.md gives the build commands.
+# The binaries come prebuilt in .devbin/sae/ (xz; .devbin/sae/BUILD says from which commits);
+# docs/perf/sae.md gives the build commands.
 set -uo pipefail
 QUICK=${SAE_QUICK:-0}
 # Keep every JIT-compiled PTX module of candle's in the driver's cache for the later processes.
@@ -93,10 +94,14 @@ def num(s):
         return None
 def extra(step, off):
     s, o = num(step), num(off)
-    return f"+{s - o:.1f} ({100 * (s - o) / o:.0f} %)" if s is not None and o else "-"
+    return f"+{s - o:.2f} ({100 * (s - o) / o:.1f} %)" if s is not None and o else "-"
 peer_what = ("no peer (SAE_QUICK=1: ours only, aux-k in its automatic form)" if peer_rc.startswith("not run")
              else "vs a dictionary_learning-style PyTorch step, same call")
 print(f"\nSAE training step on {dev}: sparsetrain sae-bench {peer_what}")
+try:
+    print("binaries: " + open(".devbin/sae/BUILD").read().strip())
+except OSError:
+    pass
 oks = len(re.findall(r" \.\.\. ok", tests))
 print(f"CUDA tests (sae sparse_ops): rc={tests_rc}, {result[-1] if result else f'no result ({oks} ok before the stop)'}"
       f"{'; FAILED: ' + ', '.join(failed) if failed else ''}; bench rc={ours_rc}, peer rc={peer_rc}; {secs} s")
