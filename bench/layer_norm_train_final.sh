@@ -2,7 +2,7 @@
 # GPU check of the training layer norm (activations::ops::layer_norm_train): its CUDA tests (output
 # and the three gradients against float64 references, reproducible gradients, clear errors), then
 # forward and forward + backward at 2048 rows x d 1024 / 1600 (f32 and bf16) beside candle's
-# composed ops and torch.nn.functional.layer_norm in the same call. About 40 s.
+# composed ops and torch.nn.functional.layer_norm in the same call. About 40 s; the table prints device, shape, dtype, ours, candle composed and torch.
 #
 # Binaries (built on the development machine, from the repo root):
 #   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda \
@@ -25,7 +25,7 @@ done
 echo "== layer_norm_train on $GPU, $(date -u +%F)"
 echo "tests: $tests   (errors per case: grep Cuda $LOG/tests.log)"
 grep -E "Cuda.*(3000|1600|special true|BF16)" "$LOG/tests.log" | head -6
-echo "-- ours vs candle composed (wall clock, synchronized; fwd+bwd = y.backward() with candle's gradient bookkeeping)"
+echo "-- ours vs candle composed, ms per call (median of 10 rounds of 20 calls back to back, wall clock; fwd+bwd = y.backward(), seed ones, incl. candle's gradient bookkeeping, shown alone in the last row of each shape)"
 for dt in f32 bf16; do cat "$LOG/ours-$dt.md" | grep -v '^|---' | { [ $dt = f32 ] && cat || tail -n +2; }; done
-echo "-- torch.nn.functional.layer_norm (CUDA events; y.backward(ones))"
+echo "-- torch.nn.functional.layer_norm, ms per call (median of 10 rounds of 20 calls back to back, CUDA events; y.backward(ones))"
 for dt in f32 bf16; do cat "$LOG/torch-$dt.md" | grep -v '^|---' | { [ $dt = f32 ] && cat || tail -n +2; }; done

@@ -1,7 +1,7 @@
 """PyTorch peer of activations' layer_norm_train_bench: torch.nn.functional.layer_norm over the last
 dimension at rows x d, forward alone and forward + backward (gradients for x, weight and bias;
-y.backward(ones) as the Rust side seeds). Medians of CUDA-event timings after warm-ups. Prints a
-markdown table.
+y.backward(ones) as the Rust side seeds). Medians of 10 rounds of calls back to back, CUDA events.
+Prints a markdown table.
 
     python3 bench/peers/layer_norm_train_torch.py [--rows 2048] [--widths 1024,1600] [--dtype f32]
 """
@@ -12,17 +12,21 @@ import torch.nn.functional as F
 
 
 def median_ms(f, iters):
+    """Milliseconds per call: the median over 10 rounds of iters / 10 calls back to back, timed with
+    CUDA events around each round (as the Rust side synchronizes once per round)."""
     for _ in range(3):
         f()
     torch.cuda.synchronize()
+    per_round = max(1, iters // 10)
     times = []
-    for _ in range(iters):
+    for _ in range(10):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        f()
+        for _ in range(per_round):
+            f()
         e.record()
         torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
+        times.append(s.elapsed_time(e) / per_round)
     times.sort()
     return times[len(times) // 2]
 
@@ -32,7 +36,7 @@ def main():
     p.add_argument("--rows", type=int, default=2048)
     p.add_argument("--widths", default="1024,1600")
     p.add_argument("--dtype", default="f32")
-    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--iters", type=int, default=200)
     a = p.parse_args()
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[a.dtype]
     dev = torch.device("cuda")
