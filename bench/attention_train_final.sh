@@ -2,13 +2,13 @@
 # Final GPU check of the differentiable causal attention (activations::ops::causal_attention_train):
 # its CUDA tests (forward and d(qkv) against a float64 composed-op reference, TF32 off and on,
 # bit-reproducible reruns, clear errors), then forward and forward+backward times at GPT-2 Medium
-# and XL head counts (4 x 512, hd 64, f32) beside the composed candle ops and PyTorch's
-# F.scaled_dot_product_attention(is_causal=True) in the same call. About 1 min.
+# and XL head counts (4 x 512, hd 64, f32, TF32 on and off) beside the composed candle ops and
+# PyTorch's F.scaled_dot_product_attention(is_causal=True) in the same call; tests and timings run
+# for both GEMM batchings (per-sequence strided, and ATTENTION_TRAIN_GEMM=pointers). About 40 s.
 #
 # Binaries (built on the development machine, from the repo root):
 #   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --test train_attention --example attention_train_bench
-#   then strip + xz the newest target-gpu/release/deps/train_attention-* and
-#   target-gpu/release/examples/attention_train_bench into .devbin/attn/{train_attention,attention_train_bench}.xz
+#   bash bench/attention_train_pack.sh     # strips + xz's both into .devbin/attn/
 # Run on the GPU machine from the repo root: bash bench/attention_train_final.sh  (logs: $OUT/attention_train/)
 set -uo pipefail
 LOG=${OUT:-/tmp}/attention_train; mkdir -p "$LOG"
@@ -16,14 +16,22 @@ B=/tmp/attnbin; mkdir -p "$B"
 for f in "${ATTN_BIN:-.devbin/attn}"/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "$B/$n" && chmod +x "$B/$n"; done
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
 SHAPES="4x512x16x64 4x512x25x64"
-if timeout 40 "$B/train_attention" --nocapture --test-threads 1 > "$LOG/test.log" 2>&1; then r=ok; else r=FAILED; fi
-tests="$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$LOG/test.log" | tail -1 | sed 's/test result: //') ($r)"
-timeout 30 "$B/attention_train_bench" --device cuda --shapes $SHAPES > "$LOG/ours.md" 2>&1
-timeout 30 "$B/attention_train_bench" --device cuda --shapes $SHAPES --no-tf32 >> "$LOG/ours.md" 2>&1
+# The tests and the benchmark run once per GEMM batching: per-sequence strided (default) and
+# ATTENTION_TRAIN_GEMM=pointers (one pointer-array batched call over all sequences and heads).
+tests=""
+for g in strided pointers; do
+  if ATTENTION_TRAIN_GEMM=$g timeout 30 "$B/train_attention" --nocapture --test-threads 1 > "$LOG/test-$g.log" 2>&1; then r=ok; else r=FAILED; fi
+  tests="$tests $g: $(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$LOG/test-$g.log" | tail -1 | sed 's/test result: //') ($r);"
+done
+: > "$LOG/ours.md"
+for g in strided pointers; do
+  ATTENTION_TRAIN_GEMM=$g timeout 20 "$B/attention_train_bench" --device cuda --shapes $SHAPES >> "$LOG/ours.md" 2>&1
+  ATTENTION_TRAIN_GEMM=$g timeout 20 "$B/attention_train_bench" --device cuda --shapes $SHAPES --no-tf32 >> "$LOG/ours.md" 2>&1
+done
 timeout 40 python3 bench/peers/torch_attention_train.py --shapes $SHAPES > "$LOG/torch.md" 2>&1
 timeout 40 python3 bench/peers/torch_attention_train.py --shapes $SHAPES --no-tf32 | tail -n +2 | grep -v '^|[ -]*b x\||---' | sed 's/$/ (TF32 off)/' >> "$LOG/torch.md" 2>&1
 echo "## causal_attention_train, $GPU, $(date -u +%F), f32, medians in ms"
-echo "CUDA tests: $tests"
+echo "CUDA tests:$tests"
 python3 - "$LOG" <<'PY'
 import re, sys
 log = sys.argv[1]
@@ -31,7 +39,7 @@ ours = {}
 for line in open(f"{log}/ours.md", errors="replace"):
     c = [x.strip() for x in line.strip().strip("|").split("|")]
     if len(c) == 7 and c[0] == "cuda":
-        ours[(c[1], c[2] == "TF32")] = c[3:6]
+        ours[(c[1], c[2])] = c[3:6]
 peer = {}
 for line in open(f"{log}/torch.md", errors="replace"):
     off = "(TF32 off)" in line
@@ -45,20 +53,26 @@ def ratio(a, b):
         return "-"
 print("| b x t x h x hd | GEMMs | ours fwd | ours fwd+bwd | candle composed fwd+bwd | torch SDPA default fwd+bwd | torch SDPA efficient | torch math | torch default / ours |")
 print("|---|---|---|---|---|---|---|---|---|")
-shapes = sorted({k[0] for k in ours} | {k[0] for k in peer})
-for shape in shapes:
-    for tf32 in (True, False):
-        o = ours.get((shape, tf32), ["FAILED"] * 3)
+labels = ["TF32", "TF32, pointer arrays", "f32 (no TF32)", "f32 (no TF32), pointer arrays"]
+for shape in sorted({k[0] for k in ours} | {k[0] for k in peer}):
+    for label in labels:
+        o = ours.get((shape, label), ["FAILED"] * 3)
+        tf32 = label.startswith("TF32")
         p = [peer.get((shape, tf32, n), "-") for n in ("default", "efficient", "math")]
-        print(f"| {shape} | {'TF32' if tf32 else 'f32'} | {o[0]} | {o[1]} | {o[2]} | {p[0]} | {p[1]} | {p[2]} | {ratio(p[0], o[1])} |")
+        print(f"| {shape} | {label} | {o[0]} | {o[1]} | {o[2]} | {p[0]} | {p[1]} | {p[2]} | {ratio(p[0], o[1])} |")
 worst = {}
-for line in open(f"{log}/test.log", errors="replace"):
-    m = re.search(r"^Cuda\S* tf32=(\w+).*: out ([0-9.e+-]+), d qkv ([0-9.e+-]+)", line)
-    if m:
-        k = m.group(1)
-        worst[k] = max(worst.get(k, 0.0), float(m.group(2)), float(m.group(3)))
-print("CUDA worst relative error vs f64: " + ", ".join(f"tf32={k}: {v:.2e}" for k, v in sorted(worst.items())))
+for g in ("strided", "pointers"):
+    try:
+        lines = open(f"{log}/test-{g}.log", errors="replace").readlines()
+    except OSError:
+        continue
+    for line in lines:
+        m = re.search(r"^Cuda\S* tf32=(\w+).*: out ([0-9.e+-]+), d qkv ([0-9.e+-]+)", line)
+        if m:
+            k = f"{g} tf32={m.group(1)}"
+            worst[k] = max(worst.get(k, 0.0), float(m.group(2)), float(m.group(3)))
+print("CUDA worst relative error vs f64: " + ", ".join(f"{k}: {v:.2e}" for k, v in sorted(worst.items())))
 PY
-fails=$(grep -h -A2 "panicked at" "$LOG/test.log" 2>/dev/null | head -6 | tr '\n' ' ')
+fails=$(grep -h -A2 "panicked at" "$LOG"/test-*.log 2>/dev/null | head -6 | tr '\n' ' ')
 [ -n "$fails" ] && echo "test failures: $fails"
-echo "ratio > 1: ours faster (torch 'default' picks its f32 SDPA kernel). Logs: \$OUT/attention_train/ (test.log, ours.md, torch.md)"
+echo "ratio > 1: ours faster (torch 'default' picks its f32 SDPA kernel). Logs: \$OUT/attention_train/ (test-*.log, ours.md, torch.md)"

@@ -5,7 +5,8 @@
 //!     cargo run --release -p activations --example attention_train_bench -- --device cpu
 //!     cargo run --release -p activations --features cuda --example attention_train_bench -- --device cuda
 //!
-//! Shapes are `BxTxHxHD`; f32, TF32 GEMMs on CUDA unless `--no-tf32`. Prints a markdown table of
+//! Shapes are `BxTxHxHD`; f32, TF32 GEMMs on CUDA unless `--no-tf32`; `ATTENTION_TRAIN_GEMM=pointers`
+//! selects the op's pointer-array batched GEMMs. Prints a markdown table of
 //! medians (the device synchronized after each call; the backward seeds d(out) with ones).
 use activations::models::parse_device;
 use activations::ops::causal_attention_train;
@@ -111,10 +112,14 @@ fn main() -> anyhow::Result<()> {
             composed(qkv.as_tensor(), &mask, h)?.backward()?;
             Ok(())
         })?;
-        let gemms = match (dev.is_cuda(), tf32) {
+        let precision = match (dev.is_cuda(), tf32) {
             (false, _) => "f32",
             (true, true) => "TF32",
             (true, false) => "f32 (no TF32)",
+        };
+        let gemms = match std::env::var("ATTENTION_TRAIN_GEMM").as_deref() {
+            Ok("pointers") if dev.is_cuda() => format!("{precision}, pointer arrays"),
+            _ => precision.to_string(),
         };
         println!(
             "| {} | {b} x {t} x {h} x {hd} | {gemms} | {:.3} | {:.3} | {:.3} | {:.2}x |",

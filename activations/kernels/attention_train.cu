@@ -115,3 +115,21 @@ extern "C" __global__ void attn_train_softmax_bwd_f32(const float* __restrict__ 
     if ((t & 3) == 0) softmax_bwd_row<true>(p + at, dp + at, t, n, lane);
     else softmax_bwd_row<false>(p + at, dp + at, t, n, lane);
 }
+
+// Block addresses for the pointer-array batched GEMMs: entry bi * h + hi of operand k's array is
+// base[k] + bi * seq_stride[k] + hi * head_stride[k] (bytes). Arrays follow each other in `out`.
+struct PointerPlan {
+    unsigned long long base[12], seq_stride[12], head_stride[12];
+    int operands;
+};
+
+extern "C" __global__ void attn_train_pointers(PointerPlan plan, unsigned long long* out, int b,
+                                               int h) {
+    const long long blocks = (long long)b * h, n = plan.operands * blocks;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const int k = (int)(i / blocks), r = (int)(i % blocks);
+        out[i] = plan.base[k] + (unsigned long long)(r / h) * plan.seq_stride[k] +
+                 (unsigned long long)(r % h) * plan.head_stride[k];
+    }
+}

@@ -16,6 +16,9 @@ use std::sync::Mutex;
 /// Causal multi-head attention: `qkv` [b, t, 3d] (q, k, v packed as GPT-2's `c_attn` writes them)
 /// -> [b, t, d], scores scaled by 1/sqrt(d / n_head); differentiable with respect to `qkv`.
 /// f32 only; on CUDA the GEMMs use TF32 when `candle_core::cuda::gemm_reduced_precision_f32()`.
+/// The environment variable `ATTENTION_TRAIN_GEMM=pointers` issues each CUDA product as one
+/// pointer-array batched GEMM over all (sequence, head) pairs instead of one strided-batched GEMM
+/// per sequence.
 pub fn causal_attention_train(qkv: &Tensor, n_head: usize) -> Result<Tensor> {
     let (_, _, three_d) = qkv.dims3().map_err(|_| {
         candle_core::Error::Msg(format!(

@@ -1,6 +1,7 @@
-//! The differentiable causal attention on CUDA: cuBLAS strided-batched GEMMs (one call per
-//! sequence, batched over heads) reading q, k, v straight from the packed [B, T, 3, H, hd] input
-//! and writing d(qkv) in that layout, around the two row kernels of `kernels/attention_train.cu`.
+//! The differentiable causal attention on CUDA: cuBLAS GEMMs reading q, k, v straight from the
+//! packed [B, T, 3, H, hd] input and writing d(qkv) in that layout, around the two row kernels of
+//! `kernels/attention_train.cu`. Each product is one strided-batched call per sequence over its
+//! heads, or (`ATTENTION_TRAIN_GEMM=pointers`) one pointer-array batched call over all of them.
 //!
 //! Row-major X [r, c] with leading dimension ld is column-major Xᵀ to cuBLAS, so each product is
 //! issued transposed: S = Q Kᵀ as Sᵀ = K Qᵀ, O = P V as Oᵀ = Vᵀ Pᵀ, and so on.
@@ -8,46 +9,216 @@ use super::super::attention_train::Dims;
 use super::{address, alloc, drv, function};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::cublas::{result as blas, sys};
-use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda::cudarc::driver::{
+    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+};
 use candle_core::{CudaStorage, DType, Layout, Result, Shape};
 use std::ffi::c_void;
 
 const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attention_train.fatbin"));
 /// Score rows per block of the row kernels (one warp each).
 const ROWS_PER_BLOCK: usize = 8;
-const F32_BYTES: u64 = 4;
+const F32_BYTES: usize = 4;
+/// Operands the pointer kernel fills in one launch (`kernels/attention_train.cu`).
+const MAX_OPERANDS: usize = 12;
 
-/// A strided matrix operand: address of the first head's block, leading dimension, head stride
-/// (both in elements).
+/// A matrix operand of every (sequence, head) pair: address of the first block, leading dimension,
+/// head stride and sequence stride (in elements).
 #[derive(Clone, Copy)]
 struct Operand {
     ptr: u64,
     ld: usize,
-    stride: usize,
+    head_stride: usize,
+    seq_stride: usize,
 }
 
 impl Operand {
-    /// The operand moved by `elems` elements.
-    fn at(self, elems: usize) -> Self {
+    /// The operand of sequence `seq`.
+    fn seq(self, seq: usize) -> Self {
+        self.shifted(seq * self.seq_stride)
+    }
+
+    /// The operand `elems` elements further (q, k and v inside the packed rows).
+    fn shifted(self, elems: usize) -> Self {
         Self {
-            ptr: self.ptr + elems as u64 * F32_BYTES,
+            ptr: self.ptr + (elems * F32_BYTES) as u64,
             ..self
         }
     }
 }
 
-/// C = alpha op(A) op(B) over `batch` heads, column-major (m x n, inner size k), f32 storage with
-/// TF32 tensor cores when candle's reduced-precision flag is set.
-#[allow(clippy::too_many_arguments)]
-fn gemm(
-    storage: &CudaStorage,
-    (trans_a, trans_b): (bool, bool),
-    (m, n, k): (usize, usize, usize),
+/// C = alpha op(A) op(B) for every (sequence, head) pair, column-major (m x n, inner size k).
+#[derive(Clone, Copy)]
+struct Product {
+    trans: (bool, bool),
+    mnk: (usize, usize, usize),
     alpha: f32,
     a: Operand,
     b: Operand,
     c: Operand,
-    batch: usize,
+}
+
+/// How the b x h blocks of one product reach cuBLAS.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Batching {
+    /// One strided-batched call per sequence over its heads (the default).
+    PerSequence,
+    /// One pointer-array batched call over all b x h blocks, the arrays filled by one kernel;
+    /// `ATTENTION_TRAIN_GEMM=pointers` selects it where every block is 16-byte aligned.
+    PointerArray,
+}
+
+fn batching() -> Batching {
+    match std::env::var("ATTENTION_TRAIN_GEMM").as_deref() {
+        Ok("pointers") => Batching::PointerArray,
+        _ => Batching::PerSequence,
+    }
+}
+
+/// The `PointerPlan` of `kernels/attention_train.cu`: block address = base + sequence x seq_stride
+/// + head x head_stride, in bytes.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PointerPlan {
+    base: [u64; MAX_OPERANDS],
+    seq_stride: [u64; MAX_OPERANDS],
+    head_stride: [u64; MAX_OPERANDS],
+    operands: i32,
+}
+
+// SAFETY: a #[repr(C)] struct of plain integers, laid out as the kernel's struct.
+unsafe impl DeviceRepr for PointerPlan {}
+
+/// The products of one pass over the (sequence, head) pairs, issued in the chosen batching.
+struct Gemms<'a> {
+    storage: &'a CudaStorage,
+    products: &'a [Product],
+    seqs: usize,
+    heads: usize,
+    /// Pointer arrays (A, B, C of each product, `seqs * heads` entries each), freed in stream
+    /// order after the GEMMs that read them.
+    arrays: Option<(CudaSlice<u64>, u64)>,
+}
+
+impl<'a> Gemms<'a> {
+    fn new(
+        storage: &'a CudaStorage,
+        products: &'a [Product],
+        seqs: usize,
+        heads: usize,
+    ) -> Result<Self> {
+        // cuBLAS cannot see the alignment of the blocks a pointer array names: take that route
+        // only when every block and leading dimension is 16-byte aligned.
+        let aligned = products.iter().flat_map(|p| [p.a, p.b, p.c]).all(|o| {
+            o.ptr.is_multiple_of(16)
+                && [o.ld, o.head_stride, o.seq_stride]
+                    .iter()
+                    .all(|e| (e * F32_BYTES).is_multiple_of(16))
+        });
+        let arrays = match batching() {
+            Batching::PointerArray if aligned => {
+                Some(pointer_arrays(storage, products, seqs, heads)?)
+            }
+            _ => None,
+        };
+        Ok(Self {
+            storage,
+            products,
+            seqs,
+            heads,
+            arrays,
+        })
+    }
+
+    /// Issues product `k`.
+    fn run(&self, k: usize) -> Result<()> {
+        let p = &self.products[k];
+        match &self.arrays {
+            None => {
+                for s in 0..self.seqs {
+                    let (a, b, c) = (p.a.seq(s), p.b.seq(s), p.c.seq(s));
+                    gemm(self.storage, p, a, b, c, Blocks::Strided(self.heads))?;
+                }
+                Ok(())
+            }
+            Some((_, base)) => {
+                let per_array = (self.seqs * self.heads * std::mem::size_of::<u64>()) as u64;
+                let array = |j: usize| base + (3 * k + j) as u64 * per_array;
+                let blocks =
+                    Blocks::Pointers([array(0), array(1), array(2)], self.seqs * self.heads);
+                gemm(self.storage, p, p.a, p.b, p.c, blocks)
+            }
+        }
+    }
+}
+
+/// One kernel launch filling the pointer arrays of `products`.
+fn pointer_arrays(
+    storage: &CudaStorage,
+    products: &[Product],
+    seqs: usize,
+    heads: usize,
+) -> Result<(CudaSlice<u64>, u64)> {
+    let operands: Vec<Operand> = products.iter().flat_map(|p| [p.a, p.b, p.c]).collect();
+    if operands.len() > MAX_OPERANDS {
+        return Err(candle_core::Error::Msg(format!(
+            "causal_attention_train: {} GEMM operands in one pass, at most {MAX_OPERANDS}",
+            operands.len()
+        )));
+    }
+    let mut plan = PointerPlan {
+        base: [0; MAX_OPERANDS],
+        seq_stride: [0; MAX_OPERANDS],
+        head_stride: [0; MAX_OPERANDS],
+        operands: operands.len() as i32,
+    };
+    for (i, o) in operands.iter().enumerate() {
+        plan.base[i] = o.ptr;
+        plan.seq_stride[i] = (o.seq_stride * F32_BYTES) as u64;
+        plan.head_stride[i] = (o.head_stride * F32_BYTES) as u64;
+    }
+    let entries = operands.len() * seqs * heads;
+    let (arrays, ptr) = alloc_u64(storage, entries)?;
+    let f = function(storage, "attention_train", FATBIN, "attn_train_pointers")?;
+    let stream = storage.device.cuda_stream();
+    let (b, h) = (seqs as i32, heads as i32);
+    let cfg = LaunchConfig {
+        grid_dim: (entries.div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut args = stream.launch_builder(&f);
+    args.arg(&plan).arg(&ptr).arg(&b).arg(&h);
+    // SAFETY: the arguments match the kernel's parameters; `arrays` holds `entries` u64 values.
+    unsafe { args.launch(cfg) }.map_err(|e| drv("attention pointer kernel", e))?;
+    Ok((arrays, ptr))
+}
+
+/// An uninitialised device buffer of `len` u64 values, and its address.
+fn alloc_u64(storage: &CudaStorage, len: usize) -> Result<(CudaSlice<u64>, u64)> {
+    let stream = storage.device.cuda_stream();
+    // SAFETY: the pointer kernel writes all `len` values before any GEMM reads them.
+    let slice: CudaSlice<u64> = unsafe { storage.device.alloc::<u64>(len)? };
+    let ptr = slice.device_ptr(&stream).0;
+    Ok((slice, ptr))
+}
+
+/// The blocks of one cuBLAS call: `heads` blocks at the operands' head strides, or the blocks
+/// that the (A, B, C) pointer arrays of `count` entries name.
+enum Blocks {
+    Strided(usize),
+    Pointers([u64; 3], usize),
+}
+
+/// One cuBLAS call of product `p`: f32 storage, TF32 tensor cores when candle's reduced-precision
+/// flag is set.
+fn gemm(
+    storage: &CudaStorage,
+    p: &Product,
+    a: Operand,
+    b: Operand,
+    c: Operand,
+    blocks: Blocks,
 ) -> Result<()> {
     let op = |t: bool| {
         if t {
@@ -66,38 +237,73 @@ fn gemm(
             candle_core::Error::Msg(format!("causal_attention_train: {what} {v} exceeds i32"))
         })
     };
+    let (m, n, k) = (int(p.mnk.0, "m")?, int(p.mnk.1, "n")?, int(p.mnk.2, "k")?);
+    let (lda, ldb, ldc) = (int(a.ld, "lda")?, int(b.ld, "ldb")?, int(c.ld, "ldc")?);
     let beta = 0f32;
+    let alpha = &p.alpha as *const f32 as *const c_void;
+    let beta = &beta as *const f32 as *const c_void;
     let handle = storage.device.cublas_handle();
     let f32_type = sys::cudaDataType_t::CUDA_R_32F;
-    // SAFETY: the operands are device addresses of live f32 buffers holding every element the
-    // strides and leading dimensions reach (checked by the callers' shapes); the handle is bound
-    // to candle's stream, so the call is ordered with the kernels before and after it.
-    unsafe {
-        blas::gemm_strided_batched_ex(
-            *handle.handle(),
-            op(trans_a),
-            op(trans_b),
-            int(m, "m")?,
-            int(n, "n")?,
-            int(k, "k")?,
-            &alpha as *const f32 as *const c_void,
-            a.ptr as *const c_void,
-            f32_type,
-            int(a.ld, "lda")?,
-            a.stride as i64,
-            b.ptr as *const c_void,
-            f32_type,
-            int(b.ld, "ldb")?,
-            b.stride as i64,
-            &beta as *const f32 as *const c_void,
-            c.ptr as *mut c_void,
-            f32_type,
-            int(c.ld, "ldc")?,
-            c.stride as i64,
-            int(batch, "heads")?,
-            compute,
-            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
-        )
+    let algo = sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP;
+    let (ta, tb) = (op(p.trans.0), op(p.trans.1));
+    match blocks {
+        // SAFETY: the operands are device addresses of live f32 buffers holding every element
+        // the strides and leading dimensions reach (the callers' shapes); the handle is bound to
+        // candle's stream, so the call is ordered with the kernels before and after it.
+        Blocks::Strided(heads) => unsafe {
+            blas::gemm_strided_batched_ex(
+                *handle.handle(),
+                ta,
+                tb,
+                m,
+                n,
+                k,
+                alpha,
+                a.ptr as *const c_void,
+                f32_type,
+                lda,
+                a.head_stride as i64,
+                b.ptr as *const c_void,
+                f32_type,
+                ldb,
+                b.head_stride as i64,
+                beta,
+                c.ptr as *mut c_void,
+                f32_type,
+                ldc,
+                c.head_stride as i64,
+                int(heads, "heads")?,
+                compute,
+                algo,
+            )
+        },
+        // SAFETY: as above; each array holds `count` block addresses, written by the pointer
+        // kernel earlier on the same stream.
+        Blocks::Pointers([pa, pb, pc], count) => unsafe {
+            sys::cublasGemmBatchedEx(
+                *handle.handle(),
+                ta,
+                tb,
+                m,
+                n,
+                k,
+                alpha,
+                pa as *const *const c_void,
+                f32_type,
+                lda,
+                pb as *const *const c_void,
+                f32_type,
+                ldb,
+                beta,
+                pc as *const *mut c_void,
+                f32_type,
+                ldc,
+                int(count, "blocks")?,
+                compute,
+                algo,
+            )
+            .result()
+        },
     }
     .map_err(|e| drv("attention GEMM", e))
 }
@@ -159,47 +365,46 @@ pub fn forward(
     let x = Operand {
         ptr: qkv,
         ld: 3 * d,
-        stride: hd,
+        head_stride: hd,
+        seq_stride: t * 3 * d,
     };
+    let (q, k, v) = (x, x.shifted(d), x.shifted(2 * d));
     let o = Operand {
         ptr: out_ptr,
         ld: d,
-        stride: hd,
+        head_stride: hd,
+        seq_stride: t * d,
     };
     let p = Operand {
         ptr: p_ptr,
         ld: t,
-        stride: t * t,
+        head_stride: t * t,
+        seq_stride: h * t * t,
     };
-    for bi in 0..b {
-        let (q, k) = (x.at(bi * t * 3 * d), x.at(bi * t * 3 * d + d));
+    let products = [
         // Sᵀ [t_k, t_q] = K Qᵀ, scaled.
-        gemm(
-            storage,
-            (true, false),
-            (t, t, hd),
-            scale,
-            k,
-            q,
-            p.at(bi * h * t * t),
-            h,
-        )?;
-    }
-    rows_kernel(storage, "attn_train_softmax_f32", &[p_ptr], t, b * h * t)?;
-    for bi in 0..b {
-        let v = x.at(bi * t * 3 * d + 2 * d);
+        Product {
+            trans: (true, false),
+            mnk: (t, t, hd),
+            alpha: scale,
+            a: k,
+            b: q,
+            c: p,
+        },
         // Oᵀ [hd, t_q] = Vᵀ Pᵀ.
-        gemm(
-            storage,
-            (false, false),
-            (hd, t, t),
-            1.0,
-            v,
-            p.at(bi * h * t * t),
-            o.at(bi * t * d),
-            h,
-        )?;
-    }
+        Product {
+            trans: (false, false),
+            mnk: (hd, t, t),
+            alpha: 1.0,
+            a: v,
+            b: p,
+            c: o,
+        },
+    ];
+    let gemms = Gemms::new(storage, &products, b, h)?;
+    gemms.run(0)?;
+    rows_kernel(storage, "attn_train_softmax_f32", &[p_ptr], t, b * h * t)?;
+    gemms.run(1)?;
     Ok((out, probs, shape))
 }
 
@@ -240,54 +445,66 @@ pub fn backward(
     let x = Operand {
         ptr: qkv,
         ld: 3 * d,
-        stride: hd,
+        head_stride: hd,
+        seq_stride: t * 3 * d,
     };
-    let dxo = Operand {
-        ptr: dx_ptr,
-        ld: 3 * d,
-        stride: hd,
-    };
-    let g = Operand {
+    let (q, k, v) = (x, x.shifted(d), x.shifted(2 * d));
+    let dxo = Operand { ptr: dx_ptr, ..x };
+    let (dq, dk, dv) = (dxo, dxo.shifted(d), dxo.shifted(2 * d));
+    let go = Operand {
         ptr: grad,
         ld: d,
-        stride: hd,
+        head_stride: hd,
+        seq_stride: t * d,
     };
     let p = Operand {
         ptr: p_ptr,
         ld: t,
-        stride: t * t,
+        head_stride: t * t,
+        seq_stride: h * t * t,
     };
-    let ds = Operand {
-        ptr: ds_ptr,
-        ld: t,
-        stride: t * t,
-    };
-    for bi in 0..b {
-        let (v, go) = (x.at(bi * t * 3 * d + 2 * d), g.at(bi * t * d));
+    let ds = Operand { ptr: ds_ptr, ..p };
+    let products = [
         // dPᵀ [t_k, t_q] = V dOᵀ.
-        gemm(
-            s_qkv,
-            (true, false),
-            (t, t, hd),
-            1.0,
-            v,
-            go,
-            ds.at(bi * h * t * t),
-            h,
-        )?;
+        Product {
+            trans: (true, false),
+            mnk: (t, t, hd),
+            alpha: 1.0,
+            a: v,
+            b: go,
+            c: ds,
+        },
         // dVᵀ [hd, t_k] = dOᵀ P.
-        let dv = dxo.at(bi * t * 3 * d + 2 * d);
-        gemm(
-            s_qkv,
-            (false, true),
-            (hd, t, t),
-            1.0,
-            go,
-            p.at(bi * h * t * t),
-            dv,
-            h,
-        )?;
-    }
+        Product {
+            trans: (false, true),
+            mnk: (hd, t, t),
+            alpha: 1.0,
+            a: go,
+            b: p,
+            c: dv,
+        },
+        // dQᵀ [hd, t_q] = Kᵀ dSᵀ, scaled.
+        Product {
+            trans: (false, false),
+            mnk: (hd, t, t),
+            alpha: scale,
+            a: k,
+            b: ds,
+            c: dq,
+        },
+        // dKᵀ [hd, t_k] = Qᵀ dS, scaled.
+        Product {
+            trans: (false, true),
+            mnk: (hd, t, t),
+            alpha: scale,
+            a: q,
+            b: ds,
+            c: dk,
+        },
+    ];
+    let gemms = Gemms::new(s_qkv, &products, b, h)?;
+    gemms.run(0)?;
+    gemms.run(1)?;
     rows_kernel(
         s_qkv,
         "attn_train_softmax_bwd_f32",
@@ -295,31 +512,7 @@ pub fn backward(
         t,
         b * h * t,
     )?;
-    for bi in 0..b {
-        let base = bi * t * 3 * d;
-        let (q, k) = (x.at(base), x.at(base + d));
-        let ds_b = ds.at(bi * h * t * t);
-        // dQᵀ [hd, t_q] = Kᵀ dSᵀ and dKᵀ [hd, t_k] = Qᵀ dS, both scaled.
-        gemm(
-            s_qkv,
-            (false, false),
-            (hd, t, t),
-            scale,
-            k,
-            ds_b,
-            dxo.at(base),
-            h,
-        )?;
-        gemm(
-            s_qkv,
-            (false, true),
-            (hd, t, t),
-            scale,
-            q,
-            ds_b,
-            dxo.at(base + d),
-            h,
-        )?;
-    }
+    gemms.run(2)?;
+    gemms.run(3)?;
     Ok((dx, shape))
 }
