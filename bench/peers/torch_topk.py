@@ -4,7 +4,7 @@
 Median milliseconds over CUDA-event-timed calls after a warm-up, inputs rotated, and the peak extra
 device memory of one call. Prints a markdown table (stdout) in the columns of profk's table.
 
-    python3 bench/peers/torch_topk.py [--quick] [--dtype f32|f16|bf16]
+    python3 bench/peers/torch_topk.py [--quick | --targets] [--dtype f32|f16|bf16]
 """
 import argparse
 import math
@@ -48,6 +48,13 @@ def grid(quick):
     return cases
 
 
+def targets():
+    """The rows of `profk bench --device cuda --targets`."""
+    return [("2^30", [1 << 30], 1 << 13, "rowwise", "normal"),
+            ("flat 4096x2^16", [4096, 1 << 16], 131072, "flat", "normal"),
+            ("flat 8192x2^17", [8192, 1 << 17], 262144, "flat", "normal")]
+
+
 def timed(fn, xs, reps):
     for x in xs:
         fn(x)
@@ -71,19 +78,20 @@ def timed(fn, xs, reps):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--targets", action="store_true", help="only the target rows, torch.topk only")
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
     args = ap.parse_args()
     dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}")
     print("| shape | mode | dist | k | selector | ms | GB/s | of read BW | aux MB |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for label, dims, k, mode, dist in grid(args.quick):
+    for label, dims, k, mode, dist in (targets() if args.targets else grid(args.quick)):
         n = math.prod(dims)
         xs = [make(dims, dist, dtype) for _ in range(1 if n >= 1 << 30 else 3)]
         reps = 10 if n >= 1 << 28 else 30
         view = (lambda x: x.reshape(-1)) if mode == "flat" else (lambda x: x)
         sels = [("torch.topk", lambda x: torch.topk(view(x), k, dim=-1))]
-        if (k == 1 << 13 or len(dims) > 1) and n <= 1 << 30:
+        if (k == 1 << 13 or len(dims) > 1) and n <= 1 << 30 and not args.targets:
             sels.append(("torch.sort", lambda x: torch.sort(view(x), dim=-1, descending=True)))
         for name, fn in sels:
             try:

@@ -5,7 +5,8 @@
 use crate::error::{Error, Result};
 use crate::layout::FlatLayout;
 use candle_core::cuda::cudarc::driver::{
-    CudaFunction, CudaModule, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
+    PushKernelArg,
 };
 use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::{Storage, Tensor};
@@ -83,6 +84,21 @@ fn address(t: &Tensor) -> Result<(u64, Arc<CudaStream>)> {
     Ok((base + offset * elem, stream))
 }
 
+/// The span ends and parameter addresses of the last apply, on the device: a training loop applies
+/// to the same parameters every step, so after the first step nothing is copied to the device.
+struct ApplyTables {
+    stream: usize,
+    span_end_host: Vec<u64>,
+    params_host: Vec<u64>,
+    span_end: CudaSlice<u64>,
+    params: CudaSlice<u64>,
+}
+
+fn apply_tables() -> &'static Mutex<Option<ApplyTables>> {
+    static TABLES: OnceLock<Mutex<Option<ApplyTables>>> = OnceLock::new();
+    TABLES.get_or_init(|| Mutex::new(None))
+}
+
 /// The state a sparse apply touches.
 pub struct ApplyState<'a> {
     pub residual: &'a Tensor,
@@ -124,8 +140,23 @@ pub fn sparse_apply(s: &ApplyState, indices: &Tensor, grad: &Tensor, h: &ApplySt
         .iter()
         .map(|p| address(p).map(|(a, _)| a))
         .collect::<Result<_>>()?;
-    let span_end = stream.clone_htod(&span_end).map_err(drv)?;
-    let params_dev = stream.clone_htod(&params).map_err(drv)?;
+    let mut tables = apply_tables().lock().unwrap_or_else(|e| e.into_inner());
+    let key = stream.cu_stream() as usize;
+    if tables
+        .as_ref()
+        .is_none_or(|t| t.stream != key || t.span_end_host != span_end || t.params_host != params)
+    {
+        // A table it replaces is freed in stream order, after the launches that read it.
+        *tables = Some(ApplyTables {
+            stream: key,
+            span_end: stream.clone_htod(&span_end).map_err(drv)?,
+            params: stream.clone_htod(&params).map_err(drv)?,
+            span_end_host: span_end,
+            params_host: params,
+        });
+    }
+    let t = tables.as_ref().expect("set above");
+    let (span_end, params_dev) = (&t.span_end, &t.params);
     let args = AdamArgs {
         idx,
         grad: address(&grad)?.0,

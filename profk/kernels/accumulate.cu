@@ -120,6 +120,7 @@ struct AccFilterArgs {
   u64 cap, k;
   int mag, ib, use_tmin, count_nan;
   int last_attempt, approximate;
+  int in_order, pad;  // in_order: chunks from the counter Global::next_chunk, else b, b + grid, ...
 };
 
 // Attempt 1 of Prof-K fused with the accumulation: every block takes chunks, writes acc back and stages
@@ -151,7 +152,18 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
     }
     return key > tk || (key == tk && j <= tidx);
   };
-  for (u64 c = blockIdx.x; c < a.acc.nchunks; c += gridDim.x) {
+  // Chunks of one block-iteration each, dealt in order from a counter: the blocks in flight then read
+  // one contiguous stretch of g and r at a time, as the in-order blocks of a plain elementwise kernel
+  // do (a static deal has every block streaming from its own place). Thread 0 fetches the next chunk
+  // while this one is processed and publishes it at the end (two slots: a slot is rewritten only after
+  // the barrier that follows every thread's read of it).
+  __shared__ u64 next[2];
+  if (threadIdx.x == 0) next[0] = a.in_order ? atomicAdd(&a.g->next_chunk, 1ull) : blockIdx.x;
+  __syncthreads();
+  u32 slot = 0;
+  for (u64 c = next[0]; c < a.acc.nchunks;) {
+    u64 fetched = 0;
+    if (threadIdx.x == 0) fetched = a.in_order ? atomicAdd(&a.g->next_chunk, 1ull) : c + gridDim.x;
     const ChunkPtrs p = chunk_ptrs(a.acc, c);
     if (vectorizable(p)) {
       const float4* g4 = reinterpret_cast<const float4*>(p.g);
@@ -219,8 +231,15 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
         warp_commit(st, a, 0, keep, key_of, [&](int) { return p.flat + i; });
       }
     }
-    flush(st, a, 0);
+    // Every chunk feeds row 0: the staging area is flushed only once it is half full (one global
+    // atomic and three barriers per flush), and once at the end.
+    slot ^= 1;
+    if (threadIdx.x == 0) next[slot] = fetched;
+    __syncthreads();
+    if (st.count >= SCAP / 2 || st.valid < SCAP) flush(st, a, 0);
+    c = next[slot];
   }
+  flush(st, a, 0);
   if (nan_c) {
     atomicAdd(&a.g->nan_count, nan_c);
     atomicMax(&a.g->nan_first, ~nan_first);  // stored inverted: zero means none

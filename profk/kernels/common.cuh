@@ -36,6 +36,7 @@ struct RowRun {
 struct Global {
   u64 nan_count;
   u64 nan_first;
+  u64 next_chunk;  // work counter of the fused accumulation pass
 };
 
 // Order-preserving key of raw IEEE bits of width W with MANT mantissa bits (the CPU path's key):

@@ -193,6 +193,34 @@ __device__ void block_topk_body(const SelArgs& a, u64* out, u64 k, int tb) {
   }
 }
 
+// The kth-largest composite of each listed row's list in one block (lists of at most THREADS * BS_PER
+// elements, composites of at most 64 bits) into the row's tmin: the sample threshold of rows whose
+// sample was drawn by a launch of its own (few rows: the draw then spreads over every SM).
+template <int THREADS>
+__device__ void block_kth_body(const SelArgs& a, u32 kth, int tb) {
+  const u64 nrows = list_len(a.list, a.rows);
+  for (u64 i = blockIdx.x; i < nrows; i += gridDim.x) {
+    const u64 r = list_row(a.list, i);
+    const u32 count = (u32)Src<float, true>::count(a.src, r);
+    u64 c[BS_PER];
+#pragma unroll
+    for (int p = 0; p < BS_PER; ++p) {
+      const u64 j = threadIdx.x + (u64)p * THREADS;
+      c[p] = j < count ? (u64)Src<float, true>::comp(a.src, r, j, a.ib, true) : 0;
+    }
+    const u64 tau = block_kth<THREADS>(c, count, kth, tb);
+    if (threadIdx.x == 0) a.sel[r].tmin = tau;
+    __syncthreads();
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024) block_kth_list(SelArgs a, u32 kth, int tb) {
+  block_kth_body<1024>(a, kth, tb);
+}
+extern "C" __global__ void __launch_bounds__(256) block_kth_list_small(SelArgs a, u32 kth, int tb) {
+  block_kth_body<256>(a, kth, tb);
+}
+
 extern "C" __global__ void __launch_bounds__(1024) block_topk_list(SelArgs a, u64* out, u64 k, int tb) {
   block_topk_body<1024>(a, out, k, tb);
 }

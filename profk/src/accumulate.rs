@@ -107,7 +107,7 @@ pub fn topk_accumulate(
     let n = spans.total();
     let plan = match acc.residual.device() {
         Device::Cpu => select::cpu_plan_for(n, k.min(n), opts.eps)?,
-        _ => select::plan_for(n, k.min(n), opts.eps)?,
+        _ => select::gpu_plan_for(n, k.min(n), opts.eps, 1)?,
     };
     run(spans, acc, k, opts, plan)
 }

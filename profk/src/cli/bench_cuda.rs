@@ -16,6 +16,10 @@ pub struct CudaBenchArgs {
     /// Time Prof-K with stages left out instead of the grid.
     #[arg(long)]
     pub stages: bool,
+    /// Time only the target rows (2^30, and the flat 4096x2^16 and 8192x2^17 selections of the
+    /// SAE), in both output orders.
+    #[arg(long)]
+    pub targets: bool,
     /// Only the checks, no timing table.
     #[arg(long)]
     pub no_table: bool,
@@ -58,6 +62,8 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     let mut table = String::new();
     if args.stages {
         profk::cuda::bench::run_stages(&dev, &mut table)?;
+    } else if args.targets {
+        profk::cuda::bench::run_targets(&dev, &mut table)?;
     } else {
         profk::cuda::bench::run_grid(&dev, args.quick, dtype, &mut table)?;
     }

@@ -5,8 +5,8 @@ use candle_core::cuda::cudarc::driver::DeviceRepr;
 pub const ROW_SEL_BYTES: usize = 48;
 /// Bytes of `RowRun` (counter, R, output fill, status, attempts, failure counts of one row).
 pub const ROW_RUN_BYTES: usize = 48;
-/// Bytes of `Global` (NaN count, inverted first NaN index).
-pub const GLOBAL_BYTES: usize = 16;
+/// Bytes of `Global` (NaN count, inverted first NaN index, the fused pass's work counter).
+pub const GLOBAL_BYTES: usize = 24;
 
 pub const ROW_PENDING: u32 = 0;
 pub const ROW_OK: u32 = 1;
@@ -147,6 +147,8 @@ pub struct AccFilterArgs {
     pub count_nan: i32,
     pub last_attempt: i32,
     pub approximate: i32,
+    pub in_order: i32,
+    pub pad: i32,
 }
 
 // SAFETY: plain-old-data records with the C layout of their kernel-side twins.
@@ -171,7 +173,7 @@ mod tests {
         );
         assert_eq!(std::mem::size_of::<AccChunk>(), 16);
         assert_eq!(std::mem::size_of::<AccArgs>(), 8 * 7 + 8);
-        assert_eq!(std::mem::size_of::<AccFilterArgs>(), 64 + 8 * 7 + 4 * 6);
+        assert_eq!(std::mem::size_of::<AccFilterArgs>(), 64 + 8 * 7 + 4 * 8);
         assert_eq!(
             std::mem::size_of::<SampleArgs>(),
             8 * 3 + 8 + 16 + 8 + 16 + 16

@@ -11,15 +11,18 @@ use crate::accumulate::{Accumulation, FlatSpans};
 use crate::select::{Plan, Selection as RowsSpec, TopK};
 use crate::{Error, Mode, Result, TopKOptions};
 
-/// Coordinates per work item of the pass (a multiple of 512 threads × 4 loads × 4 lanes).
-const CHUNK: u64 = 1 << 16;
+/// Coordinates per work item of the pass: one iteration of a block (512 threads × 4 loads × 4 lanes).
+const CHUNK: u64 = 1 << 13;
 
-/// The spans' chunk table and starts on the device of one context, built once per [`FlatSpans`].
+/// The spans' chunk table and starts on the device of one context, built once per [`FlatSpans`],
+/// and the last gradient address list: a step whose gradients live where the last step's did (a
+/// training loop reusing its buffers) copies nothing to the device.
 pub struct Table {
     ctx: usize,
     chunks: CudaSlice<AccChunk>,
     starts: CudaSlice<u64>,
     nchunks: u64,
+    grads: Option<(Vec<u64>, CudaSlice<u64>)>,
 }
 
 impl Table {
@@ -47,6 +50,7 @@ impl Table {
             chunks: stream.clone_htod(&chunks).map_err(drv)?,
             starts: stream.clone_htod(starts).map_err(drv)?,
             nchunks,
+            grads: None,
         })
     }
 }
@@ -62,10 +66,9 @@ fn address(t: &Tensor) -> Result<(u64, Arc<CudaStream>)> {
     Ok((base + 4 * layout.start_offset() as u64, stream))
 }
 
-/// The kernel arguments of one accumulation; the gradient address list lives as long as this.
+/// The kernel arguments of one accumulation (its tables live in the spans' device slot).
 struct Launch {
     args: AccArgs,
-    _grads: CudaSlice<u64>,
     stream: Arc<CudaStream>,
 }
 
@@ -81,13 +84,18 @@ fn prepare(spans: &FlatSpans, acc: &Accumulation, grads: &[Tensor]) -> Result<La
         })
         .collect::<Result<_>>()?;
     let ptrs = if ptrs.is_empty() { vec![0] } else { ptrs };
-    let grads_dev = stream.clone_htod(&ptrs).map_err(drv)?;
     let mut slot = spans.device.lock().unwrap_or_else(|e| e.into_inner());
     let ctx = stream.context().cu_ctx() as usize;
     if slot.as_ref().is_none_or(|t| t.ctx != ctx) {
         *slot = Some(Table::new(spans, &stream)?);
     }
-    let table = slot.as_ref().expect("built above");
+    let table = slot.as_mut().expect("built above");
+    if table.grads.as_ref().is_none_or(|(host, _)| *host != ptrs) {
+        // The list it replaces is freed in stream order, after the launches that read it.
+        let dev = stream.clone_htod(&ptrs).map_err(drv)?;
+        table.grads = Some((ptrs, dev));
+    }
+    let grads_dev = &table.grads.as_ref().expect("set above").1;
     let args = AccArgs {
         residual,
         velocity,
@@ -99,11 +107,7 @@ fn prepare(spans: &FlatSpans, acc: &Accumulation, grads: &[Tensor]) -> Result<La
         spans: spans.len() as u32,
         mu: acc.momentum,
     };
-    Ok(Launch {
-        args,
-        _grads: grads_dev,
-        stream,
-    })
+    Ok(Launch { args, stream })
 }
 
 /// Queues the plain accumulation pass.

@@ -160,6 +160,24 @@ pub fn time_host(
     opts: &TopKOptions,
     reps: usize,
 ) -> Result<(f64, u32, usize, f64)> {
+    time_host_plan(xs, k, opts, reps, None)
+}
+
+/// [`time_host`] with an explicit plan (`None`: the plan the call would choose).
+pub fn time_host_plan(
+    xs: &[Tensor],
+    k: usize,
+    opts: &TopKOptions,
+    reps: usize,
+    plan: Option<Plan>,
+) -> Result<(f64, u32, usize, f64)> {
+    let call = |x: &Tensor| match plan {
+        Some(p) => {
+            let spec = crate::select::Selection::new(x.dims(), k, opts.mode)?;
+            super::topk_deferred_spec(x, &spec, opts, Some(p), None)
+        }
+        None => super::topk_deferred(x, k, opts),
+    };
     let Device::Cuda(dev) = xs[0].device() else {
         return Err(crate::Error::Param("timing needs a CUDA tensor".into()));
     };
@@ -170,7 +188,7 @@ pub fn time_host(
             .map_err(super::launch::drv)
     };
     for x in xs {
-        super::topk_deferred(x, k, opts)?.status.read()?;
+        call(x)?.status.read()?;
     }
     let mut times = Vec::with_capacity(reps);
     let mut hosts = Vec::with_capacity(reps);
@@ -179,7 +197,7 @@ pub fn time_host(
         let (a, b) = (ev()?, ev()?);
         a.record(&stream).map_err(super::launch::drv)?;
         let host = std::time::Instant::now();
-        let d = super::topk_deferred(&xs[i % xs.len()], k, opts)?;
+        let d = call(&xs[i % xs.len()])?;
         hosts.push(host.elapsed().as_secs_f64() * 1e3);
         b.record(&stream).map_err(super::launch::drv)?;
         times.push(a.elapsed_ms(&b).map_err(super::launch::drv)? as f64);
@@ -249,6 +267,75 @@ pub fn run_grid(dev: &Device, quick: bool, dtype: DType, out: &mut String) -> Re
     Ok(())
 }
 
+/// The target rows: one 2^30 row (k = 8192) and the SAE's two batch-global selections.
+pub fn targets() -> Vec<Case> {
+    vec![
+        case(
+            "2^30".into(),
+            vec![1 << 30],
+            1 << 13,
+            Mode::Rowwise,
+            Dist::Normal,
+        ),
+        case(
+            "flat 4096x2^16".into(),
+            vec![4096, 1 << 16],
+            131072,
+            Mode::Flat,
+            Dist::Normal,
+        ),
+        case(
+            "flat 8192x2^17".into(),
+            vec![8192, 1 << 17],
+            262144,
+            Mode::Flat,
+            Dist::Normal,
+        ),
+    ]
+}
+
+/// Prof-K on the [`targets`], values-descending and ascending-index output (the SAE's order), with
+/// the read floor beside.
+pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
+    writeln!(
+        out,
+        "| shape | mode | k | order | Prof-K ms | floor ms | of floor | attempts | aux MB |"
+    )
+    .ok();
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|").ok();
+    for c in targets() {
+        let n: usize = c.dims.iter().product();
+        let xs: Vec<Tensor> = (0..3)
+            .map(|_| input(&c.dims, c.dist, DType::F32, dev))
+            .collect::<Result<_>>()?;
+        let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
+        for order in [Order::Desc, Order::Index] {
+            let opts = TopKOptions {
+                mode: c.mode,
+                order,
+                ..Default::default()
+            };
+            let (ms, attempts, aux) = time(&xs, c.k, &opts, 30)?;
+            writeln!(
+                out,
+                "| {} | {:?} | {} | {:?} | {:.3} | {:.3} | {:.2} | {} | {:.1} |",
+                c.label,
+                c.mode,
+                c.k,
+                order,
+                ms,
+                floor,
+                ms / floor,
+                attempts,
+                aux as f64 / 1e6
+            )
+            .ok();
+            eprintln!("{}", out.lines().last().unwrap_or(""));
+        }
+    }
+    Ok(())
+}
+
 /// Times Prof-K with stages left out (see [`super::skip`]) on the shapes where the targets are set:
 /// the differences between rows place the time of each stage.
 pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
@@ -273,6 +360,13 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             vec![1 << 30],
             1 << 13,
             Mode::Rowwise,
+            Dist::Normal,
+        ),
+        case(
+            "flat 4096x2^16".into(),
+            vec![4096, 1 << 16],
+            131072,
+            Mode::Flat,
             Dist::Normal,
         ),
         case(
@@ -324,6 +418,43 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
                 ..Default::default()
             };
             let (ms, _, _, host) = skip::with(mask, || time_host(&xs, c.k, &opts, 20))?;
+            writeln!(
+                out,
+                "| {} | {} | {} | {:.3} | {:.3} | {:.3} |",
+                c.label, c.k, name, ms, floor, host
+            )
+            .ok();
+            eprintln!("{}", out.lines().last().unwrap_or(""));
+        }
+        // The order the SAE and error feedback ask for, and the default sample where the GPU plan
+        // takes another.
+        let rows = c.dims[..c.dims.len() - 1].iter().product::<usize>().max(1);
+        let (sel_n, sel_rows, eps) = match c.mode {
+            Mode::Flat => (n, 1, TopKOptions::default().eps),
+            Mode::Rowwise => (n / rows, rows, TopKOptions::default().eps / rows as f64),
+        };
+        let index = TopKOptions {
+            mode: c.mode,
+            order: Order::Index,
+            ..Default::default()
+        };
+        let gpu = crate::select::gpu_plan_for(sel_n, c.k, eps, sel_rows)?;
+        let default: Plan =
+            crate::params::cached(sel_n as u64, c.k as u64, eps, crate::params::Method::Exact)?
+                .into();
+        let mut extra = vec![("full, order = index".to_string(), None)];
+        if let Some(g) = gpu.filter(|g| *g != default) {
+            extra[0].0 = format!("full, order = index (S = {}, M = {})", g.sample, g.capacity);
+            extra.push((
+                format!(
+                    "full, order = index, default S = {} (M = {})",
+                    default.sample, default.capacity
+                ),
+                Some(default),
+            ));
+        }
+        for (name, plan) in extra {
+            let (ms, _, _, host) = time_host_plan(&xs, c.k, &index, 20, plan)?;
             writeln!(
                 out,
                 "| {} | {} | {} | {:.3} | {:.3} | {:.3} |",

@@ -169,7 +169,7 @@ pub(crate) fn topk(
 pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferred> {
     let spec = RowsSpec::new(x.dims(), k, opts.mode)?;
     let eps = row_budget(opts, spec.rows);
-    let plan = crate::select::plan_for(spec.n, k, eps)?;
+    let plan = crate::select::gpu_plan_for(spec.n, k, eps, spec.rows)?;
     topk_deferred_spec(x, &spec, opts, plan, None)
 }
 
@@ -356,7 +356,11 @@ fn profk(
     // Composites of at most 64 bits let small samples and buffers be selected inside one block, and a
     // large selection stop early and finish with one min pass.
     let narrow = shape.kb + shape.ib <= 64 && !skip::has(skip::WIDE);
-    let fused_sample = narrow && s <= sample::FUSED_MAX_SAMPLE;
+    let block_sample = narrow && s <= sample::FUSED_MAX_SAMPLE;
+    // One block per row selects the sample's threshold. With rows enough to fill the device it also
+    // draws the sample (one launch); with fewer, a launch over every SM draws it first, so that one
+    // block does not compute all S sampled positions alone.
+    let fused_sample = block_sample && shape.rows >= u64::from(arena.sms);
     let block_buffer = narrow && cap <= sample::FUSED_MAX_SAMPLE;
     let state = SelState::new(arena, rows)?;
     let sample_len = if fused_sample { 0 } else { rows * s as usize };
@@ -410,9 +414,13 @@ fn profk(
                 state: &state,
                 rows: pending,
             };
-            sel.threshold(&sample_src, plan.t, narrow)?;
-            if narrow {
-                sel.finalize_min(&sample_src)?;
+            if block_sample {
+                sel.block_kth(&sample_src, plan.t)?;
+            } else {
+                sel.threshold(&sample_src, plan.t, narrow)?;
+                if narrow {
+                    sel.finalize_min(&sample_src)?;
+                }
             }
         }
         let pass = filter::Pass {
@@ -444,11 +452,16 @@ fn profk(
         cap,
         run: Some(run),
     };
+    // One reset of the selection state serves the buffer's and the fallback's rows (disjoint lists).
+    let shared_init = !block_buffer && !skip::has(skip::BUFFER);
+    if shared_init {
+        ok.init(k)?;
+    }
     if skip::has(skip::BUFFER) {
     } else if block_buffer {
         ok.block_topk(&buffer_src, &out, k)?;
     } else {
-        ok.threshold(&buffer_src, k, true)?;
+        ok.threshold_from_init(&buffer_src, true)?;
         ok.compact(&buffer_src, &out, k, run)?;
     }
     let fb = Selection {
@@ -459,7 +472,10 @@ fn profk(
         rows: list(ROW_FALLBACK),
     };
     if !skip::has(skip::FALLBACK) {
-        fb.threshold(&Source::Dense, k, true)?;
+        if !shared_init {
+            fb.init(k)?;
+        }
+        fb.threshold_from_init(&Source::Dense, true)?;
         fb.compact(&Source::Dense, &out, k, run)?;
     }
     Ok(out)

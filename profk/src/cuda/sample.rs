@@ -13,8 +13,8 @@ fn half_bits(n: u64) -> i32 {
     bits.div_ceil(2).max(1) as i32
 }
 
-/// Largest list one block selects in registers (1024 threads × 16).
-pub const FUSED_MAX_SAMPLE: u64 = 16384;
+/// Largest list one block selects in registers (1024 threads × 16): the GPU plan's fused sample.
+pub const FUSED_MAX_SAMPLE: u64 = crate::select::GPU_FUSED_SAMPLE;
 /// Largest list the 256-thread variant takes (256 × 16): four times as many rows resident at once.
 pub const SMALL_MAX: u64 = 4096;
 

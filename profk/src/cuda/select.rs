@@ -9,8 +9,20 @@ use super::{Input, Shape};
 use crate::Result;
 
 const THREADS: u32 = 256;
-/// Elements one block histograms per work item.
+/// Most elements one block histograms per work item.
 const CHUNK: u64 = 8192;
+/// Work items a selection aims for per SM: a few rows of a list (a sample, a buffer) split into
+/// chunks small enough to reach every SM, instead of a few blocks each walking 8192 elements.
+const ITEMS_PER_SM: u64 = 4;
+
+/// Elements per work item: at most [`CHUNK`], a multiple of the block, and small enough that
+/// `rows` rows of `len` elements make [`ITEMS_PER_SM`] items per SM.
+fn chunk_for(rows: u64, len: u64, sms: u32) -> u64 {
+    (rows * len)
+        .div_ceil(ITEMS_PER_SM * sms as u64)
+        .next_multiple_of(THREADS as u64)
+        .clamp(THREADS as u64, CHUNK)
+}
 
 /// Per-row state of one selection in flight, reused by successive selections of a call.
 pub struct SelState {
@@ -64,7 +76,8 @@ impl Selection<'_> {
             Source::Dense => self.shape.n,
             Source::List { cap, .. } => *cap,
         };
-        let cpr = len.div_ceil(CHUNK).max(1);
+        let chunk = chunk_for(self.shape.rows, len, self.arena.sms);
+        let cpr = len.div_ceil(chunk).max(1);
         SelArgs {
             src: SelSrc {
                 x: self.input.ptr,
@@ -77,7 +90,7 @@ impl Selection<'_> {
                 lrun,
             },
             rows: self.shape.rows,
-            chunk: CHUNK,
+            chunk,
             cpr,
             ib: self.shape.ib as i32,
             lo: 0,
@@ -123,6 +136,12 @@ impl Selection<'_> {
     /// launch). With `allow_done`, a row stops as soon as its remaining bucket is taken whole, and its
     /// state then holds a prefix that selects exactly `kth` elements (not the element itself).
     pub fn threshold(&self, src: &Source, kth: u64, allow_done: bool) -> Result<()> {
+        self.init(kth)?;
+        self.threshold_from_init(src, allow_done)
+    }
+
+    /// Resets the selection state of every row (not only the gated ones) to select `kth` elements.
+    pub fn init(&self, kth: u64) -> Result<()> {
         let a = self.arena;
         let rows = self.shape.rows;
         a.launch_args(
@@ -136,7 +155,13 @@ impl Selection<'_> {
                 Arg::U64(rows),
                 Arg::U64(kth),
             ],
-        )?;
+        )
+    }
+
+    /// [`Self::threshold`] on rows whose state [`Self::init`] has reset (and no selection used since).
+    pub fn threshold_from_init(&self, src: &Source, allow_done: bool) -> Result<()> {
+        let a = self.arena;
+        let rows = self.shape.rows;
         let mut args = self.args(src, allow_done);
         let name = format!("select_pass_{}", self.suffix(src));
         let grid = a.grid_for(rows * args.cpr * THREADS as u64, THREADS, 8);
@@ -186,6 +211,36 @@ impl Selection<'_> {
             .rows
             .clamp(1, (2048 / threads * 2 * a.sms) as u64) as u32;
         // SAFETY: (SelArgs, u64*, u64, int) is the kernel's signature.
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: (grid, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(drv)?;
+        Ok(())
+    }
+
+    /// The `kth`-largest composite of every gated row's list into its `tmin`, one block per row (lists
+    /// of at most `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits): one launch.
+    pub fn block_kth(&self, src: &Source, kth: u64) -> Result<()> {
+        let a = self.arena;
+        let args = self.args(src, true);
+        let cap = match src {
+            Source::List { cap, .. } => *cap,
+            Source::Dense => self.shape.n,
+        };
+        let (threads, variant) = super::sample::block_variant(cap);
+        let f = a.func(Family::Select, &format!("block_kth_list{variant}"))?;
+        let (t, tb) = (kth as u32, (self.shape.kb + self.shape.ib) as i32);
+        let mut b = a.stream.launch_builder(&f);
+        b.arg(&args).arg(&t).arg(&tb);
+        let grid = self
+            .shape
+            .rows
+            .clamp(1, (2048 / threads * 2 * a.sms) as u64) as u32;
+        // SAFETY: (SelArgs, u32, int) is the kernel's signature.
         unsafe {
             b.launch(LaunchConfig {
                 grid_dim: (grid, 1, 1),

@@ -21,7 +21,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 pub use fast::{sample_size, upper_normal_quantile, CostModel, CostRatio};
 pub use hypergeometric::Hypergeometric;
-pub use memo::cached;
+pub use memo::{cached, cached_with_sample};
 
 /// Parameters of one Prof-K configuration and the exact probabilities of its two failure modes.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

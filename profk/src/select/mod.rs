@@ -109,6 +109,25 @@ impl From<params::Params> for Plan {
     }
 }
 
+/// Largest sample the CUDA path draws and selects in one launch per attempt (one block per row); a
+/// larger one takes a multi-launch selection of its own.
+pub const GPU_FUSED_SAMPLE: u64 = 16384;
+/// Sample sizes a single-row GPU call also weighs against the default: a larger sample keeps fewer
+/// candidates, which matters when k (and so the buffer) is large.
+const GPU_LARGER_SAMPLES: [u64; 2] = [1 << 16, 1 << 18];
+
+/// Cost of a plan on the GPU, in buffer elements (measured on the H200, 2026-11-30: a buffer element
+/// costs about 0.07 ns in the exact top-k that follows the pass, a sampled element about four times
+/// that, and a sample above [`GPU_FUSED_SAMPLE`] about 0.07 ms of extra launches).
+fn gpu_cost(p: &params::Params) -> u64 {
+    let launches = if p.sample > GPU_FUSED_SAMPLE {
+        1_000_000
+    } else {
+        0
+    };
+    p.capacity + 4 * p.sample + launches
+}
+
 /// The plan Prof-K uses for rows of `n` with budget `eps` per row, or `None` when exact selection is
 /// cheaper (short rows, k close to n). Exact parameters with the default sample size, memoized per
 /// configuration.
@@ -117,6 +136,30 @@ pub fn plan_for(n: usize, k: usize, eps: f64) -> Result<Option<Plan>> {
         return Ok(None);
     }
     worth_sampling(n, params::cached(n as u64, k as u64, eps, Method::Exact)?)
+}
+
+/// [`plan_for`] on a GPU, for `rows` rows: among the default sample size, [`GPU_FUSED_SAMPLE`] and,
+/// for a single row, a few larger sizes (at most n/64), the exact parameters of least [`gpu_cost`].
+pub fn gpu_plan_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<Plan>> {
+    if k == 0 || n < PROFK_MIN_N {
+        return Ok(None);
+    }
+    let (nu, ku) = (n as u64, k as u64);
+    let default = params::cached(nu, ku, eps, Method::Exact)?;
+    let mut best = default;
+    let larger: &[u64] = if rows == 1 { &GPU_LARGER_SAMPLES } else { &[] };
+    for &s in std::iter::once(&GPU_FUSED_SAMPLE).chain(larger) {
+        if s == default.sample || s.saturating_mul(64) > nu {
+            continue;
+        }
+        let Ok(p) = params::cached_with_sample(nu, ku, eps, Method::Exact, Some(s)) else {
+            continue;
+        };
+        if !p.is_full_selection() && gpu_cost(&p) < gpu_cost(&best) {
+            best = p;
+        }
+    }
+    worth_sampling(n, best)
 }
 
 /// [`plan_for`] with the CPU's sample size (see `cpu::plan`).
@@ -180,7 +223,7 @@ pub fn topk(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<TopK> {
     let eps = row_budget(opts, sel.rows);
     let plan = match x.device() {
         Device::Cpu => cpu_plan_for(sel.n, k, eps)?,
-        _ => plan_for(sel.n, k, eps)?,
+        _ => gpu_plan_for(sel.n, k, eps, sel.rows)?,
     };
     dispatch(x, &sel, opts, plan)
 }
@@ -309,4 +352,33 @@ pub fn topk_gather(
         .contiguous()?;
     let gathered = values.gather(&idx, rank - 1)?;
     Ok((gathered, sel.indices))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpu_plan_weighs_the_sample_against_the_buffer() {
+        let eps = 1e-3;
+        // 2^24, k = 8192: the default sample (25 662) needs a multi-launch threshold; the fused one
+        // costs a slightly larger buffer.
+        let default = plan_for(1 << 24, 8192, eps).unwrap().unwrap();
+        let gpu = gpu_plan_for(1 << 24, 8192, eps, 1).unwrap().unwrap();
+        assert!(default.sample > GPU_FUSED_SAMPLE);
+        assert_eq!(gpu.sample, GPU_FUSED_SAMPLE);
+        // A large single-row k: a larger sample keeps far fewer candidates.
+        let n = 1_557_611_200;
+        let gpu = gpu_plan_for(n, n / 1000, eps, 1).unwrap().unwrap();
+        let default = plan_for(n, n / 1000, eps).unwrap().unwrap();
+        assert!(gpu.sample > default.sample && gpu.capacity < default.capacity);
+        // Many rows never draw more than the default sample per row.
+        for (n, k, rows) in [(1usize << 18, 64usize, 1024usize), (1 << 20, 1024, 128)] {
+            let e = eps / rows as f64;
+            let gpu = gpu_plan_for(n, k, e, rows).unwrap().unwrap();
+            let default = plan_for(n, k, e).unwrap().unwrap();
+            assert!(gpu.sample <= default.sample);
+        }
+        assert_eq!(gpu_plan_for(1 << 20, 0, eps, 1).unwrap(), None);
+    }
 }

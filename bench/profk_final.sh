@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# GPU side of Prof-K in one device call (< 90 s): the CUDA tests of the selector and of the fused
+# accumulation, the target rows (2^30, and the SAE's flat 4096x2^16 -> 131072 and 8192x2^17 -> 262144
+# selections) beside torch.topk, and the GPT-2 XL error-feedback overhead beside PyTorch, all in the
+# same call. Runs from the repository root on the GPU machine with the stripped, xz'd CUDA builds in
+# .devbin/pk/ (profk, selection, accumulate, statistics, finetune-bench; see docs/perf/profk-cuda.md,
+# "Reproduce"). Logs go to $OUT/profk/.
+set -uo pipefail
+LOG=${OUT:-/tmp/out}/profk
+mkdir -p "$LOG"
+B=/tmp/pkbin
+mkdir -p "$B"
+for f in .devbin/pk/*.xz; do
+  xz -dc "$f" >"$B/$(basename "$f" .xz)" && chmod +x "$B/$(basename "$f" .xz)"
+done
+# Test binaries look for the workspace at the path they were built at.
+[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+START=$SECONDS
+SUMMARY=()
+step() { # label timeout-seconds log-name command...
+  local label=$1 limit=$2 name=$3
+  shift 3
+  local t0=$SECONDS rc
+  timeout "$limit" "$@" >"$LOG/$name.log" 2>&1
+  rc=$?
+  local verdict=ok
+  [ $rc -eq 0 ] || verdict="FAILED rc=$rc"
+  [ $rc -eq 124 ] && verdict="TIMED OUT after ${limit}s"
+  SUMMARY+=("| $label | $verdict | $((SECONDS - t0)) s | $(grep -E '^test result' "$LOG/$name.log" | tail -1 | sed 's/test result: //; s/;.*finished/, finished/')")
+}
+GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+step "profk selection tests (cuda)" 20 selection "$B/selection" cuda
+step "profk accumulate tests (cpu + cuda)" 15 accumulate "$B/accumulate"
+step "profk statistics test (cuda)" 10 statistics "$B/statistics" cuda
+step "Prof-K target rows" 15 targets "$B/profk" bench --device cuda --targets
+step "torch.topk, same rows" 15 targets-torch python3 bench/peers/torch_topk.py --targets
+step "EF steps, CPU vs CUDA (tiny model, fused apply)" 25 check "$B/finetune-bench" --check --ef-only --models gpt2 --selectors profk --steps 2 --warmup 1
+step "XL EF overhead, gradsparse" 25 ef-xl "$B/finetune-bench" --ef-only --models gpt2-xl --selectors profk --steps 7 --warmup 2
+step "XL EF overhead, gradsparse, static chunk deal" 20 ef-xl-static env PROFK_ACC_STATIC=1 "$B/finetune-bench" --ef-only --models gpt2-xl --selectors x --steps 7 --warmup 2
+step "XL EF overhead, PyTorch" 25 ef-xl-torch python3 bench/peers/torch_ef_step.py --ef-only --models xl --steps 7 --warmup 2
+step "streaming ceilings, PyTorch" 15 ceiling python3 bench/peers/torch_stream_ceiling.py
+
+echo "## Prof-K on $GPU ($(date -u +%F\ %H:%M) UTC), total $((SECONDS - START)) s"
+echo "| run | result | time | tests |"
+echo "|---|---|---|---|"
+printf '%s\n' "${SUMMARY[@]}"
+grep -h "check cpu vs" "$LOG/check.log" || true
+echo
+echo "### Target rows, f32 standard normal, CUDA-event medians (ms); floor = one read at 4.41 TB/s"
+grep -h '^|' "$LOG/targets.log" || tail -3 "$LOG/targets.log"
+echo "torch.topk (same shapes, same call; flat rows on the reshaped 1-D tensor):"
+grep -h '^| ' "$LOG/targets-torch.log" | grep -v '^| shape\|^|---' || tail -3 "$LOG/targets-torch.log"
+echo
+echo "### GPT-2 XL error-feedback overhead, f32, N = 1 557 611 200, k = 0.1 % (ms, medians of 7; ours vs PyTorch)"
+echo "| impl | model | params N | k | residual update (torch: add + abs) | select | update + select | sparse apply | EF overhead |"
+echo "|---|---|---|---|---|---|---|---|---|"
+grep -h '^| gradsparse' "$LOG/ef-xl.log" || tail -3 "$LOG/ef-xl.log"
+grep -h '^| gradsparse fused profk |' "$LOG/ef-xl-static.log" | sed 's/fused profk/fused profk, static chunk deal (PROFK_ACC_STATIC=1)/' || tail -3 "$LOG/ef-xl-static.log"
+# torch columns: step, fwd+bwd (zero here), residual add + abs, topk, apply, overhead
+awk -F'|' '/^\| torch/ {printf "| %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", $2, $3, $4, $5, $8, $9, $8 + $9, $10, $11}' "$LOG/ef-xl-torch.log" || true
+grep -q '^| torch' "$LOG/ef-xl-torch.log" || tail -3 "$LOG/ef-xl-torch.log"
+echo
+echo "### The pass's ceiling: PyTorch streams over the same N, same call"
+grep -h '^| ' "$LOG/ceiling.log" || tail -3 "$LOG/ceiling.log"
