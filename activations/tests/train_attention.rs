@@ -235,11 +235,21 @@ fn bad_shapes_and_dtypes_are_clear_errors() {
         let cases = [
             (x(&[2, 5, 10], DType::F32), 2, "3 x 2 heads"),
             (x(&[2, 5, 12], DType::F32), 0, "3 x 0 heads"),
-            // Zero-size buffers are not allocated on CUDA: this one stays on the CPU.
+            // Zero-size buffers are not allocated on CUDA: these stay on the CPU.
             (
                 Tensor::zeros(&[2, 5, 0], DType::F32, &Device::Cpu).expect("zeros"),
                 1,
                 "last dimension 0",
+            ),
+            (
+                Tensor::zeros(&[0, 5, 12], DType::F32, &Device::Cpu).expect("zeros"),
+                2,
+                "empty input",
+            ),
+            (
+                Tensor::zeros(&[2, 0, 12], DType::F32, &Device::Cpu).expect("zeros"),
+                2,
+                "empty input",
             ),
             (x(&[5, 12], DType::F32), 2, "[batch, seq, 3 d]"),
             (x(&[1, 5, 12], DType::BF16), 2, "needs f32"),

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 /// pointer-array batched GEMM over all (sequence, head) pairs instead of one strided-batched GEMM
 /// per sequence.
 pub fn causal_attention_train(qkv: &Tensor, n_head: usize) -> Result<Tensor> {
-    let (_, _, three_d) = qkv.dims3().map_err(|_| {
+    let (b, t, three_d) = qkv.dims3().map_err(|_| {
         candle_core::Error::Msg(format!(
             "causal_attention_train: qkv must be [batch, seq, 3 d], got {:?}",
             qkv.dims()
@@ -29,6 +29,13 @@ pub fn causal_attention_train(qkv: &Tensor, n_head: usize) -> Result<Tensor> {
     if n_head == 0 || three_d == 0 || three_d % (3 * n_head) != 0 {
         return Err(candle_core::Error::Msg(format!(
             "causal_attention_train: last dimension {three_d} is not 3 x {n_head} heads x head size"
+        )));
+    }
+    // CUDA cannot allocate empty buffers: refuse empty inputs on every device alike.
+    if b == 0 || t == 0 {
+        return Err(candle_core::Error::Msg(format!(
+            "causal_attention_train: empty input {:?}",
+            qkv.dims()
         )));
     }
     if qkv.dtype() != DType::F32 {

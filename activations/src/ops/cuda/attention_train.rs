@@ -358,9 +358,6 @@ pub fn forward(
     let (out, out_ptr) = alloc(storage, DType::F32, b * t * d)?;
     let (probs, p_ptr) = alloc(storage, DType::F32, b * h * t * t)?;
     let shape = Shape::from((b, t, d));
-    if b * t * h == 0 {
-        return Ok((out, probs, shape));
-    }
     let scale = 1.0 / (hd as f32).sqrt();
     let x = Operand {
         ptr: qkv,
@@ -437,9 +434,6 @@ pub fn backward(
     let p_ptr = address(s_probs, l_probs, &stream)?;
     let (dx, dx_ptr) = alloc(s_qkv, DType::F32, b * t * 3 * d)?;
     let shape = l_qkv.shape().clone();
-    if b * t * h == 0 {
-        return Ok((dx, shape));
-    }
     let (_ds_buf, ds_ptr) = alloc(s_qkv, DType::F32, b * h * t * t)?;
     let scale = 1.0 / (hd as f32).sqrt();
     let x = Operand {
