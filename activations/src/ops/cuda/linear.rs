@@ -3,6 +3,8 @@
 //!
 //! Row-major `y[n, m] = x[n, k] W[k, m]` is the column-major product `yᵀ = Wᵀ xᵀ`: A = W
 //! (m x k, ld m), B = x (k x n, ld k), C = residual, D = y (m x n, ld m); the bias runs along m.
+//! [`gemm`] is the general call (transposes, epilogue outputs) that the training op's forward and
+//! backward products use too.
 use super::super::linear::Epilogue;
 use super::{address, alloc, drv};
 use candle_core::cuda::cudarc::cublaslt::{result as lt, sys};
@@ -46,18 +48,6 @@ fn fastest(
     }
     best.map(|(_, a)| a)
 }
-
-/// What decides the algorithm: dtype, TF32, m, n, k, epilogue, residual, pointer alignments.
-type PlanKey = (DType, bool, usize, usize, usize, u32, bool, [u32; 4]);
-
-struct LtState {
-    handle: sys::cublasLtHandle_t,
-    workspace: CudaSlice<u8>,
-    algos: HashMap<PlanKey, sys::cublasLtMatmulAlgo_t>,
-}
-
-// SAFETY: the handle is only used under the mutex that owns it.
-unsafe impl Send for LtState {}
 
 /// Whether the cuBLASLt path takes these operands (same float dtype everywhere).
 pub fn supports(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) -> bool {
@@ -109,7 +99,7 @@ fn lt_err(e: impl std::fmt::Debug) -> candle_core::Error {
 }
 
 /// Device address of a contiguous CUDA tensor and its storage (kept alive by the caller's tensor).
-fn tensor_address(t: &Tensor) -> Result<u64> {
+pub(crate) fn tensor_address(t: &Tensor) -> Result<u64> {
     let (storage, layout) = t.storage_and_layout();
     let Storage::Cuda(cs) = &*storage else {
         return Err(candle_core::Error::Msg(
@@ -119,23 +109,58 @@ fn tensor_address(t: &Tensor) -> Result<u64> {
     address(cs, layout, &cs.device.cuda_stream())
 }
 
-/// `x` [n, k], `weight` [k, m], `bias` [m] (and a residual [n, m]) -> [n, m], one cuBLASLt call.
-pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) -> Result<Tensor> {
+/// One column-major cuBLASLt product `D = op(A) op(B) (+ C)` with an epilogue: D is m x n, k the
+/// reduction. Every matrix is a packed buffer: A is stored m x k (k x m when `trans_a`), B k x n
+/// (n x k when `trans_b`), C, D and the epilogue's auxiliary output m x n; the bias has m entries.
+pub(crate) struct Gemm {
+    pub dtype: DType,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: u64,
+    pub trans_a: bool,
+    pub b: u64,
+    pub trans_b: bool,
+    /// Added to the product (beta = 1) when set.
+    pub c: Option<u64>,
+    pub d: u64,
+    pub epilogue: sys::cublasLtEpilogue_t,
+    pub bias: Option<u64>,
+    /// GELU_AUX's pre-activation output.
+    pub aux: Option<u64>,
+}
+
+/// What decides the algorithm: every field of a [`Gemm`] but the addresses, whose alignments
+/// count instead, and TF32.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct PlanKey {
+    dtype: DType,
+    tf32: bool,
+    mnk: (usize, usize, usize),
+    trans: (bool, bool),
+    epilogue: u32,
+    residual: bool,
+    aligns: [u32; 4],
+}
+
+struct LtState {
+    handle: sys::cublasLtHandle_t,
+    workspace: CudaSlice<u8>,
+    /// `None`: cuBLASLt has no algorithm for this product.
+    algos: HashMap<PlanKey, Option<sys::cublasLtMatmulAlgo_t>>,
+}
+
+// SAFETY: the handle is only used under the mutex that owns it.
+unsafe impl Send for LtState {}
+
+/// Runs `g` on `stream`; `Ok(false)` (nothing launched) when cuBLASLt offers no algorithm for it,
+/// e.g. an epilogue that this shape, alignment or dtype does not allow.
+pub(crate) fn gemm(stream: &Arc<CudaStream>, g: &Gemm) -> Result<bool> {
     // One handle and workspace per device and thread: candle's CUDA stream is per thread, and a
     // workspace shared by two streams would be written by both at once.
     static STATE: OnceLock<Mutex<HashMap<(usize, ThreadId), LtState>>> = OnceLock::new();
-    let x = x.contiguous()?;
-    let weight = weight.contiguous()?;
-    let bias = bias.contiguous()?;
-    let residual = match epilogue {
-        Epilogue::BiasResidual(r) => Some(r.contiguous()?),
-        _ => None,
-    };
-    let (n, k) = x.dims2()?;
-    let m = weight.dim(1)?;
-    let dtype = x.dtype();
-    let tf32 = dtype == DType::F32 && candle_core::cuda::gemm_reduced_precision_f32();
-    let (data_type, compute) = match dtype {
+    let tf32 = g.dtype == DType::F32 && candle_core::cuda::gemm_reduced_precision_f32();
+    let (data_type, compute) = match g.dtype {
         DType::F32 if tf32 => (
             sys::cudaDataType_t::CUDA_R_32F,
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
@@ -154,35 +179,24 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) ->
         ),
         other => return Err(candle_core::Error::UnsupportedDTypeForOp(other, "linear")),
     };
-    let epi = match epilogue {
-        Epilogue::BiasGelu => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
-        _ => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
-    };
-
-    let (storage, x_layout) = x.storage_and_layout();
-    let Storage::Cuda(cs) = &*storage else {
-        return Err(candle_core::Error::Msg(
-            "linear: expected a CUDA tensor".into(),
-        ));
-    };
-    let dev = cs.device.clone();
-    let stream = dev.cuda_stream();
-    let x_ptr = address(cs, x_layout, &stream)?;
-    let (out, d_ptr) = alloc(cs, dtype, n * m)?;
-    drop(storage);
-    let w_ptr = tensor_address(&weight)?;
-    let b_ptr = tensor_address(&bias)?;
-    let c_ptr = match &residual {
-        Some(r) => tensor_address(r)?,
-        None => d_ptr,
-    };
-    let (alpha, beta) = (1f32, if residual.is_some() { 1f32 } else { 0f32 });
+    let (m, n, k) = (g.m, g.n, g.k);
+    let c_ptr = g.c.unwrap_or(g.d);
+    let (alpha, beta) = (1f32, if g.c.is_some() { 1f32 } else { 0f32 });
     let aligns = [
-        alignment(w_ptr),
-        alignment(x_ptr),
+        alignment(g.a),
+        alignment(g.b),
         alignment(c_ptr),
-        alignment(d_ptr),
+        alignment(g.d).min(g.aux.map_or(256, alignment)),
     ];
+    let key = PlanKey {
+        dtype: g.dtype,
+        tf32,
+        mnk: (m, n, k),
+        trans: (g.trans_a, g.trans_b),
+        epilogue: g.epilogue as u32,
+        residual: g.c.is_some(),
+        aligns,
+    };
 
     let mut states = STATE
         .get_or_init(|| Mutex::new(HashMap::new()))
@@ -205,55 +219,80 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) ->
     };
 
     // SAFETY (whole block): the descriptors are created here and live until the call returns;
-    // every pointer addresses a live contiguous buffer of the size its layout states.
+    // every pointer addresses a live packed buffer of the size its layout states.
     unsafe {
-        let layout = |rows: usize, cols: usize, ld: usize| -> Result<Layout> {
-            lt::create_matrix_layout(data_type, rows as u64, cols as u64, ld as i64)
+        let layout = |rows: usize, cols: usize| -> Result<Layout> {
+            lt::create_matrix_layout(data_type, rows as u64, cols as u64, rows.max(1) as i64)
                 .map(Layout)
                 .map_err(lt_err)
         };
-        let (a_l, b_l, c_l) = (layout(m, k, m)?, layout(k, n, k)?, layout(m, n, m)?);
+        let a_l = if g.trans_a {
+            layout(k, m)?
+        } else {
+            layout(m, k)?
+        };
+        let b_l = if g.trans_b {
+            layout(n, k)?
+        } else {
+            layout(k, n)?
+        };
+        let c_l = layout(m, n)?;
         let desc =
             Desc(lt::create_matmul_desc(compute, sys::cudaDataType_t::CUDA_R_32F).map_err(lt_err)?);
         let set_desc = |attr, value: *const c_void, size| {
             lt::set_matmul_desc_attribute(desc.0, attr, value, size).map_err(lt_err)
         };
-        let no_transpose: i32 = 0; // CUBLAS_OP_N
-        for attr in [
-            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+        use sys::cublasLtMatmulDescAttributes_t as D;
+        for (attr, transposed) in [
+            (D::CUBLASLT_MATMUL_DESC_TRANSA, g.trans_a),
+            (D::CUBLASLT_MATMUL_DESC_TRANSB, g.trans_b),
         ] {
+            let op: i32 = transposed.into(); // CUBLAS_OP_N = 0, CUBLAS_OP_T = 1
             set_desc(
                 attr,
-                (&no_transpose) as *const _ as *const c_void,
+                (&op) as *const i32 as *const c_void,
                 std::mem::size_of::<i32>(),
             )?;
         }
         set_desc(
-            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
-            (&epi) as *const _ as *const c_void,
+            D::CUBLASLT_MATMUL_DESC_EPILOGUE,
+            (&g.epilogue) as *const _ as *const c_void,
             std::mem::size_of::<sys::cublasLtEpilogue_t>(),
         )?;
-        set_desc(
-            sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-            (&b_ptr) as *const u64 as *const c_void,
-            std::mem::size_of::<u64>(),
-        )?;
-        let key: PlanKey = (dtype, tf32, m, n, k, epi as u32, residual.is_some(), aligns);
-        let ws = state.workspace.device_ptr(&stream).0;
+        if let Some(bias) = &g.bias {
+            set_desc(
+                D::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                bias as *const u64 as *const c_void,
+                std::mem::size_of::<u64>(),
+            )?;
+        }
+        if let Some(aux) = &g.aux {
+            let ld = m as i64;
+            set_desc(
+                D::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                aux as *const u64 as *const c_void,
+                std::mem::size_of::<u64>(),
+            )?;
+            set_desc(
+                D::CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                (&ld) as *const i64 as *const c_void,
+                std::mem::size_of::<i64>(),
+            )?;
+        }
+        let ws = state.workspace.device_ptr(stream).0;
         let run = |algo: &sys::cublasLtMatmulAlgo_t| -> Result<()> {
             lt::matmul(
                 state.handle,
                 desc.0,
                 (&alpha) as *const f32 as *const c_void,
                 (&beta) as *const f32 as *const c_void,
-                w_ptr as *const c_void,
+                g.a as *const c_void,
                 a_l.0,
-                x_ptr as *const c_void,
+                g.b as *const c_void,
                 b_l.0,
                 c_ptr as *const c_void,
                 c_l.0,
-                d_ptr as *mut c_void,
+                g.d as *mut c_void,
                 c_l.0,
                 algo,
                 ws as *mut c_void,
@@ -269,12 +308,12 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) ->
                 let set_pref = |attr, value: *const c_void, size| {
                     lt::set_matmul_pref_attribute(pref.0, attr, value, size).map_err(lt_err)
                 };
+                use sys::cublasLtMatmulPreferenceAttributes_t as P;
                 set_pref(
-                    sys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                    P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                     (&WORKSPACE_BYTES) as *const usize as *const c_void,
                     std::mem::size_of::<usize>(),
                 )?;
-                use sys::cublasLtMatmulPreferenceAttributes_t as P;
                 for (attr, a) in [
                     P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                     P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -296,7 +335,7 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) ->
                 let mut found: Vec<sys::cublasLtMatmulHeuristicResult_t> =
                     vec![std::mem::zeroed(); wanted];
                 let mut count = 0;
-                sys::cublasLtMatmulAlgoGetHeuristic(
+                let status = sys::cublasLtMatmulAlgoGetHeuristic(
                     state.handle,
                     desc.0,
                     a_l.0,
@@ -307,25 +346,73 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) ->
                     wanted as i32,
                     found.as_mut_ptr(),
                     &mut count,
-                )
-                .result()
-                .map_err(lt_err)?;
+                );
+                // A refusal (NOT_SUPPORTED, or INVALID_VALUE for an epilogue this layout does
+                // not allow) means no algorithm; it is remembered like a found one.
+                if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+                    count = 0;
+                }
                 found.truncate(count.max(0) as usize);
                 found.retain(|h| h.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS);
-                let first = found
-                    .first()
-                    .ok_or_else(|| lt_err("no algorithm for this GEMM"))?
-                    .algo;
-                let algo = if found.len() == 1 {
-                    first
-                } else {
-                    fastest(&stream, &found, &run).unwrap_or(first)
+                let algo = match found.first() {
+                    None => None,
+                    Some(first) if found.len() == 1 => Some(first.algo),
+                    Some(first) => Some(fastest(stream, &found, &run).unwrap_or(first.algo)),
                 };
                 state.algos.insert(key, algo);
                 algo
             }
         };
-        run(&algo)?;
+        match algo {
+            Some(algo) => run(&algo)?,
+            None => return Ok(false),
+        }
+    }
+    Ok(true)
+}
+
+/// `x` [n, k], `weight` [k, m], `bias` [m] (and a residual [n, m]) -> [n, m], one cuBLASLt call.
+pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) -> Result<Tensor> {
+    let x = x.contiguous()?;
+    let weight = weight.contiguous()?;
+    let bias = bias.contiguous()?;
+    let residual = match epilogue {
+        Epilogue::BiasResidual(r) => Some(r.contiguous()?),
+        _ => None,
+    };
+    let (n, k) = x.dims2()?;
+    let m = weight.dim(1)?;
+    let dtype = x.dtype();
+    let (storage, x_layout) = x.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        return Err(candle_core::Error::Msg(
+            "linear: expected a CUDA tensor".into(),
+        ));
+    };
+    let stream = cs.device.cuda_stream();
+    let x_ptr = address(cs, x_layout, &stream)?;
+    let (out, d_ptr) = alloc(cs, dtype, n * m)?;
+    drop(storage);
+    let g = Gemm {
+        dtype,
+        m,
+        n,
+        k,
+        a: tensor_address(&weight)?,
+        trans_a: false,
+        b: x_ptr,
+        trans_b: false,
+        c: residual.as_ref().map(tensor_address).transpose()?,
+        d: d_ptr,
+        epilogue: match epilogue {
+            Epilogue::BiasGelu => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
+            _ => sys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+        },
+        bias: Some(tensor_address(&bias)?),
+        aux: None,
+    };
+    if !gemm(&stream, &g)? {
+        return Err(lt_err("no algorithm for this GEMM"));
     }
     Ok(Tensor::from_storage(
         Storage::Cuda(out),

@@ -4,6 +4,7 @@ pub mod attention_train;
 pub mod host_copy;
 pub mod layer_norm;
 pub mod linear;
+pub mod linear_train;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{
