@@ -1,8 +1,8 @@
 //! The GPT-2 forward pass (Hugging Face layout: Conv1D weights stored as [in, out], tied output head).
 use super::{Gpt2Config, HookPoint};
 use crate::error::{Error, Result};
-use crate::ops::{self, Epilogue};
-use candle_core::{DType, Device, Module, Tensor, D};
+use crate::ops::{self, Activation, Epilogue};
+use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Init, VarBuilder};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,21 +17,13 @@ struct LayerNorm {
     weight: Tensor,
     bias: Tensor,
     eps: f64,
-    /// The fused kernel has no backward pass; trainable models use the composed version.
-    differentiable: bool,
 }
 
 impl LayerNorm {
     fn new(vb: VarBuilder, d: usize, eps: f64) -> Result<Self> {
         let weight = vb.get_with_hints(d, "weight", Init::Const(1.0))?;
         let bias = vb.get_with_hints(d, "bias", Init::Const(0.0))?;
-        let differentiable = weight.is_variable();
-        Ok(Self {
-            weight,
-            bias,
-            eps,
-            differentiable,
-        })
+        Ok(Self { weight, bias, eps })
     }
 }
 
@@ -40,15 +32,16 @@ impl LayerNorm {
     fn forward_fused(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         ops::layer_norm(x, &self.weight, &self.bias, self.eps as f32)
     }
+
+    /// Layer norm with gradients for all three inputs.
+    fn forward_train(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        ops::layer_norm_train(x, &self.weight, &self.bias, self.eps as f32)
+    }
 }
 
 impl Module for LayerNorm {
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        if self.differentiable {
-            candle_nn::ops::layer_norm_slow(x, &self.weight, &self.bias, self.eps as f32)
-        } else {
-            candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps as f32)
-        }
+        candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps as f32)
     }
 }
 
@@ -149,7 +142,7 @@ impl Block {
         // Causal attention by query chunks: chunk i only sees keys 0..end(i), which skips most of
         // the masked upper triangle (62% of the score traffic at t = 1024, chunk 256).
         let chunk = match opts.chunk {
-            Some(c) if c < t && !opts.differentiable => c,
+            Some(c) if c < t => c,
             _ => t,
         };
         let mut parts = Vec::with_capacity(t.div_ceil(chunk));
@@ -168,12 +161,7 @@ impl Block {
                 (k.narrow(2, 0, keys)?, v.narrow(2, 0, keys)?)
             };
             let scores = q_c.matmul(&k_c.t()?)?.broadcast_add(&m)?;
-            let probs = if opts.differentiable {
-                candle_nn::ops::softmax(&scores, D::Minus1)?
-            } else {
-                candle_nn::ops::softmax_last_dim(&scores)?
-            };
-            parts.push(probs.matmul(&v_c)?);
+            parts.push(candle_nn::ops::softmax_last_dim(&scores)?.matmul(&v_c)?);
         }
         let y = if parts.len() == 1 {
             parts.pop().expect("one part")
@@ -214,9 +202,24 @@ impl Block {
         )?)
     }
 
+    /// The block for training: the differentiable fused ops (layer norm, linear with bias or
+    /// bias + GELU, causal attention), each one node in the autograd graph with its own backward.
+    fn forward_train(&self, x: &Tensor) -> Result<Tensor> {
+        let ln = |n: &LayerNorm, x: &Tensor| n.forward_train(x);
+        let lin = |l: &Conv1D, x: &Tensor, act| ops::linear_train(x, &l.weight, &l.bias, act);
+        let qkv = lin(&self.c_attn, &ln(&self.ln_1, x)?, Activation::Identity)?;
+        let attn = ops::causal_attention_train(&qkv, self.n_head)?;
+        let x = (x + lin(&self.attn_proj, &attn, Activation::Identity)?)?;
+        let m = lin(&self.c_fc, &ln(&self.ln_2, &x)?, Activation::Gelu)?;
+        Ok((&x + lin(&self.mlp_proj, &m, Activation::Identity)?)?)
+    }
+
     fn forward(&self, x: &Tensor, masks: &MaskCache, opts: AttentionOptions) -> Result<Tensor> {
         if opts.fused {
             return self.forward_fused(x);
+        }
+        if opts.differentiable {
+            return self.forward_train(x);
         }
         let x = (x + self.attention(&self.ln_1.forward(x)?, masks, opts)?)?;
         let m = self.c_fc.forward(&self.ln_2.forward(&x)?)?.gelu()?; // gelu_new (tanh form)
@@ -343,7 +346,7 @@ impl Gpt2 {
     }
 
     /// Whether inference on CUDA uses the fused kernels (the default) or candle's composite ops.
-    /// Training always uses the composite ops, which have gradients.
+    /// Training always uses the differentiable fused ops (`ops::*_train`).
     pub fn set_fused_kernels(&mut self, fused: bool) {
         self.fused = fused;
     }
@@ -472,6 +475,8 @@ impl Gpt2 {
         if needs_final && depth == n_layer {
             let normed = if opts.fused {
                 self.ln_f.forward_fused(&x)?
+            } else if opts.differentiable {
+                self.ln_f.forward_train(&x)?
             } else {
                 self.ln_f.forward(&x)?
             };
@@ -530,14 +535,8 @@ impl Gpt2 {
     }
 
     /// Mean next-token cross-entropy of `logits` [B, T, V] for `tokens` [B, T] (positions 0..T-1
-    /// predict 1..T), computed in f32.
+    /// predict 1..T), computed in f32 by the fused op (one node in the autograd graph).
     pub fn next_token_loss(logits: &Tensor, tokens: &Tensor) -> Result<Tensor> {
-        let (b, t, v) = logits.dims3()?;
-        let pred = logits
-            .narrow(1, 0, t - 1)?
-            .to_dtype(DType::F32)?
-            .reshape((b * (t - 1), v))?;
-        let target = tokens.narrow(1, 1, t - 1)?.flatten_all()?;
-        Ok(candle_nn::loss::cross_entropy(&pred, &target)?)
+        Ok(ops::next_token_cross_entropy(logits, tokens)?)
     }
 }

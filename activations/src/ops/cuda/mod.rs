@@ -1,6 +1,7 @@
 //! The CUDA side of the fused ops: kernel launches, cuBLASLt calls and pinned host copies.
 pub mod attention;
 pub mod attention_train;
+pub mod cross_entropy;
 pub mod host_copy;
 pub mod layer_norm;
 pub mod linear;
