@@ -6,7 +6,7 @@
 //!
 //! CUDA: n = 2048 tokens (GPT-2 XL widths), f32 with TF32 products; CPU: the tiny model's widths
 //! at its training batch (2 x 256 tokens). On CUDA the driver's memory pool keeps freed memory
-//! (a caching allocator, as PyTorch has; see `keep_pool_memory`). Each run is `y.backward()` of the layer's output
+//! (a caching allocator, as PyTorch has; see `activations::ops::keep_pool_memory`). Each run is `y.backward()` of the layer's output
 //! (seed gradient all ones) for x, W and b, and the forward alone; medians of `--iters` runs after warm-ups. Prints a
 //! markdown table with the CUDA floor (6 n d_in d_out flops at `--peak-tflops`).
 use activations::ops::{linear_train, Activation};
@@ -66,37 +66,6 @@ fn composed(x: &Tensor, w: &Tensor, b: &Tensor, act: Activation) -> candle_core:
     }
 }
 
-/// Makes the device's stream-ordered memory pool keep freed memory. candle allocates every tensor
-/// with cuMemAllocAsync and caches nothing itself; at the default release threshold (0) the
-/// driver unmaps the pool at every synchronization, so each timed run would map its buffers anew,
-/// a cost PyTorch's caching allocator does not pay.
-#[cfg(feature = "cuda")]
-fn keep_pool_memory(dev: &candle_core::CudaDevice) -> anyhow::Result<()> {
-    use candle_core::cuda::cudarc::driver::sys;
-    let ctx = dev.cuda_stream().context().clone();
-    ctx.bind_to_thread()?;
-    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-    let mut keep = u64::MAX;
-    // SAFETY: the device of a live context; a u64 value, as the attribute requires.
-    let status = unsafe {
-        let got = sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device());
-        if got != sys::CUresult::CUDA_SUCCESS {
-            got
-        } else {
-            sys::cuMemPoolSetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut keep) as *mut u64 as *mut std::ffi::c_void,
-            )
-        }
-    };
-    anyhow::ensure!(
-        status == sys::CUresult::CUDA_SUCCESS,
-        "setting the memory pool's release threshold: {status:?}"
-    );
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let dev = match a.device.as_str() {
@@ -105,9 +74,10 @@ fn main() -> anyhow::Result<()> {
         other => anyhow::bail!("--device: expected cpu or cuda, got {other}"),
     };
     candle_core::cuda::set_gemm_reduced_precision_f32(true);
+    // Freed memory stays in the pool, as in PyTorch's caching allocator.
     #[cfg(feature = "cuda")]
-    if let Device::Cuda(cuda) = &dev {
-        keep_pool_memory(cuda)?;
+    if dev.is_cuda() {
+        activations::ops::keep_pool_memory(&dev)?;
     }
     let (n, shapes) = if dev.is_cuda() {
         (

@@ -93,9 +93,12 @@ impl Trainer {
     /// A trainer starting from `model` (its weights are copied into trainable variables).
     pub fn new(cfg: FinetuneConfig, model: &Gpt2, batches: Batches) -> Result<Self> {
         let device = model.device().clone();
-        if let (Device::Cuda(_), true) = (&device, cfg.model.tf32) {
-            #[cfg(feature = "cuda")]
-            candle_core::cuda::set_gemm_reduced_precision_f32(true);
+        #[cfg(feature = "cuda")]
+        if device.is_cuda() {
+            candle_core::cuda::set_gemm_reduced_precision_f32(cfg.model.tf32);
+            // Freed memory stays in the pool, as in PyTorch's caching allocator; otherwise every
+            // step's synchronisation unmaps it and the next step maps it again.
+            activations::ops::keep_pool_memory(&device).map_err(Error::Candle)?;
         }
         let varmap = VarMap::new();
         let model = model.to_varmap(&varmap).map_err(|e| Error::Param {

@@ -51,7 +51,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     set_precision(cfg.train.precision);
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
-        crate::cuda::keep_pool_memory(&device)?;
+        activations::ops::keep_pool_memory(&device)?;
     }
     // The model and data load before the run directory exists: a missing model leaves nothing behind.
     let mut data = Data::open(&cfg, &device)?;

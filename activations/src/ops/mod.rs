@@ -16,6 +16,8 @@ pub use attention_train::causal_attention_train;
 pub use cross_entropy::next_token_cross_entropy;
 #[cfg(feature = "cuda")]
 pub use cuda::host_copy::{PendingCopy, PinnedCopier};
+#[cfg(feature = "cuda")]
+pub use cuda::pool::{keep_pool_memory, pool_peak_bytes, reset_pool_peak};
 pub use layer_norm::{layer_norm, layer_norm_train};
 pub use linear::{linear, Epilogue};
 pub use linear_train::{linear_train, Activation};

@@ -73,7 +73,7 @@ fn main() -> anyhow::Result<()> {
     let cuda = device.is_cuda();
     #[cfg(feature = "cuda")]
     if cuda {
-        sae::cuda::keep_pool_memory(&device)?;
+        activations::ops::keep_pool_memory(&device)?;
     }
     let selectors: Vec<SelectorKind> = parse(&a.selectors)?;
     let precisions: Vec<Precision> = parse(&a.precisions)?;
@@ -261,7 +261,7 @@ fn form_label(t: &sae::Trainer, form: AuxDecode, batch: usize, n_dead: usize, d:
 fn reset_peak(_device: &Device) -> anyhow::Result<()> {
     #[cfg(feature = "cuda")]
     if _device.is_cuda() {
-        sae::cuda::reset_peak(_device)?;
+        activations::ops::reset_pool_peak(_device)?;
     }
     Ok(())
 }
@@ -273,7 +273,7 @@ fn peak_gib(_device: &Device) -> anyhow::Result<String> {
         _device.synchronize()?;
         return Ok(format!(
             "{:.1}",
-            sae::cuda::peak_bytes(_device)? as f64 / (1u64 << 30) as f64
+            activations::ops::pool_peak_bytes(_device)? as f64 / (1u64 << 30) as f64
         ));
     }
     Ok("-".into())

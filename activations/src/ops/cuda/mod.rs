@@ -1,4 +1,5 @@
-//! The CUDA side of the fused ops: kernel launches, cuBLASLt calls and pinned host copies.
+//! The CUDA side of the fused ops: kernel launches, cuBLASLt calls, pinned host copies and the
+//! memory pool's setup.
 pub mod attention;
 pub mod attention_train;
 pub mod cross_entropy;
@@ -6,6 +7,7 @@ pub mod host_copy;
 pub mod layer_norm;
 pub mod linear;
 pub mod linear_train;
+pub mod pool;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{
