@@ -6,7 +6,7 @@
 # same call. Runs from the repository root on the GPU machine with the stripped, xz'd CUDA builds
 # .devbin/ef/{accumulate,gradsparse_lib,finetune-bench}.xz, made by `bash bench/gradsparse_pack.sh`.
 # Logs go to $OUT/gradsparse/.
-#   bash bench/gradsparse_final.sh            # tests, XL overhead and whole XL steps, each beside PyTorch
+#   bash bench/gradsparse_final.sh            # tests, XL overhead and whole Medium/XL steps, each beside PyTorch
 #   FULL=0 bash bench/gradsparse_final.sh     # without the whole steps (forward + backward)
 set -uo pipefail
 LOG=${OUT:-/tmp/out}/gradsparse
@@ -40,8 +40,8 @@ step "finetune-bench --check (tiny model, cpu vs cuda)" 40 check "$B/finetune-be
 step "XL EF overhead, gradsparse" 80 ef-xl "$B/finetune-bench" --ef-only --models gpt2-xl --selectors profk,radix,sort --steps 7 --warmup 2
 step "XL EF overhead, PyTorch peer" 70 ef-xl-torch python3 bench/peers/torch_ef_step.py --ef-only --models xl --steps 7 --warmup 2
 if [ "${FULL:-1}" = 1 ]; then
-  step "XL whole step, gradsparse profk" 60 step-xl "$B/finetune-bench" --models gpt2-xl --selectors profk --steps 3 --warmup 1
-  step "XL whole step, PyTorch peer" 60 step-xl-torch python3 bench/peers/torch_ef_step.py --models xl --steps 3 --warmup 1
+  step "Medium and XL whole steps, gradsparse" 150 step-xl "$B/finetune-bench" --models gpt2-medium,gpt2-xl --selectors profk,radix,sort --steps 5 --warmup 2
+  step "Medium and XL whole steps, PyTorch peer" 90 step-xl-torch python3 bench/peers/torch_ef_step.py --models medium,xl --steps 5 --warmup 2
 fi
 
 echo "## gradsparse on $GPU ($(date -u +%F\ %H:%M) UTC), total $((SECONDS - START)) s"
@@ -60,7 +60,7 @@ awk -F'|' '/^\| torch/ {printf "| %s | %s | %s | %s | %s | %s | %.2f | %s | %s |
 grep -q '^| torch' "$LOG/ef-xl-torch.log" || tail -3 "$LOG/ef-xl-torch.log"
 if [ "${FULL:-1}" = 1 ]; then
   echo
-  echo "### GPT-2 XL whole step, random weights, batch 4 x 512, TF32 matmuls, global top-0.1 % (ms, medians of 3 after 1)"
+  echo "### GPT-2 Medium and XL whole steps, random weights, batch 4 x 512, TF32 matmuls, global top-0.1 % (ms, medians of 5 after 2)"
   grep -h '^| ' "$LOG/step-xl.log" | head -2
   grep -h '^| gradsparse' "$LOG/step-xl.log" || tail -3 "$LOG/step-xl.log"
   grep -h '^| torch' "$LOG/step-xl-torch.log" || tail -3 "$LOG/step-xl-torch.log"
