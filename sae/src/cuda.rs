@@ -1,7 +1,7 @@
 //! The CUDA side of the sparse step: launches of `kernels/sparse.cu` and `kernels/optim.cu` (fatbins
 //! built by build.rs, loaded once per context without JIT) and CUB's stable pair sort from `kernels/sort.cu`.
 use candle_core::cuda::cudarc::driver::{
-    sys, CudaFunction, CudaModule, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaModule, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};

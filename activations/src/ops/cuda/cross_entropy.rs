@@ -1,6 +1,5 @@
 //! Launches of the next-token cross-entropy kernels (`kernels/cross_entropy.cu`).
 use super::{drv, function};
-use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, Layout, Result, Storage, Tensor};
