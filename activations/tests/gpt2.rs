@@ -310,13 +310,13 @@ fn training_gradients_match_finite_differences() {
                     .unwrap();
                 loss_of(&trainable)
             };
-            // Central differences: the f32 loss rounds to ~1e-4 of this quotient; a larger step
-            // leaves the linear range along the residual-stream biases (the stream is small at init
-            // and the layer norms scale it up).
+            // Central differences: the f32 loss's rounding (a few ulps of ~4, other orders on CUDA)
+            // moves this quotient by up to ~1e-3; a larger step leaves the linear range along the
+            // residual-stream biases (the stream is small at init and the layer norms scale it up).
             let numeric = (at(1.0) - at(-1.0)) / (2.0 * eps);
             var.set(&theta).unwrap();
             assert!(
-                (numeric - analytic).abs() <= 0.02 * analytic.abs().max(numeric.abs()) + 3e-4,
+                (numeric - analytic).abs() <= 0.03 * analytic.abs().max(numeric.abs()) + 1e-3,
                 "{device:?} {name} (#{i}): d loss along a random direction {analytic} from the \
                  gradient, {numeric} from finite differences"
             );

@@ -33,6 +33,27 @@ struct Operand {
 }
 
 impl Operand {
+    /// Rows of `width` elements per token, one head every `hd` columns: the packed qkv ([b, t, 3d]:
+    /// q, k, v are shifted by d) or the merged heads ([b, t, d]).
+    fn token_rows(ptr: u64, t: usize, width: usize, hd: usize) -> Self {
+        Self {
+            ptr,
+            ld: width,
+            head_stride: hd,
+            seq_stride: t * width,
+        }
+    }
+
+    /// One t x t score matrix per (sequence, head): P, dP, dS ([b, h, t, t]).
+    fn scores(ptr: u64, t: usize, h: usize) -> Self {
+        Self {
+            ptr,
+            ld: t,
+            head_stride: t * t,
+            seq_stride: h * t * t,
+        }
+    }
+
     /// The operand of sequence `seq`.
     fn seq(self, seq: usize) -> Self {
         self.shifted(seq * self.seq_stride)
@@ -359,25 +380,10 @@ pub fn forward(
     let (probs, p_ptr) = alloc(storage, DType::F32, b * h * t * t)?;
     let shape = Shape::from((b, t, d));
     let scale = 1.0 / (hd as f32).sqrt();
-    let x = Operand {
-        ptr: qkv,
-        ld: 3 * d,
-        head_stride: hd,
-        seq_stride: t * 3 * d,
-    };
+    let x = Operand::token_rows(qkv, t, 3 * d, hd);
     let (q, k, v) = (x, x.shifted(d), x.shifted(2 * d));
-    let o = Operand {
-        ptr: out_ptr,
-        ld: d,
-        head_stride: hd,
-        seq_stride: t * d,
-    };
-    let p = Operand {
-        ptr: p_ptr,
-        ld: t,
-        head_stride: t * t,
-        seq_stride: h * t * t,
-    };
+    let o = Operand::token_rows(out_ptr, t, d, hd);
+    let p = Operand::scores(p_ptr, t, h);
     let products = [
         // Sᵀ [t_k, t_q] = K Qᵀ, scaled.
         Product {
@@ -436,28 +442,13 @@ pub fn backward(
     let shape = l_qkv.shape().clone();
     let (_ds_buf, ds_ptr) = alloc(s_qkv, DType::F32, b * h * t * t)?;
     let scale = 1.0 / (hd as f32).sqrt();
-    let x = Operand {
-        ptr: qkv,
-        ld: 3 * d,
-        head_stride: hd,
-        seq_stride: t * 3 * d,
-    };
+    let x = Operand::token_rows(qkv, t, 3 * d, hd);
     let (q, k, v) = (x, x.shifted(d), x.shifted(2 * d));
-    let dxo = Operand { ptr: dx_ptr, ..x };
+    let dxo = Operand::token_rows(dx_ptr, t, 3 * d, hd);
     let (dq, dk, dv) = (dxo, dxo.shifted(d), dxo.shifted(2 * d));
-    let go = Operand {
-        ptr: grad,
-        ld: d,
-        head_stride: hd,
-        seq_stride: t * d,
-    };
-    let p = Operand {
-        ptr: p_ptr,
-        ld: t,
-        head_stride: t * t,
-        seq_stride: h * t * t,
-    };
-    let ds = Operand { ptr: ds_ptr, ..p };
+    let go = Operand::token_rows(grad, t, d, hd);
+    let p = Operand::scores(p_ptr, t, h);
+    let ds = Operand::scores(ds_ptr, t, h);
     let products = [
         // dPᵀ [t_k, t_q] = V dOᵀ.
         Product {
