@@ -5,7 +5,7 @@ mod common;
 
 use activations::ops::causal_attention_train;
 use candle_core::{DType, Device, Tensor, Var, D};
-use common::{devices, max_abs_diff, randn};
+use common::{devices, max_abs, max_abs_diff, randn};
 use std::sync::Mutex;
 
 /// candle's TF32 flag is process-wide: every test that runs the op holds this lock.
@@ -130,14 +130,6 @@ fn ours(qkv: &Tensor, w: &Tensor, h: usize, dev: &Device) -> candle_core::Result
     let grads = (&y * w)?.sum_all()?.backward()?;
     let dx = grads.get(var.as_tensor()).expect("gradient of qkv").clone();
     Ok((y, dx))
-}
-
-fn max_abs(t: &Tensor) -> f64 {
-    t.abs()
-        .and_then(|a| a.flatten_all())
-        .and_then(|a| a.max(0))
-        .and_then(|a| a.to_scalar::<f64>())
-        .expect("max of a f64 tensor")
 }
 
 /// The flag states to run on `dev`: the CPU ignores the flag.

@@ -7,7 +7,7 @@ use activations::ops::layer_norm_train;
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var, D};
-use common::{devices, max_abs_diff, randn};
+use common::{devices, max_abs_diff, randn, rel_err};
 
 /// Output and (dx, dweight, dbias) for the loss sum(y * dy).
 struct Run {
@@ -58,20 +58,6 @@ fn run(
         db: grad(&bv),
         y,
     }
-}
-
-/// Largest error relative to the reference's largest magnitude.
-fn rel_err(ours: &Tensor, reference: &Tensor) -> f64 {
-    let scale = reference
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap();
-    max_abs_diff(ours, reference) / scale.max(1e-30)
 }
 
 /// Inputs of one case, drawn in f64 and rounded to `dtype` (the reference sees the rounded values).

@@ -8,7 +8,7 @@ use activations::ops::{linear_train, Activation};
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use common::{devices, max_abs_diff, randn};
+use common::{devices, randn, rel_err};
 
 /// Output and gradients (x, W, b) of `sum(act(x W + b) * dy)`.
 struct Outcome {
@@ -66,21 +66,6 @@ fn gelu_reference(z: &Tensor) -> Tensor {
     let c = (2.0 / std::f64::consts::PI).sqrt();
     let inner = ((z + (z.powf(3.0).unwrap() * 0.044715).unwrap()).unwrap() * c).unwrap();
     ((z * 0.5).unwrap() * (inner.tanh().unwrap() + 1.0).unwrap()).unwrap()
-}
-
-/// Largest |a - b| over the largest |reference|.
-fn relative_error(got: &Tensor, reference: &Tensor) -> f64 {
-    let scale = reference
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap()
-        .max(1e-12);
-    max_abs_diff(got, reference) / scale
 }
 
 #[test]
@@ -156,7 +141,7 @@ fn linear_train_matches_float64_reference() {
                     let untracked =
                         linear_train(&on_device[0], &on_device[1], &on_device[2], activation)
                             .unwrap();
-                    let err = relative_error(&untracked, &want.y);
+                    let err = rel_err(&untracked, &want.y);
                     assert!(
                         err <= tolerance,
                         "{device:?} {dtype:?} tf32={tf32} {activation:?} x {x_dims:?} d_out \
@@ -171,7 +156,7 @@ fn linear_train_matches_float64_reference() {
                         ("db", &got.db, &want.db),
                     ] {
                         assert_eq!(g.dims(), w.dims(), "{what}");
-                        let err = relative_error(g, w);
+                        let err = rel_err(g, w);
                         assert!(
                             err <= tolerance,
                             "{device:?} {dtype:?} tf32={tf32} {activation:?} x {x_dims:?} \

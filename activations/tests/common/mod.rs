@@ -52,3 +52,24 @@ pub fn randn(shape: &[usize], std: f64, seed: u64) -> Tensor {
         .collect();
     Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
 }
+
+/// Largest |t| (moved to the CPU as f64).
+pub fn max_abs(t: &Tensor) -> f64 {
+    t.to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+        .abs()
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap()
+}
+
+/// Largest |ours - reference| over the reference's largest magnitude.
+pub fn rel_err(ours: &Tensor, reference: &Tensor) -> f64 {
+    max_abs_diff(ours, reference) / max_abs(reference).max(1e-30)
+}
