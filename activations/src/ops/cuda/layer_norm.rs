@@ -1,6 +1,6 @@
 //! Launch of the layer-norm kernel (`kernels/layer_norm.cu`): one warp per row, one read and one
 //! write of the row from memory (candle's kernel ran at about a tenth of the bandwidth here).
-use super::{address, alloc, drv, function};
+use super::{address, alloc, drv, dtype_suffix, function, tensor_address};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::op::BackpropOp;
@@ -12,27 +12,12 @@ const ROWS_PER_BLOCK: usize = 8;
 /// `x` [rows, d], `weight` and `bias` [d], all contiguous with one dtype.
 pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f32) -> Result<Tensor> {
     let (rows, d) = x.dims2()?;
-    let name = match x.dtype() {
-        DType::F32 => "layer_norm_f32",
-        DType::BF16 => "layer_norm_bf16",
-        DType::F16 => "layer_norm_f16",
-        other => {
-            return Err(candle_core::Error::UnsupportedDTypeForOp(
-                other,
-                "layer_norm",
-            ))
-        }
-    };
-    let addr = |t: &Tensor| -> Result<u64> {
-        let (s, l) = t.storage_and_layout();
-        let Storage::Cuda(cs) = &*s else {
-            return Err(candle_core::Error::Msg(
-                "layer_norm: expected a CUDA tensor".into(),
-            ));
-        };
-        address(cs, l, &cs.device.cuda_stream())
-    };
-    let (x_ptr, w_ptr, b_ptr) = (addr(x)?, addr(weight)?, addr(bias)?);
+    let name = format!("layer_norm_{}", dtype_suffix(x.dtype(), "layer_norm")?);
+    let (x_ptr, w_ptr, b_ptr) = (
+        tensor_address(x)?,
+        tensor_address(weight)?,
+        tensor_address(bias)?,
+    );
     let (storage, _) = x.storage_and_layout();
     let Storage::Cuda(cs) = &*storage else {
         return Err(candle_core::Error::Msg(
@@ -42,7 +27,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f32) -> Resul
     let (out, y_ptr) = alloc(cs, cs.dtype(), rows * d)?;
     if rows > 0 {
         let stream = cs.device.cuda_stream();
-        let f = function(cs, "layer_norm", FATBIN, name)?;
+        let f = function(cs, "layer_norm", FATBIN, &name)?;
         let (rows_i, d_i) = (rows as i32, d as i32);
         let cfg = LaunchConfig {
             grid_dim: (rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
@@ -89,18 +74,6 @@ fn train_launch_shape(d: usize) -> Result<(usize, u32)> {
     Ok((cpt, (d.div_ceil(cpt).div_ceil(32) * 32) as u32))
 }
 
-fn dtype_name(dtype: DType) -> Result<&'static str> {
-    match dtype {
-        DType::F32 => Ok("f32"),
-        DType::BF16 => Ok("bf16"),
-        DType::F16 => Ok("f16"),
-        other => Err(candle_core::Error::UnsupportedDTypeForOp(
-            other,
-            "layer_norm_train",
-        )),
-    }
-}
-
 fn f32_tensor(storage: CudaStorage, len: usize) -> Tensor {
     Tensor::from_storage(Storage::Cuda(storage), len, BackpropOp::none(), false)
 }
@@ -114,7 +87,7 @@ pub fn forward_with_stats(
     eps: f32,
 ) -> Result<(CudaStorage, Tensor, Tensor)> {
     let (rows, d) = x.1.shape().dims2()?;
-    let name = dtype_name(x.0.dtype())?;
+    let name = dtype_suffix(x.0.dtype(), "layer_norm_train")?;
     let (cpt, threads) = train_launch_shape(d)?;
     let stream = x.0.device.cuda_stream();
     let x_ptr = address(x.0, x.1, &stream)?;
@@ -163,19 +136,14 @@ pub fn backward(
     rstd: &Tensor,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let (rows, d) = x.dims2()?;
-    let name = dtype_name(x.dtype())?;
+    let name = dtype_suffix(x.dtype(), "layer_norm_train")?;
     let (cpt, threads) = train_launch_shape(d)?;
-    let address_of = |t: &Tensor| -> Result<u64> {
-        let (s, l) = t.storage_and_layout();
-        let Storage::Cuda(cs) = &*s else {
-            return Err(candle_core::Error::Msg(
-                "layer_norm_train backward: expected CUDA tensors".into(),
-            ));
-        };
-        address(cs, l, &cs.device.cuda_stream())
-    };
-    let (x_ptr, w_ptr, dy_ptr) = (address_of(x)?, address_of(weight)?, address_of(dy)?);
-    let (mean_ptr, rstd_ptr) = (address_of(mean)?, address_of(rstd)?);
+    let (x_ptr, w_ptr, dy_ptr) = (
+        tensor_address(x)?,
+        tensor_address(weight)?,
+        tensor_address(dy)?,
+    );
+    let (mean_ptr, rstd_ptr) = (tensor_address(mean)?, tensor_address(rstd)?);
     let (storage, _) = x.storage_and_layout();
     let Storage::Cuda(cs) = &*storage else {
         return Err(candle_core::Error::Msg(

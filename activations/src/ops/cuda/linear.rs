@@ -6,7 +6,7 @@
 //! [`gemm`] is the general call (transposes, epilogue outputs) that the training op's forward and
 //! backward products use too.
 use super::super::linear::Epilogue;
-use super::{address, alloc, drv};
+use super::{address, alloc, drv, tensor_address};
 use candle_core::cuda::cudarc::cublaslt::{result as lt, sys};
 use candle_core::cuda::cudarc::driver::sys::CUevent_flags;
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
@@ -96,17 +96,6 @@ impl Drop for Pref {
 
 fn lt_err(e: impl std::fmt::Debug) -> candle_core::Error {
     drv("cuBLASLt", e)
-}
-
-/// Device address of a contiguous CUDA tensor and its storage (kept alive by the caller's tensor).
-pub(crate) fn tensor_address(t: &Tensor) -> Result<u64> {
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cuda(cs) = &*storage else {
-        return Err(candle_core::Error::Msg(
-            "linear: expected a CUDA tensor".into(),
-        ));
-    };
-    address(cs, layout, &cs.device.cuda_stream())
 }
 
 /// One column-major cuBLASLt product `D = op(A) op(B) (+ C)` with an epilogue: D is m x n, k the

@@ -5,8 +5,8 @@
 //! forward `Zᵀ = Wᵀ xᵀ` (A = W, B = x); `dxᵀ = W dZᵀ` (A = W transposed, B = dZ);
 //! `dWᵀ = dZᵀ x` (A = dZ, B = x transposed).
 use super::super::linear_train::{Activation, LinearTrain};
-use super::linear::{gemm, tensor_address, Gemm};
-use super::{address, alloc, drv, function};
+use super::linear::{gemm, Gemm};
+use super::{address, alloc, drv, dtype_suffix, function, tensor_address};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::cublaslt::sys::cublasLtEpilogue_t as Epilogue;
 use candle_core::cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
@@ -17,18 +17,6 @@ use std::sync::Arc;
 const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/linear_train.fatbin"));
 /// Rows per partial column sum (`ROWS_PER_CHUNK` in the kernel).
 const ROWS_PER_CHUNK: usize = 64;
-
-fn suffix(dtype: DType) -> Result<&'static str> {
-    match dtype {
-        DType::F32 => Ok("f32"),
-        DType::BF16 => Ok("bf16"),
-        DType::F16 => Ok("f16"),
-        other => Err(candle_core::Error::UnsupportedDTypeForOp(
-            other,
-            "linear_train on CUDA (f32, bf16, f16)",
-        )),
-    }
-}
 
 fn tensor(storage: CudaStorage, shape: impl Into<Shape>) -> Tensor {
     Tensor::from_storage(Storage::Cuda(storage), shape, BackpropOp::none(), false)
@@ -48,7 +36,7 @@ pub fn forward(
     (b, b_l): (&CudaStorage, &Layout),
 ) -> Result<(CudaStorage, Shape)> {
     let dtype = x.dtype();
-    let sfx = suffix(dtype)?;
+    let sfx = dtype_suffix(dtype, "linear_train on CUDA (f32, bf16, f16)")?;
     let (n, k) = x_l.shape().dims2()?;
     let m = w_l.shape().dims2()?.1;
     let stream = x.device.cuda_stream();
@@ -125,7 +113,7 @@ pub fn backward(
     z: Option<&Tensor>,
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let dtype = x.dtype();
-    let sfx = suffix(dtype)?;
+    let sfx = dtype_suffix(dtype, "linear_train on CUDA (f32, bf16, f16)")?;
     let (n, k) = x.dims2()?;
     let m = w.dim(1)?;
     if n == 0 {

@@ -47,6 +47,27 @@ pub(super) fn address(
     Ok(base + (start * elem) as u64)
 }
 
+/// Device address of a contiguous CUDA tensor (kept alive by the caller's tensor).
+pub(super) fn tensor_address(t: &candle_core::Tensor) -> Result<u64> {
+    let (storage, layout) = t.storage_and_layout();
+    let candle_core::Storage::Cuda(cs) = &*storage else {
+        return Err(candle_core::Error::Msg(
+            "fused op: expected a CUDA tensor".into(),
+        ));
+    };
+    address(cs, layout, &cs.device.cuda_stream())
+}
+
+/// The kernel-name suffix of a float dtype the kernels are built for.
+pub(super) fn dtype_suffix(dtype: DType, op: &'static str) -> Result<&'static str> {
+    match dtype {
+        DType::F32 => Ok("f32"),
+        DType::BF16 => Ok("bf16"),
+        DType::F16 => Ok("f16"),
+        other => Err(candle_core::Error::UnsupportedDTypeForOp(other, op)),
+    }
+}
+
 /// An uninitialised device buffer of `len` elements of `dtype` as candle storage, and its address.
 pub(super) fn alloc(
     storage_like: &CudaStorage,
