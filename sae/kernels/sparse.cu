@@ -119,39 +119,98 @@ extern "C" __global__ void sae_bias_relu_bf16(__nv_bfloat16* pre, const float* b
 
 // The dead latents of a mask, compacted on the device: cols[p] = the position of the p-th nonzero byte
 // of mask [n] (ascending), p < width, and the positions from their count on repeat the first (the
-// alignment padding). One block of DEAD_COLUMNS_THREADS threads: each counts a contiguous share of the
-// mask, an exclusive scan of the counts gives each share's first position, then the shares are written.
+// alignment padding). One block of DEAD_COLUMNS_THREADS threads walks the mask in tiles of 16 bytes per
+// thread (coalesced): each thread's flags as a bit set, a block scan of their counts, then the writes.
 // Requires at least one nonzero byte.
 namespace {
 constexpr int DEAD_COLUMNS_THREADS = 1024;
+constexpr int DEAD_COLUMNS_BYTES = 16;
 }
 extern "C" __global__ void sae_dead_columns(const uint8_t* mask, uint32_t* cols, int64_t n, int64_t width) {
-  __shared__ uint32_t scan[DEAD_COLUMNS_THREADS];
-  const int tid = threadIdx.x;
-  const int64_t share = (n + DEAD_COLUMNS_THREADS - 1) / DEAD_COLUMNS_THREADS;
-  const int64_t lo = tid * share < n ? tid * share : n;
-  const int64_t hi = lo + share < n ? lo + share : n;
-  uint32_t count = 0;
-  for (int64_t j = lo; j < hi; ++j) count += mask[j] != 0;
-  scan[tid] = count;
-  __syncthreads();
-  // Inclusive scan (Hillis-Steele), then each share's first position.
-  for (int off = 1; off < DEAD_COLUMNS_THREADS; off <<= 1) {
-    const uint32_t v = tid >= off ? scan[tid - off] : 0u;
+  __shared__ uint32_t warp_count[DEAD_COLUMNS_THREADS / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int64_t TILE = (int64_t)DEAD_COLUMNS_THREADS * DEAD_COLUMNS_BYTES;
+  uint32_t base = 0;  // dead latents before the tile (the same in every thread)
+  for (int64_t t0 = 0; t0 < n; t0 += TILE) {
+    const int64_t lo = t0 + (int64_t)tid * DEAD_COLUMNS_BYTES;
+    uint32_t flags = 0;
+#pragma unroll
+    for (int q = 0; q < DEAD_COLUMNS_BYTES; ++q) {
+      if (lo + q < n && mask[lo + q] != 0) flags |= 1u << q;
+    }
+    const uint32_t count = __popc(flags);
+    uint32_t incl = count;  // inclusive scan within the warp
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    if (lane == 31) warp_count[warp] = incl;
     __syncthreads();
-    scan[tid] += v;
+    if (warp == 0) {
+      uint32_t w = lane < DEAD_COLUMNS_THREADS / 32 ? warp_count[lane] : 0u;
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t v = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += v;
+      }
+      if (lane < DEAD_COLUMNS_THREADS / 32) warp_count[lane] = w;  // inclusive over the warps
+    }
     __syncthreads();
-  }
-  uint32_t pos = scan[tid] - count;
-  const uint32_t total = scan[DEAD_COLUMNS_THREADS - 1];
-  for (int64_t j = lo; j < hi; ++j) {
-    if (mask[j] != 0) {
-      if (pos < width) cols[pos] = (uint32_t)j;
+    uint32_t pos = base + (warp > 0 ? warp_count[warp - 1] : 0u) + incl - count;
+    for (uint32_t f = flags; f; f &= f - 1) {
+      if (pos < width) cols[pos] = (uint32_t)(lo + __ffs(f) - 1);
       ++pos;
     }
+    base += warp_count[DEAD_COLUMNS_THREADS / 32 - 1];
+    __syncthreads();  // warp_count is rewritten by the next tile
   }
-  __syncthreads();  // cols[0] is written by the share holding the first dead latent
-  for (int64_t p = (int64_t)total + tid; p < width; p += DEAD_COLUMNS_THREADS) cols[p] = cols[0];
+  __syncthreads();  // cols[0] is written by the thread holding the first dead latent
+  for (int64_t p = (int64_t)base + tid; p < width; p += DEAD_COLUMNS_THREADS) cols[p] = cols[0];
+}
+
+// out [cols, rows] = in [rows, cols] transposed, through 32 x 32 tiles in shared memory so that reads
+// and writes are both coalesced. Blocks of 256 threads (32 x 8); x tiles the columns, y the rows.
+template <typename T>
+__device__ void transpose(const T* in, T* out, int64_t rows, int64_t cols) {
+  __shared__ float tile[32][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int64_t c0 = (int64_t)blockIdx.x * 32;
+  for (int64_t r0 = (int64_t)blockIdx.y * 32; r0 < rows; r0 += (int64_t)gridDim.y * 32) {
+    for (int k = ty; k < 32; k += 8) {
+      const int64_t r = r0 + k, c = c0 + tx;
+      if (r < rows && c < cols) tile[k][tx] = load(in, r * cols + c);
+    }
+    __syncthreads();
+    for (int k = ty; k < 32; k += 8) {
+      const int64_t c = c0 + k, r = r0 + tx;
+      if (c < cols && r < rows) store(out, c * rows + r, tile[tx][k]);
+    }
+    __syncthreads();
+  }
+}
+extern "C" __global__ void sae_transpose_f32(const float* in, float* out, int64_t rows, int64_t cols) {
+  transpose(in, out, rows, cols);
+}
+extern "C" __global__ void sae_transpose_bf16(const __nv_bfloat16* in, __nv_bfloat16* out, int64_t rows,
+                                              int64_t cols) {
+  transpose(in, out, rows, cols);
+}
+
+// out[p] = w[rows[p]] (rows of d), cast to out's dtype: the dead latents' weight rows. Blocks walk the
+// output rows; threads the columns.
+template <typename T>
+__device__ void gather_rows(const float* w, const uint32_t* rows, T* out, int64_t count, int64_t d) {
+  for (int64_t p = blockIdx.x; p < count; p += gridDim.x) {
+    const float* src = w + (int64_t)rows[p] * d;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) store(out, p * d + c, src[c]);
+  }
+}
+extern "C" __global__ void sae_gather_rows_f32(const float* w, const uint32_t* rows, float* out, int64_t count,
+                                               int64_t d) {
+  gather_rows(w, rows, out, count, d);
+}
+extern "C" __global__ void sae_gather_rows_bf16(const float* w, const uint32_t* rows, __nv_bfloat16* out,
+                                                int64_t count, int64_t d) {
+  gather_rows(w, rows, out, count, d);
 }
 
 // In place over scores [rows, n] (non-negative): the columns of live latents become -1, below every

@@ -79,14 +79,7 @@ pub fn dead_columns_loss(
         (selector, seed),
     )?;
     let dtype = acts.dtype();
-    let pick = |w: &Tensor| -> Result<Tensor> {
-        let w = w.detach();
-        let w = match &padded {
-            Some(c) => w.index_select(c, 0)?,
-            None => w,
-        };
-        Ok(w.to_dtype(dtype)?.contiguous()?)
-    };
+    let pick = |w: &Tensor| -> Result<Tensor> { dead_rows(&w.detach(), padded.as_ref(), dtype) };
     let w_dec_d = pick(sae.w_dec.as_tensor())?;
     let w_enc_d = pick(sae.w_enc.as_tensor())?;
     let recon = acts.matmul(&w_dec_d)?.to_dtype(DType::F32)?;
@@ -204,6 +197,34 @@ fn fused_acts(
     _keep: usize,
 ) -> Result<Option<Tensor>> {
     Ok(None)
+}
+
+/// The rows `cols` of `w [n, d]` (all rows when None) in `dtype`, contiguous: one gather-and-cast pass
+/// on CUDA.
+fn dead_rows(w: &Tensor, cols: Option<&Tensor>, dtype: DType) -> Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if let (Some(c), true) = (cols, w.device().is_cuda()) {
+        return Ok(crate::cuda::gather_rows(&w.contiguous()?, c, dtype)?);
+    }
+    let w = match cols {
+        Some(c) => w.index_select(c, 0)?,
+        None => w.clone(),
+    };
+    Ok(w.to_dtype(dtype)?.contiguous()?)
+}
+
+/// `leftᵀ · right` for `left [B, w]` and `right [B, d]`: a weight gradient, reduced over the batch, which
+/// is the outer dimension of both operands as stored. cuBLAS's TF32 tensor-core kernels want one operand
+/// with the reduction innermost; with neither, it takes a kernel about 1.7× slower (H200, B = 8192,
+/// w = 6560, d = 1600: 0.78 against 0.45 ms). On CUDA `right` is therefore transposed first (B·d
+/// elements, a few percent of the product's time) and read as a transposed view.
+fn batch_reduce(left: &Tensor, right: &Tensor) -> candle_core::Result<Tensor> {
+    #[cfg(feature = "cuda")]
+    if right.device().is_cuda() {
+        let right_t = crate::cuda::transpose(&right.contiguous()?)?;
+        return left.t()?.matmul(&right_t.t()?);
+    }
+    left.t()?.matmul(right)
 }
 
 /// `residual − recon`, in place of `recon` (a fresh f32 tensor) on CUDA.
@@ -411,7 +432,7 @@ impl CustomOp2 for DeadColumnsGrad {
         let real = |t: Tensor| t.narrow(0, 0, self.n_dead);
         self.sinks
             .w_dec
-            .add_rows(cols, &real(self.acts.t()?.matmul(&g)?)?, self.n)?;
+            .add_rows(cols, &real(batch_reduce(&self.acts, &g)?)?, self.n)?;
         let (d_acts, col_sums) = mask_colsum(g.matmul(&self.w_dec_d.t()?)?, &self.acts)?;
         let xc = if dtype == self.xc.dtype() {
             self.xc.clone()
@@ -420,7 +441,7 @@ impl CustomOp2 for DeadColumnsGrad {
         };
         self.sinks
             .w_enc
-            .add_rows(cols, &real(d_acts.t()?.matmul(&xc)?)?, self.n)?;
+            .add_rows(cols, &real(batch_reduce(&d_acts, &xc)?)?, self.n)?;
         drop(d_acts);
         let d_b_dec = col_sums
             .to_dtype(dtype)?

@@ -306,6 +306,44 @@ pub fn dead_columns(mask: &Tensor, width: usize) -> Result<Tensor> {
 /// `DEAD_COLUMNS_THREADS` of `kernels/sparse.cu`.
 const DEAD_COLUMNS_THREADS: usize = 1024;
 
+/// `t [rows, cols]` (contiguous, f32 or bf16) transposed into a fresh contiguous `[cols, rows]`.
+pub fn transpose(t: &Tensor) -> Result<Tensor> {
+    let (rows, cols) = t.dims2()?;
+    // SAFETY: the kernel writes every element.
+    let out = unsafe { Tensor::empty((cols, rows), t.dtype(), t.device())? };
+    if rows * cols == 0 {
+        return Ok(out);
+    }
+    let name = format!("sae_transpose_{}", suffix(t)?);
+    let (ip, dev) = tensor_ptr(t)?;
+    let (op, _) = tensor_ptr(&out)?;
+    let (rows_i, cols_i) = (rows as i64, cols as i64);
+    launch!(dev, Family::Sparse, &name, (cols.div_ceil(32), rows.div_ceil(32).clamp(1, 65535)), 256;
+        ip, op, rows_i, cols_i);
+    Ok(out)
+}
+
+/// The rows `rows` (u32) of `w [n, d]` (contiguous f32), in `dtype` (f32 or bf16): `[rows.len(), d]`.
+pub fn gather_rows(w: &Tensor, rows: &Tensor, dtype: DType) -> Result<Tensor> {
+    let (_, d) = w.dims2()?;
+    let count = rows.dims1()?;
+    if w.dtype() != DType::F32 || rows.dtype() != DType::U32 {
+        bail!("gather_rows: f32 rows and u32 positions");
+    }
+    // SAFETY: the kernel writes every element.
+    let out = unsafe { Tensor::empty((count, d), dtype, w.device())? };
+    if count * d == 0 {
+        return Ok(out);
+    }
+    let name = format!("sae_gather_rows_{}", suffix(&out)?);
+    let (wp, dev) = tensor_ptr(w)?;
+    let (rp, op) = (tensor_ptr(rows)?.0, tensor_ptr(&out)?.0);
+    let (count_i, d_i) = (count as i64, d as i64);
+    launch!(dev, Family::Sparse, &name, (count.clamp(1, MAX_GRID), 1), threads_for(d);
+        wp, rp, op, count_i, d_i);
+    Ok(out)
+}
+
 /// In place over `scores [rows, n]`: the columns where `dead` (u8 [n]) is 0 become -1.
 pub fn mask_live_inplace(scores: &Tensor, dead: &Tensor) -> Result<()> {
     let (rows, n) = scores.dims2()?;

@@ -660,6 +660,12 @@ fn dead_columns_match_host(dev: &Device) -> Result<()> {
         ),
         ("every one of 2000", vec![1; 2000]),
         (
+            "two of 40000, the first in the kernel's third tile",
+            (0..40000)
+                .map(|j| (j == 35001 || j == 39999) as u8)
+                .collect(),
+        ),
+        (
             "5 % of 2^17 + 5",
             (0..(1 << 17) + 5)
                 .map(|_| (rng.random::<f32>() < 0.05) as u8)
