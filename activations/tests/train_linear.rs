@@ -207,3 +207,116 @@ fn linear_train_rejects_bad_shapes() {
         assert!(err.to_string().contains("dtypes"), "{err}");
     }
 }
+
+/// With a gradient sink, the weight's gradient is added into its slice of the buffer (the rest of
+/// the buffer untouched), the weight gets no gradient, and x and b get the same gradients as without;
+/// the sink is gone with its guard. f32, TF32 off (the sink's slice is compared to 1e-5 relative).
+#[test]
+fn gradient_sink_adds_the_weight_gradient_in_place() {
+    use activations::ops::{sink_gradients, GradSink};
+    for device in devices() {
+        #[cfg(feature = "cuda")]
+        candle_core::cuda::set_gemm_reduced_precision_f32(false);
+        let (n, d_in, d_out, offset) = (70, 24, 40, 5);
+        let r = |shape: &[usize], seed| {
+            let t = randn(shape, 1.0, seed).to_dtype(DType::F32).unwrap();
+            t.to_device(&device).unwrap()
+        };
+        let x = r(&[n, d_in], 1);
+        let w = r(&[d_in, d_out], 2);
+        let b = r(&[d_out], 3);
+        let dy = r(&[n, d_out], 4);
+        let start = r(&[d_in * d_out + 9], 5);
+        for activation in [Activation::Identity, Activation::Gelu] {
+            let plain = run(&x, &w, &b, &dy, activation, false);
+            let buffer = start.copy().unwrap();
+            let (xv, wv, bv) = (
+                Var::from_tensor(&x).unwrap(),
+                Var::from_tensor(&w).unwrap(),
+                Var::from_tensor(&b).unwrap(),
+            );
+            let y = linear_train(&xv, &wv, &bv, activation).unwrap();
+            let loss = (&y * &dy).unwrap().sum_all().unwrap();
+            let grads = {
+                let sink = GradSink {
+                    buffer: buffer.clone(),
+                    offset,
+                };
+                let _guard = sink_gradients([(wv.as_tensor(), sink)]).unwrap();
+                loss.backward().unwrap()
+            };
+            assert!(grads.get(&wv).is_none(), "{device:?}: W got a gradient");
+            for (got, want, what) in [
+                (grads.get(&xv).unwrap(), &plain.dx, "dx"),
+                (grads.get(&bv).unwrap(), &plain.db, "db"),
+            ] {
+                assert!(
+                    rel_err(got, want) < 1e-6,
+                    "{device:?} {activation:?}: {what}"
+                );
+            }
+            let host = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_vec1::<f32>().unwrap();
+            let (got, before) = (host(&buffer), host(&start));
+            let dw = host(&plain.dw.flatten_all().unwrap());
+            let len = d_in * d_out;
+            assert_eq!(
+                got[..offset],
+                before[..offset],
+                "{device:?}: before the slice"
+            );
+            assert_eq!(
+                got[offset + len..],
+                before[offset + len..],
+                "{device:?}: after it"
+            );
+            let want: Vec<f32> = (0..len).map(|i| before[offset + i] + dw[i]).collect();
+            let got_t = Tensor::new(&got[offset..offset + len], &Device::Cpu).unwrap();
+            let want_t = Tensor::new(want.as_slice(), &Device::Cpu).unwrap();
+            assert!(
+                rel_err(&got_t, &want_t) < 1e-5,
+                "{device:?} {activation:?}: the sink's slice"
+            );
+            // The guard is gone: the next backward returns W's gradient.
+            let loss = (linear_train(&xv, &wv, &bv, activation).unwrap() * &dy)
+                .unwrap()
+                .sum_all()
+                .unwrap();
+            assert!(loss.backward().unwrap().get(&wv).is_some(), "{device:?}");
+        }
+    }
+}
+
+#[test]
+fn gradient_sink_rejects_a_bad_target() {
+    use activations::ops::{sink_gradients, GradSink};
+    let w = Tensor::zeros((4, 3), DType::F32, &Device::Cpu).unwrap();
+    let cases = [
+        (
+            Tensor::zeros(11, DType::F32, &Device::Cpu).unwrap(),
+            0,
+            "pass the buffer's end",
+        ),
+        (
+            Tensor::zeros(20, DType::F32, &Device::Cpu).unwrap(),
+            9,
+            "pass the buffer's end",
+        ),
+        (
+            Tensor::zeros((4, 5), DType::F32, &Device::Cpu).unwrap(),
+            0,
+            "expected one vector",
+        ),
+        (
+            Tensor::zeros(20, DType::BF16, &Device::Cpu).unwrap(),
+            0,
+            "must both be f32",
+        ),
+    ];
+    for (buffer, offset, want) in cases {
+        let err = sink_gradients([(&w, GradSink { buffer, offset })])
+            .err()
+            .expect("accepted a bad sink")
+            .to_string();
+        assert!(err.contains(want), "{err}");
+    }
+}

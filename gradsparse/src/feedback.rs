@@ -60,8 +60,9 @@ impl ErrorFeedback {
         self.velocity.as_ref()
     }
 
-    /// Adds this step's gradients (one per span, in layout order) into the residual.
-    pub fn accumulate(&mut self, grads: &[Tensor]) -> Result<()> {
+    /// Adds this step's gradients (one per span, in layout order; None: nothing to add, e.g. a gradient
+    /// the backward pass already added through a sink, see [`Self::sinks`]) into the residual.
+    pub fn accumulate(&mut self, grads: &[Option<Tensor>]) -> Result<()> {
         self.check_grads(grads)?;
         profk::accumulate(&self.spans, &self.accumulation(grads))?;
         Ok(())
@@ -71,7 +72,7 @@ impl ErrorFeedback {
     /// the selection's `accumulate` time is that of the separate update (zero when fused).
     pub fn accumulate_select(
         &mut self,
-        grads: &[Tensor],
+        grads: &[Option<Tensor>],
         density: f64,
         scope: Scope,
         choice: &SelectorChoice,
@@ -119,7 +120,7 @@ impl ErrorFeedback {
         Ok(selection)
     }
 
-    fn accumulation<'a>(&'a self, grads: &'a [Tensor]) -> Accumulation<'a> {
+    fn accumulation<'a>(&'a self, grads: &'a [Option<Tensor>]) -> Accumulation<'a> {
         Accumulation {
             residual: &self.residual,
             grads,
@@ -129,7 +130,7 @@ impl ErrorFeedback {
     }
 
     /// One gradient per parameter, each with its parameter's element count.
-    fn check_grads(&self, grads: &[Tensor]) -> Result<()> {
+    fn check_grads(&self, grads: &[Option<Tensor>]) -> Result<()> {
         if grads.len() != self.layout.spans().len() {
             return Err(Error::Param {
                 name: "<gradients>".into(),
@@ -141,6 +142,7 @@ impl ErrorFeedback {
             });
         }
         for (span, grad) in self.layout.spans().iter().zip(grads) {
+            let Some(grad) = grad else { continue };
             if grad.elem_count() != span.len {
                 return Err(Error::Param {
                     name: span.name.clone(),
@@ -233,7 +235,7 @@ mod tests {
         FlatLayout::new(&named).unwrap()
     }
 
-    fn grads(layout: &FlatLayout, step: u64, device: &Device) -> Vec<Tensor> {
+    fn grads(layout: &FlatLayout, step: u64, device: &Device) -> Vec<Option<Tensor>> {
         layout
             .spans()
             .iter()
@@ -243,7 +245,7 @@ mod tests {
                 let v: Vec<f32> = (0..s.len)
                     .map(|j| ((j as f32 * 0.37 + seed).sin() * 3.0).round() / 4.0)
                     .collect();
-                Tensor::from_vec(v, s.shape.clone(), device).unwrap()
+                Some(Tensor::from_vec(v, s.shape.clone(), device).unwrap())
             })
             .collect()
     }

@@ -220,7 +220,7 @@ impl Trainer {
         let start = self.sync()?;
         let logits = self.model.forward_logits(&tokens).map_err(candle_of)?;
         let loss = Gpt2::next_token_loss(&logits, &tokens).map_err(candle_of)?;
-        let grads = loss.backward()?;
+        // Checked before the backward pass, which adds into the residual through the sinks.
         let loss_value = loss.to_scalar::<f32>()?;
         if !loss_value.is_finite() {
             return Err(Error::NonFinite {
@@ -228,16 +228,26 @@ impl Trainer {
                 loss: loss_value,
             });
         }
+        let grads = {
+            let _sinks = self.gradient_sinks()?;
+            loss.backward()?
+        };
         drop(logits);
         let after_backward = self.sync()?;
 
-        let grads: Vec<Tensor> = self
+        // None: nothing to add (added through a sink, or no gradient); momentum correction needs
+        // every gradient, zeros included.
+        let momentum = self.cfg.sparsify.momentum_correction;
+        let grads: Vec<Option<Tensor>> = self
             .vars
             .iter()
             .zip(self.layout().spans())
             .map(|(var, span)| match grads.get(var) {
-                Some(g) => Ok(g.clone()),
-                None => Tensor::zeros(span.shape.clone(), DType::F32, &self.device),
+                Some(g) => Ok(Some(g.clone())),
+                None if momentum => {
+                    Tensor::zeros(span.shape.clone(), DType::F32, &self.device).map(Some)
+                }
+                None => Ok(None),
             })
             .collect::<candle_core::Result<_>>()?;
         let density = self.cfg.density_at(step);
@@ -269,6 +279,33 @@ impl Trainer {
             apply: end - before_apply,
             total: end - start,
         })
+    }
+
+    /// Without momentum correction every variable's gradient may go straight into its span of the
+    /// residual: the ops that support it (the linear layers' weight-gradient products, nearly all of
+    /// GPT-2's coordinates) add into the residual in place and return no gradient, so no gradient
+    /// tensor is written, accumulated by candle, and read again by the update pass. The others return
+    /// theirs as usual. With momentum correction `u = μ·u + g` comes first, so every gradient is returned.
+    fn gradient_sinks(&self) -> Result<Option<activations::ops::SinkGuard>> {
+        if self.cfg.sparsify.momentum_correction {
+            return Ok(None);
+        }
+        let residual = self.feedback.residual();
+        let targets = self
+            .vars
+            .iter()
+            .zip(self.layout().spans())
+            .filter(|(var, _)| var.dtype() == DType::F32 && var.is_contiguous())
+            .map(|(var, span)| {
+                (
+                    var.as_tensor(),
+                    activations::ops::GradSink {
+                        buffer: residual.clone(),
+                        offset: span.offset,
+                    },
+                )
+            });
+        Ok(Some(activations::ops::sink_gradients(targets)?))
     }
 
     /// Mean next-token loss per predicted token over `max_contexts` held-out contexts spread over

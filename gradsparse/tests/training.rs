@@ -181,3 +181,39 @@ fn run_resumes_like_an_uninterrupted_run() {
         .to_string();
     assert!(err.contains("sparsify"), "{err}");
 }
+
+/// Without momentum correction the backward pass adds the linear layers' weight gradients straight
+/// into the residual (gradient sinks). After the first step the residual must hold exactly the
+/// gradient a plain backward pass gives, except at the k applied coordinates, which are zero.
+#[test]
+fn sunk_gradients_reach_the_residual() {
+    let toml = SMALL
+        .replace("momentum_correction = true", "momentum_correction = false")
+        .replace("warmup_steps = 2", "warmup_steps = 0");
+    let cfg = FinetuneConfig::from_toml(&toml).unwrap();
+    let mut t = trainer(&toml);
+    let (batches, _) = Batches::from_config(&cfg, t.model().config().vocab_size).unwrap();
+    let tokens = batches.train_batch(0, t.device()).unwrap();
+    let logits = t.model().forward_logits(&tokens).unwrap();
+    let grads = Gpt2::next_token_loss(&logits, &tokens)
+        .unwrap()
+        .backward()
+        .unwrap();
+    let want: Vec<f32> = t
+        .vars()
+        .iter()
+        .flat_map(|v| flat(grads.get(v).expect("every weight has a gradient")))
+        .collect();
+    let report = t.train_step().unwrap();
+    let got = flat(t.feedback().residual());
+    assert_eq!(got.len(), want.len());
+    let mut applied = 0;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        if g != w {
+            assert_eq!(*g, 0.0, "coordinate {i}: residual {g}, gradient {w}");
+            applied += 1;
+        }
+    }
+    assert!(applied <= report.k, "{applied} coordinates changed, {} applied", report.k);
+    assert!(applied > report.k / 2, "only {applied} of {} applied coordinates seen", report.k);
+}

@@ -18,7 +18,7 @@ struct AccChunk {
 struct AccArgs {
   float* residual;        // [n], updated in place by the pass
   float* velocity;        // [n] or null (no momentum correction)
-  const u64* grads;       // device address of each gradient (f32, contiguous) [spans]
+  const u64* grads;       // device address of each gradient (f32, contiguous), 0: none to add [spans]
   const u64* starts;      // flat offset of each gradient, then n [spans + 1]
   const AccChunk* chunks;  // [nchunks]
   u64 nchunks, n;
@@ -31,7 +31,8 @@ __device__ __forceinline__ float addend(const AccArgs& a, u64 i, float g) {
   return a.velocity ? fmaf(a.mu, a.velocity[i], g) : g;
 }
 
-// acc at flat coordinate i, computed without writing anything (the sample of the first attempt).
+// acc at flat coordinate i, computed without writing anything (the sample of the first attempt). A span
+// without a gradient (already in the residual) is read as it is.
 struct AccKey {
   const AccArgs* a;
   int mag;
@@ -41,8 +42,10 @@ struct AccKey {
       const u32 mid = (lo + hi + 1) / 2;
       if (a->starts[mid] <= i) lo = mid; else hi = mid - 1;
     }
-    const float g = reinterpret_cast<const float*>(a->grads[lo])[i - a->starts[lo]];
-    return Ops<float>::key(a->residual[i] + addend(*a, i, g), mag);
+    const u64 g = a->grads[lo];
+    const float r = a->residual[i];
+    if (g == 0) return Ops<float>::key(r, mag);
+    return Ops<float>::key(r + addend(*a, i, reinterpret_cast<const float*>(g)[i - a->starts[lo]]), mag);
   }
 };
 
@@ -57,7 +60,7 @@ extern "C" __global__ void __launch_bounds__(256)
   sample_select_body<256>(s, sel, t, ib, tb, AccKey{&a, s.mag});
 }
 
-// One chunk's coordinates as (gradient, residual, velocity) pointers.
+// One chunk's coordinates as (gradient, residual, velocity) pointers; g is null where there is none to add.
 struct ChunkPtrs {
   const float* g;
   float* r;
@@ -68,7 +71,8 @@ struct ChunkPtrs {
 
 __device__ __forceinline__ ChunkPtrs chunk_ptrs(const AccArgs& a, u64 c) {
   const AccChunk ch = a.chunks[c];
-  const float* g = reinterpret_cast<const float*>(a.grads[ch.tensor]) + (ch.flat - a.starts[ch.tensor]);
+  const u64 base = a.grads[ch.tensor];
+  const float* g = base ? reinterpret_cast<const float*>(base) + (ch.flat - a.starts[ch.tensor]) : nullptr;
   return ChunkPtrs{g, a.residual + ch.flat, a.velocity ? a.velocity + ch.flat : nullptr, ch.flat, ch.len};
 }
 
@@ -84,6 +88,7 @@ __device__ __forceinline__ float lane(const float4& v, int q) { return q == 0 ? 
 extern "C" __global__ void __launch_bounds__(FT) acc_add(AccArgs a) {
   for (u64 c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
     const ChunkPtrs p = chunk_ptrs(a, c);
+    if (!p.g) continue;  // nothing to add
     if (vectorizable(p)) {
       const float4* g4 = reinterpret_cast<const float4*>(p.g);
       float4* r4 = reinterpret_cast<float4*>(p.r);
@@ -165,6 +170,8 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
     u64 fetched = 0;
     if (threadIdx.x == 0) fetched = a.in_order ? atomicAdd(&a.g->next_chunk, 1ull) : c + gridDim.x;
     const ChunkPtrs p = chunk_ptrs(a.acc, c);
+    // Without a gradient (validated: no velocity either) the chunk is only read: acc = r, unwritten.
+    const bool add = p.g != nullptr;
     if (vectorizable(p)) {
       const float4* g4 = reinterpret_cast<const float4*>(p.g);
       float4* r4 = reinterpret_cast<float4*>(p.r);
@@ -175,7 +182,7 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
 #pragma unroll
         for (int s = 0; s < UNROLL; ++s) {
           const u64 v = vb + (u64)s * FT + threadIdx.x;
-          g[s] = v < nvec ? __ldcs(&g4[v]) : float4{};
+          g[s] = v < nvec && add ? __ldcs(&g4[v]) : float4{};
           r[s] = v < nvec ? __ldcs(&r4[v]) : float4{};
         }
         if (VELOCITY) {
@@ -194,8 +201,9 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
 #pragma unroll
         for (int s = 0; s < UNROLL; ++s) {
           const u64 v = vb + (u64)s * FT + threadIdx.x;
-          const float4 acc = make_float4(r[s].x + g[s].x, r[s].y + g[s].y, r[s].z + g[s].z, r[s].w + g[s].w);
-          if (v < nvec) __stcs(&r4[v], acc);
+          const float4 acc =
+              add ? make_float4(r[s].x + g[s].x, r[s].y + g[s].y, r[s].z + g[s].z, r[s].w + g[s].w) : r[s];
+          if (v < nvec && add) __stcs(&r4[v], acc);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             float x = lane(acc, q);
@@ -218,13 +226,16 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
         const u64 i = b + threadIdx.x;
         bool keep = false;
         if (i < p.len) {
-          float x = p.g[i];
-          if (VELOCITY) {
-            x = fmaf(mu, p.u[i], x);
-            p.u[i] = x;
+          float acc = p.r[i];
+          if (add) {
+            float x = p.g[i];
+            if (VELOCITY) {
+              x = fmaf(mu, p.u[i], x);
+              p.u[i] = x;
+            }
+            acc += x;
+            p.r[i] = acc;
           }
-          const float acc = p.r[i] + x;
-          p.r[i] = acc;
           const float m = a.mag ? fabsf(acc) : acc;
           keep = !(m < tf) && exact(p.flat + i);
         }

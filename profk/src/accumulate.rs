@@ -77,8 +77,11 @@ impl FlatSpans {
 pub struct Accumulation<'a> {
     /// Flat f32 residual of [`FlatSpans::total`] coordinates, updated in place.
     pub residual: &'a Tensor,
-    /// One gradient per span, any shape with the span's element count; f16/bf16/f64 are converted to f32.
-    pub grads: &'a [Tensor],
+    /// One gradient per span, any shape with the span's element count; f16/bf16/f64 are converted to
+    /// f32. `None`: nothing to add, the span's gradient is already in the residual (a backward pass
+    /// that accumulates into it, `activations::ops::sink_gradients`) or it has none; the pass then
+    /// only reads the residual there. Needs no velocity (momentum correction adds to it first).
+    pub grads: &'a [Option<Tensor>],
     /// DGC velocity (flat f32, like the residual), updated in place; `None` adds the gradients.
     pub velocity: Option<&'a Tensor>,
     /// μ of the momentum correction (ignored without a velocity).
@@ -176,7 +179,7 @@ fn unsupported(device: &Device) -> Error {
 
 /// Checks the residual, velocity and gradients against the spans; returns the gradients as flat
 /// contiguous f32 tensors (no copy for contiguous f32 gradients).
-fn validate(spans: &FlatSpans, acc: &Accumulation) -> Result<Vec<Tensor>> {
+fn validate(spans: &FlatSpans, acc: &Accumulation) -> Result<Vec<Option<Tensor>>> {
     let n = spans.total();
     let state = |name: &str, t: &Tensor| -> Result<()> {
         if t.dtype() != DType::F32 {
@@ -211,10 +214,17 @@ fn validate(spans: &FlatSpans, acc: &Accumulation) -> Result<Vec<Tensor>> {
             spans.len()
         )));
     }
+    if acc.velocity.is_some() && acc.grads.iter().any(Option::is_none) {
+        return Err(Error::Param(
+            "momentum correction needs every span's gradient (a span without one has a velocity to update)"
+                .into(),
+        ));
+    }
     acc.grads
         .iter()
         .enumerate()
         .map(|(i, g)| {
+            let Some(g) = g else { return Ok(None) };
             if g.elem_count() != spans.span_len(i) {
                 return Err(Error::Shape {
                     shape: g.dims().to_vec(),
@@ -232,9 +242,9 @@ fn validate(spans: &FlatSpans, acc: &Accumulation) -> Result<Vec<Tensor>> {
             }
             // An empty gradient is never read (and CUDA launches no cast over zero elements).
             if g.elem_count() == 0 {
-                return Ok(g.clone());
+                return Ok(None);
             }
-            Ok(g.flatten_all()?.to_dtype(DType::F32)?.contiguous()?)
+            Ok(Some(g.flatten_all()?.to_dtype(DType::F32)?.contiguous()?))
         })
         .collect()
 }
@@ -298,8 +308,9 @@ impl candle_core::InplaceOp2 for Momentum {
     }
 }
 
-fn add_cpu(spans: &FlatSpans, acc: &Accumulation, grads: &[Tensor]) -> Result<()> {
+fn add_cpu(spans: &FlatSpans, acc: &Accumulation, grads: &[Option<Tensor>]) -> Result<()> {
     for (i, g) in grads.iter().enumerate() {
+        let Some(g) = g else { continue };
         let (start, len) = (spans.starts[i] as usize, spans.span_len(i));
         if len == 0 {
             continue;

@@ -18,6 +18,8 @@ struct Case {
     velocity: Option<(Vec<f32>, f32)>,
     /// Gradient dtype (f32, or bf16 to exercise the conversion).
     grad_dtype: DType,
+    /// Spans passed without a gradient (already in the residual): left as they are.
+    absent: Vec<usize>,
 }
 
 impl Case {
@@ -29,7 +31,17 @@ impl Case {
             grads: cast(grads),
             velocity: None,
             grad_dtype: DType::F32,
+            absent: Vec::new(),
         }
+    }
+
+    /// Whether each coordinate's span has a gradient to add.
+    fn present(&self) -> Vec<bool> {
+        self.lens
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &len)| std::iter::repeat_n(!self.absent.contains(&i), len))
+            .collect()
     }
 
     fn n(&self) -> usize {
@@ -49,7 +61,12 @@ impl Case {
         let g = self.grad_values()?;
         match &self.velocity {
             None => Ok((
-                self.residual.iter().zip(&g).map(|(r, g)| r + g).collect(),
+                self.residual
+                    .iter()
+                    .zip(&g)
+                    .zip(self.present())
+                    .map(|((r, g), add)| if add { r + g } else { *r })
+                    .collect(),
                 None,
             )),
             Some((u, mu)) => {
@@ -67,7 +84,7 @@ struct State {
     residual: Tensor,
     velocity: Option<Tensor>,
     mu: f32,
-    grads: Vec<Tensor>,
+    grads: Vec<Option<Tensor>>,
 }
 
 impl State {
@@ -87,7 +104,7 @@ impl State {
             } else {
                 g
             };
-            grads.push(g);
+            grads.push((!c.absent.contains(&i)).then_some(g));
             off += len;
         }
         Ok(Self {
@@ -426,6 +443,63 @@ fn bad_input(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Spans passed without a gradient (their residual already holds it) are read, not written: the
+/// plain update, the fused selection over odd and aligned spans, and the redraw and fallback.
+fn absent_gradients(dev: &Device) -> Result<()> {
+    for (lens, seed, absent) in [
+        (&ODD[..], 61, vec![0, 3, 5, 7]),
+        (&ALIGNED[..], 63, vec![1, 4]),
+        (&ALIGNED[..], 65, (0..ALIGNED.len()).collect()),
+    ] {
+        let mut c = random_case(lens, seed);
+        c.absent = absent;
+        let s = State::new(&c, dev)?;
+        profk::accumulate(&s.spans, &s.acc())?;
+        ensure!(
+            bits(&s.residual)? == bits_of(&c.expected()?.0),
+            "plain update with absent spans differs"
+        );
+        let n = c.n();
+        for k in [1, n / 1000, n] {
+            run(&c, k, &magnitude(Selector::Profk, Order::Index), None, dev)?;
+        }
+        run(
+            &c,
+            100,
+            &magnitude(Selector::Radix, Order::Index),
+            None,
+            dev,
+        )?;
+        let always_fails = Plan {
+            sample: 256,
+            t: 8,
+            capacity: 100,
+        };
+        let got = run(
+            &c,
+            300,
+            &magnitude(Selector::Profk, Order::Index),
+            Some(always_fails),
+            dev,
+        )?;
+        ensure!(got.stats.fell_back, "should fall back: {:?}", got.stats);
+    }
+    // Momentum correction updates every span's velocity: a missing gradient is an error.
+    let mut c = random_case(&[3, 4], 67);
+    c.velocity = Some((vec![0.5; 7], 0.9));
+    c.absent = vec![1];
+    let s = State::new(&c, dev)?;
+    let err = profk::accumulate(&s.spans, &s.acc())
+        .unwrap_err()
+        .to_string();
+    ensure!(err.contains("momentum correction needs every"), "{err}");
+    ensure!(
+        bits(&s.residual)? == bits_of(&c.residual),
+        "bad input changed the residual"
+    );
+    Ok(())
+}
+
 /// The plain update (no selection), and bf16 gradients converted on the way in.
 fn plain_update(dev: &Device) -> Result<()> {
     let mut c = random_case(&ODD, 51);
@@ -448,3 +522,4 @@ test_device!(forced_fallback, forced_fallback);
 test_device!(large_sample, large_sample);
 test_device!(bad_input, bad_input);
 test_device!(plain_update, plain_update);
+test_device!(absent_gradients, absent_gradients);

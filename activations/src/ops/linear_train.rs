@@ -291,6 +291,8 @@ impl candle_core::CustomOp3 for LinearTrain {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        // A weight with a gradient sink gets its gradient added there, and none returned.
+        let sink = super::grad_sink::sink_for(w);
         let (x, w, dy) = (x.detach(), w.detach(), dy.detach().contiguous()?);
         let z = match self.activation {
             Activation::Identity => None,
@@ -298,8 +300,9 @@ impl candle_core::CustomOp3 for LinearTrain {
         };
         #[cfg(feature = "cuda")]
         if x.device().is_cuda() {
-            let (dx, dw, db) = super::cuda::linear_train::backward(&x, &w, &dy, z.as_ref())?;
-            return Ok((Some(dx), Some(dw), Some(db)));
+            let (dx, dw, db) =
+                super::cuda::linear_train::backward(&x, &w, &dy, z.as_ref(), sink.as_ref())?;
+            return Ok((Some(dx), dw, Some(db)));
         }
         let (dz, db) = match dy.dtype() {
             DType::F32 => cpu_bias_grad::<f32>(&dy, z.as_ref())?,
@@ -314,6 +317,10 @@ impl candle_core::CustomOp3 for LinearTrain {
         let dz = dz.unwrap_or(dy);
         let dx = dz.matmul(&w.t()?)?;
         let dw = x.t()?.matmul(&dz)?;
+        if let Some(sink) = sink {
+            super::grad_sink::add_into(&sink, &dw)?;
+            return Ok((Some(dx), None, Some(db)));
+        }
         Ok((Some(dx), Some(dw), Some(db)))
     }
 }

@@ -7,6 +7,7 @@ mod attention_train;
 mod cross_entropy;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod grad_sink;
 mod layer_norm;
 mod linear;
 mod linear_train;
@@ -18,6 +19,7 @@ pub use cross_entropy::next_token_cross_entropy;
 pub use cuda::host_copy::{PendingCopy, PinnedCopier};
 #[cfg(feature = "cuda")]
 pub use cuda::pool::{keep_pool_memory, pool_peak_bytes, reset_pool_peak};
+pub use grad_sink::{sink_gradients, GradSink, SinkGuard};
 pub use layer_norm::{layer_norm, layer_norm_train};
 pub use linear::{linear, Epilogue};
 pub use linear_train::{linear_train, Activation};

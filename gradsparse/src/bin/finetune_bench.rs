@@ -119,18 +119,38 @@ fn ef_only(args: &Args) -> anyhow::Result<()> {
         let trainer = Trainer::new(cfg.clone(), &model, batches)?;
         drop(model);
         let layout = trainer.layout().clone();
-        let grads: Vec<candle_core::Tensor> = layout
+        let grads: Vec<Option<candle_core::Tensor>> = layout
             .spans()
             .iter()
-            .map(|s| candle_core::Tensor::randn(0f32, 1f32, s.shape.clone(), &device))
+            .map(|s| candle_core::Tensor::randn(0f32, 1f32, s.shape.clone(), &device).map(Some))
             .collect::<Result<_, _>>()?;
+        // As in a training step: the linear layers' weight gradients are already in the residual
+        // (added by the backward's products through the gradient sinks), the others are passed.
+        let sunk: Vec<Option<candle_core::Tensor>> = layout
+            .spans()
+            .iter()
+            .zip(&grads)
+            .map(|(s, g)| {
+                if is_linear_weight(&s.name) {
+                    None
+                } else {
+                    g.clone()
+                }
+            })
+            .collect();
         let n = layout.total();
         let k = gradsparse::select::k_for(args.density, n);
-        for (label, fused, kind) in [
-            ("fused profk", true, Selector::Profk),
-            ("profk", false, Selector::Profk),
-            ("radix", false, Selector::Radix),
-            ("sort", false, Selector::Sort),
+        for (label, fused, kind, grads) in [
+            (
+                "fused profk, linear weights sunk",
+                true,
+                Selector::Profk,
+                &sunk,
+            ),
+            ("fused profk", true, Selector::Profk, &grads),
+            ("profk", false, Selector::Profk, &grads),
+            ("radix", false, Selector::Radix, &grads),
+            ("sort", false, Selector::Sort, &grads),
         ] {
             if !fused
                 && !args
@@ -154,7 +174,7 @@ fn ef_only(args: &Args) -> anyhow::Result<()> {
                     let t0 = std::time::Instant::now();
                     let (update, sel) = if fused {
                         let sel = ef.accumulate_select(
-                            &grads,
+                            grads,
                             args.density,
                             gradsparse::Scope::Global,
                             &choice,
@@ -162,7 +182,7 @@ fn ef_only(args: &Args) -> anyhow::Result<()> {
                         )?;
                         (0.0, sel)
                     } else {
-                        ef.accumulate(&grads)?;
+                        ef.accumulate(grads)?;
                         device.synchronize()?;
                         let update = t0.elapsed().as_secs_f64();
                         let sel =
@@ -211,11 +231,25 @@ fn ef_only(args: &Args) -> anyhow::Result<()> {
         }
         #[cfg(feature = "cuda")]
         if device.is_cuda() {
-            pass_only(args, &layout, &grads, &device, model_name)?;
+            pass_only(
+                args,
+                &layout,
+                &sunk,
+                &device,
+                model_name,
+                "linear weights sunk",
+            )?;
+            pass_only(args, &layout, &grads, &device, model_name, "every gradient")?;
             sample_sweep(args, &layout, &grads, &device, model_name)?;
         }
     }
     Ok(())
+}
+
+/// GPT-2's linear layers' weights (`h.N.attn.c_attn.weight`, ...), whose gradients a training step adds
+/// into the residual in the backward pass.
+fn is_linear_weight(name: &str) -> bool {
+    name.ends_with(".weight") && (name.contains(".attn.c_") || name.contains(".mlp.c_"))
 }
 
 /// Where the fused call's time goes: the same call with every launch after the pass left out
@@ -224,9 +258,10 @@ fn ef_only(args: &Args) -> anyhow::Result<()> {
 fn pass_only(
     args: &Args,
     layout: &gradsparse::FlatLayout,
-    grads: &[candle_core::Tensor],
+    grads: &[Option<candle_core::Tensor>],
     device: &candle_core::Device,
     model_name: &str,
+    label: &str,
 ) -> anyhow::Result<()> {
     use profk::cuda::skip;
     let choice = SelectorChoice {
@@ -251,7 +286,7 @@ fn pass_only(
         }
     }
     println!(
-        "| gradsparse fused profk, sample + pass only | {model_name} | {} | {} | (fused) | (fused) | {:.2} | - | - |",
+        "| gradsparse fused profk, {label}, sample + pass only | {model_name} | {} | {} | (fused) | (fused) | {:.2} | - | - |",
         layout.total(),
         gradsparse::select::k_for(args.density, layout.total()),
         median(times)
@@ -355,7 +390,7 @@ fn main() -> anyhow::Result<()> {
 fn sample_sweep(
     args: &Args,
     layout: &gradsparse::FlatLayout,
-    grads: &[candle_core::Tensor],
+    grads: &[Option<candle_core::Tensor>],
     device: &candle_core::Device,
     model_name: &str,
 ) -> anyhow::Result<()> {

@@ -72,15 +72,16 @@ struct Launch {
     stream: Arc<CudaStream>,
 }
 
-fn prepare(spans: &FlatSpans, acc: &Accumulation, grads: &[Tensor]) -> Result<Launch> {
+fn prepare(spans: &FlatSpans, acc: &Accumulation, grads: &[Option<Tensor>]) -> Result<Launch> {
     let (residual, stream) = address(acc.residual)?;
     let velocity = acc.velocity.map(address).transpose()?.map_or(0, |(p, _)| p);
-    // Empty spans have no chunks: their address is never read.
+    // A span without a gradient to add (or an empty one) has address 0: the kernels read only the
+    // residual there.
     let ptrs: Vec<u64> = grads
         .iter()
-        .map(|g| match g.elem_count() {
-            0 => Ok(0),
-            _ => address(g).map(|(p, _)| p),
+        .map(|g| match g {
+            None => Ok(0),
+            Some(g) => address(g).map(|(p, _)| p),
         })
         .collect::<Result<_>>()?;
     let ptrs = if ptrs.is_empty() { vec![0] } else { ptrs };
@@ -120,7 +121,7 @@ pub(crate) fn add_launch(arena: &Arena, a: &AccArgs) -> Result<()> {
 }
 
 /// [`crate::accumulate`] on CUDA: one launch over all spans, queued on candle's stream.
-pub(crate) fn add(spans: &FlatSpans, acc: &Accumulation, grads: &[Tensor]) -> Result<()> {
+pub(crate) fn add(spans: &FlatSpans, acc: &Accumulation, grads: &[Option<Tensor>]) -> Result<()> {
     let launch = prepare(spans, acc, grads)?;
     let arena = Arena::new(launch.stream.clone())?;
     add_launch(&arena, &launch.args)
@@ -131,7 +132,7 @@ pub(crate) fn add(spans: &FlatSpans, acc: &Accumulation, grads: &[Tensor]) -> Re
 pub(crate) fn topk(
     spans: &FlatSpans,
     acc: &Accumulation,
-    grads: &[Tensor],
+    grads: &[Option<Tensor>],
     k: usize,
     opts: &TopKOptions,
     plan: Option<Plan>,

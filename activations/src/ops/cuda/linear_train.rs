@@ -4,6 +4,7 @@
 //! With row-major x [n, k], W [k, m], dZ [n, m] read as column-major transposes:
 //! forward `Zᵀ = Wᵀ xᵀ` (A = W, B = x); `dxᵀ = W dZᵀ` (A = W transposed, B = dZ);
 //! `dWᵀ = dZᵀ x` (A = dZ, B = x transposed).
+use super::super::grad_sink::GradSink;
 use super::super::linear_train::{Activation, LinearTrain};
 use super::linear::{gemm, Gemm};
 use super::{address, alloc, drv, dtype_suffix, function, tensor_address};
@@ -105,13 +106,15 @@ fn gelu(
 }
 
 /// `(dx, dW, db)` from `x` [n, k], `w` [k, m], `dy` [n, m] (contiguous) and, for GELU, the kept
-/// pre-activation `z` [n, m].
+/// pre-activation `z` [n, m]. With a sink, dW is added into the sink's slice by the product itself
+/// (`beta = 1`, the slice as both C and D) and not returned.
 pub fn backward(
     x: &Tensor,
     w: &Tensor,
     dy: &Tensor,
     z: Option<&Tensor>,
-) -> Result<(Tensor, Tensor, Tensor)> {
+    sink: Option<&GradSink>,
+) -> Result<(Tensor, Option<Tensor>, Tensor)> {
     let dtype = x.dtype();
     let sfx = dtype_suffix(dtype, "linear_train on CUDA (f32, bf16, f16)")?;
     let (n, k) = x.dims2()?;
@@ -119,9 +122,18 @@ pub fn backward(
     if n == 0 {
         return Ok((
             x.zeros_like()?,
-            w.zeros_like()?,
+            sink.is_none().then(|| w.zeros_like()).transpose()?,
             Tensor::zeros(m, dtype, x.device())?,
         ));
+    }
+    // The sink's slice: f32 and contiguous, checked at registration.
+    let sink_ptr = sink
+        .map(|s| Ok::<_, candle_core::Error>(tensor_address(&s.buffer)? + 4 * s.offset as u64))
+        .transpose()?;
+    if sink.is_some() && dtype != DType::F32 {
+        return Err(candle_core::Error::Msg(format!(
+            "linear_train: a gradient sink needs f32 products, not {dtype:?}"
+        )));
     }
     let (storage, dy_l) = dy.storage_and_layout();
     let Storage::Cuda(like) = &*storage else {
@@ -186,14 +198,20 @@ pub fn backward(
     drop(partials);
 
     let (dx, dx_ptr) = alloc(like, dtype, n * k)?;
-    let (dw, dw_ptr) = alloc(like, dtype, k * m)?;
+    let (dw, dw_ptr) = match sink_ptr {
+        Some(p) => (None, p),
+        None => {
+            let (s, p) = alloc(like, dtype, k * m)?;
+            (Some(s), p)
+        }
+    };
     let products = [
         // dxᵀ [k, n] = W [k, m] · dZᵀ [m, n]
-        (k, n, m, w_ptr, true, dz_ptr, false, dx_ptr),
-        // dWᵀ [m, k] = dZᵀ [m, n] · x [n, k]
-        (m, k, n, dz_ptr, false, x_ptr, true, dw_ptr),
+        (k, n, m, w_ptr, true, dz_ptr, false, dx_ptr, None),
+        // dWᵀ [m, k] = dZᵀ [m, n] · x [n, k] (+ the sink's slice, in place)
+        (m, k, n, dz_ptr, false, x_ptr, true, dw_ptr, sink_ptr),
     ];
-    for (gm, gn, gk, a, trans_a, b, trans_b, d) in products {
+    for (gm, gn, gk, a, trans_a, b, trans_b, d, c) in products {
         let g = Gemm {
             dtype,
             m: gm,
@@ -203,7 +221,7 @@ pub fn backward(
             trans_a,
             b,
             trans_b,
-            c: None,
+            c,
             d,
             epilogue: Epilogue::CUBLASLT_EPILOGUE_DEFAULT,
             bias: None,
@@ -215,5 +233,9 @@ pub fn backward(
     }
     // dZ's buffer is freed in stream order after the products that read it.
     drop(dz);
-    Ok((tensor(dx, (n, k)), tensor(dw, (k, m)), tensor(db, m)))
+    Ok((
+        tensor(dx, (n, k)),
+        dw.map(|dw| tensor(dw, (k, m))),
+        tensor(db, m),
+    ))
 }
