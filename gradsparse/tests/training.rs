@@ -183,13 +183,17 @@ fn run_resumes_like_an_uninterrupted_run() {
 }
 
 /// Without momentum correction the backward pass adds the linear layers' weight gradients straight
-/// into the residual (gradient sinks). After the first step the residual must hold exactly the
-/// gradient a plain backward pass gives, except at the k applied coordinates, which are zero.
-#[test]
-fn sunk_gradients_reach_the_residual() {
+/// into the residual (gradient sinks). After the first step the residual must hold the gradient a
+/// plain backward pass gives (bit for bit on the CPU; to float rounding on CUDA, where the products
+/// may take other algorithms), except at the applied coordinates, which are zero.
+fn sunk_gradients_reach_the_residual(device: &str) {
     let toml = SMALL
         .replace("momentum_correction = true", "momentum_correction = false")
-        .replace("warmup_steps = 2", "warmup_steps = 0");
+        .replace("warmup_steps = 2", "warmup_steps = 0")
+        .replace(
+            "seed = 3",
+            &format!("seed = 3\ndevice = \"{device}\"\ntf32 = false"),
+        );
     let cfg = FinetuneConfig::from_toml(&toml).unwrap();
     let mut t = trainer(&toml);
     let (batches, _) = Batches::from_config(&cfg, t.model().config().vocab_size).unwrap();
@@ -207,13 +211,38 @@ fn sunk_gradients_reach_the_residual() {
     let report = t.train_step().unwrap();
     let got = flat(t.feedback().residual());
     assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, w| m.max(w.abs()));
+    let tolerance = if device == "cpu" { 0.0 } else { 1e-5 * scale };
     let mut applied = 0;
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        if g != w {
-            assert_eq!(*g, 0.0, "coordinate {i}: residual {g}, gradient {w}");
+        if *g == 0.0 && *w != 0.0 {
             applied += 1;
+        } else {
+            assert!(
+                (g - w).abs() <= tolerance,
+                "coordinate {i}: residual {g}, gradient {w}"
+            );
         }
     }
-    assert!(applied <= report.k, "{applied} coordinates changed, {} applied", report.k);
-    assert!(applied > report.k / 2, "only {applied} of {} applied coordinates seen", report.k);
+    assert!(
+        applied <= report.k,
+        "{applied} coordinates zeroed, {} applied",
+        report.k
+    );
+    assert!(
+        applied > report.k / 2,
+        "only {applied} of {} applied coordinates seen",
+        report.k
+    );
+}
+
+#[test]
+fn sunk_gradients_reach_the_residual_cpu() {
+    sunk_gradients_reach_the_residual("cpu");
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn sunk_gradients_reach_the_residual_cuda() {
+    sunk_gradients_reach_the_residual("cuda");
 }

@@ -269,7 +269,7 @@ pub(crate) fn gemm(stream: &Arc<CudaStream>, g: &Gemm) -> Result<bool> {
             )?;
         }
         let ws = state.workspace.device_ptr(stream).0;
-        let run = |algo: &sys::cublasLtMatmulAlgo_t| -> Result<()> {
+        let run_on = |algo: &sys::cublasLtMatmulAlgo_t, c: u64, d: u64| -> Result<()> {
             lt::matmul(
                 state.handle,
                 desc.0,
@@ -279,9 +279,9 @@ pub(crate) fn gemm(stream: &Arc<CudaStream>, g: &Gemm) -> Result<bool> {
                 a_l.0,
                 g.b as *const c_void,
                 b_l.0,
-                c_ptr as *const c_void,
+                c as *const c_void,
                 c_l.0,
-                g.d as *mut c_void,
+                d as *mut c_void,
                 c_l.0,
                 algo,
                 ws as *mut c_void,
@@ -290,6 +290,7 @@ pub(crate) fn gemm(stream: &Arc<CudaStream>, g: &Gemm) -> Result<bool> {
             )
             .map_err(lt_err)
         };
+        let run = |algo: &sys::cublasLtMatmulAlgo_t| run_on(algo, c_ptr, g.d);
         let algo = match state.algos.get(&key) {
             Some(a) => *a,
             None => {
@@ -346,7 +347,24 @@ pub(crate) fn gemm(stream: &Arc<CudaStream>, g: &Gemm) -> Result<bool> {
                 let algo = match found.first() {
                     None => None,
                     Some(first) if found.len() == 1 => Some(first.algo),
-                    Some(first) => Some(fastest(stream, &found, &run).unwrap_or(first.algo)),
+                    Some(first) => {
+                        // Timing runs each candidate three times: an in-place accumulation
+                        // (C = D, e.g. a gradient sink) would take the product three times over,
+                        // so it is timed on scratch memory.
+                        let in_place = c_ptr == g.d && g.c.is_some();
+                        let scratch = in_place
+                            .then(|| stream.alloc::<u8>(m * n * g.dtype.size_in_bytes()))
+                            .transpose()
+                            .map_err(|e| drv("scratch", e))?;
+                        let timed = |algo: &sys::cublasLtMatmulAlgo_t| match &scratch {
+                            Some(s) => {
+                                let p = s.device_ptr(stream).0;
+                                run_on(algo, p, p)
+                            }
+                            None => run(algo),
+                        };
+                        Some(fastest(stream, &found, &timed).unwrap_or(first.algo))
+                    }
                 };
                 state.algos.insert(key, algo);
                 algo
