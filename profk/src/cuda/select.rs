@@ -1,6 +1,6 @@
 //! Radix selection by (key, index) composite (kernels/select.cu): the threshold over the sample, the
 //! exact top-k of the buffer, the dense fallback and the `radix` baseline, and the output stage.
-use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::abi::{RowList, SelArgs, SelSrc, ROW_SEL_BYTES};
 use super::launch::{drv, Arena, Arg, Dev};
@@ -195,61 +195,51 @@ impl Selection<'_> {
     /// The exact top-k of every gated row's list in one block per row (lists of at most
     /// `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits): one launch.
     pub fn block_topk(&self, src: &Source, out: &Dev<u64>, k: u64) -> Result<()> {
-        let a = self.arena;
-        let args = self.args(src, true);
-        let cap = match src {
-            Source::List { cap, .. } => *cap,
-            Source::Dense => self.shape.n,
-        };
-        let (threads, variant) = super::sample::block_variant(cap);
-        let f = a.func(Family::Select, &format!("block_topk_list{variant}"))?;
+        let (f, args, cfg) = self.block_per_row(src, "block_topk_list")?;
         let (o, tb) = (out.ptr, (self.shape.kb + self.shape.ib) as i32);
-        let mut b = a.stream.launch_builder(&f);
+        let mut b = self.arena.stream.launch_builder(&f);
         b.arg(&args).arg(&o).arg(&k).arg(&tb);
-        let grid = self
-            .shape
-            .rows
-            .clamp(1, (2048 / threads * 2 * a.sms) as u64) as u32;
         // SAFETY: (SelArgs, u64*, u64, int) is the kernel's signature.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: (grid, 1, 1),
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }
-        .map_err(drv)?;
+        unsafe { b.launch(cfg) }.map_err(drv)?;
         Ok(())
     }
 
     /// The `kth`-largest composite of every gated row's list into its `tmin`, one block per row (lists
     /// of at most `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits): one launch.
     pub fn block_kth(&self, src: &Source, kth: u64) -> Result<()> {
+        let (f, args, cfg) = self.block_per_row(src, "block_kth_list")?;
+        let (t, tb) = (kth as u32, (self.shape.kb + self.shape.ib) as i32);
+        let mut b = self.arena.stream.launch_builder(&f);
+        b.arg(&args).arg(&t).arg(&tb);
+        // SAFETY: (SelArgs, u32, int) is the kernel's signature.
+        unsafe { b.launch(cfg) }.map_err(drv)?;
+        Ok(())
+    }
+
+    /// The kernel variant (by the list's length), arguments and launch shape of a one-block-per-row
+    /// kernel `base` over the gated rows.
+    fn block_per_row(
+        &self,
+        src: &Source,
+        base: &str,
+    ) -> Result<(CudaFunction, SelArgs, LaunchConfig)> {
         let a = self.arena;
-        let args = self.args(src, true);
         let cap = match src {
             Source::List { cap, .. } => *cap,
             Source::Dense => self.shape.n,
         };
         let (threads, variant) = super::sample::block_variant(cap);
-        let f = a.func(Family::Select, &format!("block_kth_list{variant}"))?;
-        let (t, tb) = (kth as u32, (self.shape.kb + self.shape.ib) as i32);
-        let mut b = a.stream.launch_builder(&f);
-        b.arg(&args).arg(&t).arg(&tb);
+        let f = a.func(Family::Select, &format!("{base}{variant}"))?;
         let grid = self
             .shape
             .rows
             .clamp(1, (2048 / threads * 2 * a.sms) as u64) as u32;
-        // SAFETY: (SelArgs, u32, int) is the kernel's signature.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: (grid, 1, 1),
-                block_dim: (threads, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }
-        .map_err(drv)?;
-        Ok(())
+        let cfg = LaunchConfig {
+            grid_dim: (grid, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        Ok((f, self.args(src, true), cfg))
     }
 
     /// Writes the row-local indices of the selected elements into `out` (k per row, any order).
