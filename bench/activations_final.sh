@@ -6,16 +6,13 @@
 # forward pass alone with per-op times (forward_bench). About 2 min.
 #
 # Binaries (built on the development machine, from the repo root):
-#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bins --tests --examples
-#   bash bench/activations_pack.sh     # strips + xz's extract, forward_bench, ops, gpt2 into .devbin/act/
+#   bash bench/activations_pack.sh     # builds, strips + xz's extract, forward_bench, ops, gpt2, shards into .devbin/act/
 # Run on the GPU machine from the repo root: bash bench/activations_final.sh  (logs: $OUT/activations/)
 # A subset: ACT_BIN=.devbin/act2 ACT_TESTS="ops" ACT_RUNS="f32_24" bash bench/activations_final.sh
 set -uo pipefail
 LOG=${OUT:-/tmp}/activations; mkdir -p "$LOG"
-B=/tmp/actbin; mkdir -p "$B"
-for f in "${ACT_BIN:-.devbin/act}"/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "$B/$n" && chmod +x "$B/$n"; done
-# Test binaries locate fixtures by the path they were built at.
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+. bench/lib.sh
+B=/tmp/actbin; unpack "${ACT_BIN:-.devbin/act}" "$B"
 SCRATCH=/dev/shm/act-final; mkdir -p "$SCRATCH"
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
 tests=""

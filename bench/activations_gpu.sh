@@ -2,15 +2,12 @@
 # Extraction tokens/s on the GPU for a GPT-2-XL-shaped random model, beside HF transformers,
 # plus the crate's tests on CUDA and per-op timings. Runs on the GPU machine with stripped CUDA
 # builds at .devbin/act/{extract,forward_bench,gpt2,shards,ops}.xz:
-#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --bins --tests --examples
-#   bash bench/activations_pack.sh
+#   bash bench/activations_pack.sh     # builds and packs them
 # then on the GPU machine: bash bench/activations_gpu.sh
 # Shards go to RAM (${SCRATCH:-/dev/shm/act-bench}) unless a run names a disk directory.
 set -uo pipefail
-B=/tmp/actbin; mkdir -p "$B"
-for f in .devbin/act/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
-# Test binaries locate fixtures by the path they were built at.
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+. bench/lib.sh
+B=/tmp/actbin; unpack .devbin/act "$B"
 SCRATCH=${SCRATCH:-/dev/shm/act-bench}
 mkdir -p "$SCRATCH"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader

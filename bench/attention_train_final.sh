@@ -7,13 +7,12 @@
 # for both GEMM batchings (per-sequence strided, and ATTENTION_TRAIN_GEMM=pointers). About 40 s.
 #
 # Binaries (built on the development machine, from the repo root):
-#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda --test train_attention --example attention_train_bench
-#   bash bench/attention_train_pack.sh     # strips + xz's both into .devbin/attn/
+#   bash bench/attention_train_pack.sh     # builds, strips + xz's both into .devbin/attn/
 # Run on the GPU machine from the repo root: bash bench/attention_train_final.sh  (logs: $OUT/attention_train/)
 set -uo pipefail
 LOG=${OUT:-/tmp}/attention_train; mkdir -p "$LOG"
-B=/tmp/attnbin; mkdir -p "$B"
-for f in "${ATTN_BIN:-.devbin/attn}"/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "$B/$n" && chmod +x "$B/$n"; done
+. bench/lib.sh
+B=/tmp/attnbin; unpack "${ATTN_BIN:-.devbin/attn}" "$B"
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
 SHAPES="4x512x16x64 4x512x25x64"
 # The tests and the benchmark run once per GEMM batching: per-sequence strided (default) and

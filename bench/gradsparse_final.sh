@@ -11,26 +11,10 @@
 set -uo pipefail
 LOG=${OUT:-/tmp/out}/gradsparse
 mkdir -p "$LOG"
+. bench/lib.sh
 B=/tmp/efbin
-mkdir -p "$B"
-for f in .devbin/ef/*.xz; do
-  xz -dc "$f" >"$B/$(basename "$f" .xz)" && chmod +x "$B/$(basename "$f" .xz)"
-done
-# Test binaries look for the workspace at the path they were built at.
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+unpack .devbin/ef "$B"
 START=$SECONDS
-SUMMARY=()
-step() { # label timeout-seconds log-name command...
-  local label=$1 limit=$2 name=$3
-  shift 3
-  local t0=$SECONDS rc
-  timeout "$limit" "$@" >"$LOG/$name.log" 2>&1
-  rc=$?
-  local verdict=ok
-  [ $rc -eq 0 ] || verdict="FAILED rc=$rc"
-  [ $rc -eq 124 ] && verdict="TIMED OUT after ${limit}s"
-  SUMMARY+=("| $label | $verdict | $((SECONDS - t0)) s | $(grep -E '^test result' "$LOG/$name.log" | tail -1 | sed 's/test result: //; s/;.*finished/, finished/')")
-}
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 step "profk accumulate tests (cpu + cuda)" 60 accumulate-tests "$B/accumulate"
 # Optional (not packed by default, to keep the carried binaries small): profk's selection tests on CUDA.

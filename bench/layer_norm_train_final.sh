@@ -13,8 +13,8 @@
 # Run on the GPU machine from the repo root: bash bench/layer_norm_train_final.sh  (logs: $OUT/layer_norm/)
 set -uo pipefail
 LOG=${OUT:-/tmp}/layer_norm; mkdir -p "$LOG"
-B=/tmp/lnbin; mkdir -p "$B"
-for f in "${LN_BIN:-.devbin/ln}"/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "$B/$n" && chmod +x "$B/$n"; done
+. bench/lib.sh
+B=/tmp/lnbin; unpack "${LN_BIN:-.devbin/ln}" "$B"
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
 if timeout 60 "$B/train_layer_norm" --test-threads 1 --nocapture > "$LOG/tests.log" 2>&1; then r=ok; else r=FAILED; fi
 tests="$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$LOG/tests.log" | tail -1 | sed 's/test result: //') ($r)"

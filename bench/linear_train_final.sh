@@ -9,10 +9,10 @@
 # Run on the GPU machine from the repo root: bash bench/linear_train_final.sh  (logs: $OUT/linear_train/)
 set -uo pipefail
 LOG=${OUT:-/tmp}/linear_train; mkdir -p "$LOG"
-B=/tmp/linbin; mkdir -p "$B"
-for f in "${LIN_BIN:-.devbin/lin}"/*.xz; do n=$(basename "$f" .xz); xz -dc "$f" > "$B/$n" && chmod +x "$B/$n"; done
-# The ops test reads its fixture by the path it was built at.
-for root in /work/main ${LIN_BUILT_AT:-}; do
+. bench/lib.sh
+B=/tmp/linbin; unpack "${LIN_BIN:-.devbin/lin}" "$B"
+# The ops test reads its fixture by the path it was built at (unpack links /work/main).
+for root in ${LIN_BUILT_AT:-}; do
   [ -e "$root" ] || { mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root"; }
 done
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)

@@ -20,10 +20,9 @@ export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 OUT=${OUT:-/tmp/out}
 LOG=$OUT/sae
 BIN=/tmp/sae-bin
-mkdir -p "$LOG" "$BIN"
-for f in sae-bench sparse_ops; do
-  xz -dc ".devbin/sae/$f.xz" >"$BIN/$f" && chmod +x "$BIN/$f"
-done
+mkdir -p "$LOG"
+. bench/lib.sh
+unpack .devbin/sae "$BIN"
 SHAPES=${SAE_SHAPES:-65536x4096,131072x8192}
 START=$(date +%s)
 

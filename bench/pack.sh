@@ -1,0 +1,21 @@
+# Sourced by the bench/*_pack.sh scripts (run here, on the machine without a GPU, from the repository
+# root): builds CUDA executables and packs them, stripped and xz'd, into a git-ignored folder that a
+# device call carries.
+#   pack DEST "CARGO BUILD FLAGS" PACKAGE/TARGET[=NAME] ...
+# Each PACKAGE/TARGET is an integration test, a library's unit tests, a binary or an example of that
+# package, packed as DEST/NAME.xz (NAME defaults to TARGET). The build goes to $CARGO_TARGET_DIR
+# (default target-gpu) with $GPU_CARGO (default ../shared/gpu/gpu-cargo.sh), release, `--features cuda`.
+pack() {
+  local dest=$1 flags=$2
+  shift 2
+  mkdir -p "$dest"
+  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target-gpu}
+  # shellcheck disable=SC2086 # the flags are words
+  "${GPU_CARGO:-../shared/gpu/gpu-cargo.sh}" build --release --features cuda $flags --message-format=json |
+    python3 bench/cargo_executables.py "$@" |
+    while read -r name exe; do
+      strip -o "$dest/$name" "$exe"
+      xz -6 -T2 -f "$dest/$name"
+      echo "packed $dest/$name.xz ($(du -h "$dest/$name.xz" | cut -f1))"
+    done
+}
