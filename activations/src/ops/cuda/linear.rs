@@ -351,8 +351,7 @@ pub(crate) fn gemm(stream: &Arc<CudaStream>, g: &Gemm) -> Result<bool> {
                         // Timing runs each candidate three times: an in-place accumulation
                         // (C = D, e.g. a gradient sink) would take the product three times over,
                         // so it is timed on scratch memory.
-                        let in_place = c_ptr == g.d && g.c.is_some();
-                        let scratch = in_place
+                        let scratch = (g.c == Some(g.d))
                             .then(|| stream.alloc::<u8>(m * n * g.dtype.size_in_bytes()))
                             .transpose()
                             .map_err(|e| drv("scratch", e))?;
