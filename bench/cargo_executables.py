@@ -1,6 +1,7 @@
 """Reads `cargo build --message-format=json` on stdin and prints `NAME PATH` for each executable asked
-for as PACKAGE/TARGET[=NAME] on the command line: an integration test, a library's unit tests, a binary
-or an example of that package (NAME defaults to TARGET). Exits 1, naming them, if some were not built."""
+for as PACKAGE/TARGET[=NAME] on the command line: an integration test, a binary or an example of that
+package by its name, or `lib` for the library's unit tests (NAME defaults to TARGET). Exits 1, naming
+them, if some were not built."""
 import json
 import sys
 
@@ -15,11 +16,14 @@ def package_name(package_id):
     return url.rstrip("/").rsplit("/", 1)[-1]
 
 
-def wanted_kind(target, is_test):
+def target_key(target, is_test):
+    """The TARGET a spec names this artifact by, or None for the unit tests of a binary or example."""
     kinds = target["kind"]
-    if "test" in kinds or "lib" in kinds:
-        return is_test  # the test harness (a library's unit tests)
-    return not is_test  # a binary or example itself, not its unit tests
+    if "lib" in kinds:
+        return "lib" if is_test else None
+    if "test" in kinds:
+        return target["name"]
+    return None if is_test else target["name"]
 
 
 want = {}
@@ -35,8 +39,8 @@ for line in sys.stdin:
         continue
     if m.get("reason") != "compiler-artifact" or not m.get("executable"):
         continue
-    key = (package_name(m["package_id"]), m["target"]["name"])
-    if key in want and wanted_kind(m["target"], m["profile"]["test"]):
+    key = (package_name(m["package_id"]), target_key(m["target"], m["profile"]["test"]))
+    if key in want:
         found.add(key)
         print(want[key], m["executable"])
 missing = [f"{p}/{t}" for (p, t) in want if (p, t) not in found]

@@ -6,4 +6,4 @@ set -euo pipefail
 . bench/pack.sh
 # The accumulate tests, the gradsparse unit tests, the benchmark.
 pack .devbin/ef "-p profk -p gradsparse --bins --tests" \
-  profk/accumulate gradsparse/gradsparse=gradsparse_lib gradsparse/finetune-bench
+  profk/accumulate gradsparse/lib=gradsparse_lib gradsparse/finetune-bench

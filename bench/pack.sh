@@ -2,9 +2,10 @@
 # root): builds CUDA executables and packs them, stripped and xz'd, into a git-ignored folder that a
 # device call carries.
 #   pack DEST "CARGO BUILD FLAGS" PACKAGE/TARGET[=NAME] ...
-# Each PACKAGE/TARGET is an integration test, a library's unit tests, a binary or an example of that
-# package, packed as DEST/NAME.xz (NAME defaults to TARGET). The build goes to $CARGO_TARGET_DIR
-# (default target-gpu) with $GPU_CARGO (default ../shared/gpu/gpu-cargo.sh), release, `--features cuda`.
+# Each PACKAGE/TARGET is an integration test, a binary or an example of that package by its name, or
+# PACKAGE/lib for its library's unit tests, packed as DEST/NAME.xz (NAME defaults to TARGET). The
+# build goes to $CARGO_TARGET_DIR (default target-gpu) with $GPU_CARGO (default
+# ../shared/gpu/gpu-cargo.sh), release, `--features cuda`.
 pack() {
   local dest=$1 flags=$2
   shift 2
