@@ -340,42 +340,12 @@ pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
 /// the differences between rows place the time of each stage.
 pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
     use super::skip;
-    let shapes = [
-        case(
-            "2^24".into(),
-            vec![1 << 24],
-            1 << 13,
-            Mode::Rowwise,
-            Dist::Normal,
-        ),
-        case(
-            "2^28".into(),
-            vec![1 << 28],
-            1 << 13,
-            Mode::Rowwise,
-            Dist::Normal,
-        ),
-        case(
-            "2^30".into(),
-            vec![1 << 30],
-            1 << 13,
-            Mode::Rowwise,
-            Dist::Normal,
-        ),
-        case(
-            "flat 4096x2^16".into(),
-            vec![4096, 1 << 16],
-            131072,
-            Mode::Flat,
-            Dist::Normal,
-        ),
-        case(
-            "flat 8192x2^17".into(),
-            vec![8192, 1 << 17],
-            262144,
-            Mode::Flat,
-            Dist::Normal,
-        ),
+    // 2^24 and 2^28, the target rows, and two row-wise batches.
+    let small_rows = [1 << 24, 1 << 28].map(|n: usize| {
+        let label = format!("2^{}", n.trailing_zeros());
+        case(label, vec![n], 1 << 13, Mode::Rowwise, Dist::Normal)
+    });
+    let batches = [
         case(
             "1024x2^18".into(),
             vec![1024, 1 << 18],
@@ -391,6 +361,11 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             Dist::Masked,
         ),
     ];
+    let shapes: Vec<Case> = small_rows
+        .into_iter()
+        .chain(targets())
+        .chain(batches)
+        .collect();
     let variants = [
         ("full", 0),
         ("- redraw launches", skip::REDRAW),
