@@ -30,7 +30,7 @@ timed() {
   timeout 240 "$@" >"$LOG/$name.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
-  echo "$name $(echo "$t1 - $t0" | bc) $rc" >>"$LOG/walls.txt"
+  echo "$name $(awk "BEGIN { print $t1 - $t0 }") $rc" >>"$LOG/walls.txt"
 }
 
 "$BIN/hash_rate" 1024 >"$LOG/hash_rate.md" 2>&1

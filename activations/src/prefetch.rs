@@ -15,6 +15,15 @@ pub trait ChunkSource: Send {
     fn next_chunk(&mut self) -> Result<Option<Tensor>>;
 }
 
+/// Waits for the work that made `chunk` on this thread's device stream: candle gives every host thread
+/// a CUDA stream of its own, so a chunk handed to the consumer's thread must be complete first.
+fn finished(chunk: Option<Tensor>) -> Result<Option<Tensor>> {
+    if let Some(c) = &chunk {
+        c.device().synchronize()?;
+    }
+    Ok(chunk)
+}
+
 /// A [`ChunkSource`] run ahead of its consumer.
 pub struct Prefetch {
     mode: Mode,
@@ -47,7 +56,7 @@ impl Prefetch {
             .name(name.into())
             .spawn(move || {
                 while !stopped.load(Ordering::Relaxed) {
-                    let next = source.next_chunk();
+                    let next = source.next_chunk().and_then(finished);
                     let last = !matches!(next, Ok(Some(_)));
                     if tx.send(next).is_err() || last {
                         return;

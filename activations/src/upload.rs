@@ -145,10 +145,13 @@ mod cuda {
         // SAFETY: every element is written by the copy below before anything reads it.
         let mut dst =
             unsafe { stream.alloc::<T>(src.len()) }.map_err(|e| drv("upload allocation", e))?;
-        // A host slice (rather than the pinned handle) makes cudarc wait for the copy on this stream
-        // when the call returns, so the staging buffer can be refilled at once.
         stream
             .memcpy_htod(src, &mut dst)
+            .map_err(|e| drv("host-to-device copy", e))?;
+        // The copy must finish before the staging buffer is refilled and before another thread's
+        // stream reads the rows.
+        stream
+            .synchronize()
             .map_err(|e| drv("host-to-device copy", e))?;
         Ok(CudaStorage::wrap_cuda_slice(dst, dev.clone()))
     }
