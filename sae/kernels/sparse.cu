@@ -43,6 +43,55 @@ extern "C" __global__ void sae_decode_rows(const float* vals, const int64_t* idx
   }
 }
 
+// Matryoshka's nested prefixes from the pairs: the latents are cut at ends[0] < ... < ends[groups - 1] = n,
+// and since a row's pairs come in ascending latent order, the pairs of every prefix are a leading run of
+// them. errors[(g * rows + b) * d + c] = x[b, c] - (sum over the pairs of row b with col < ends[g] of
+// vals[s] * w[col(s), c] + b_dec[c]): one running sum per column (the same pair-order sum as
+// sae_decode_rows), its residual written at every prefix end, also where no pair falls in the group.
+// rebased[s] = idx[s] + group(s) * rows * n: the pair's flat index in the [groups * rows, n] layout
+// whose row g * rows + b holds the gradient reaching row b's pairs of group g. One block per row.
+extern "C" __global__ void sae_prefix_errors(const float* x, const float* vals, const int64_t* idx, const float* w,
+                                             const float* b_dec, const int64_t* ends, float* errors,
+                                             int64_t* rebased, int64_t pairs, int64_t rows, int64_t n, int64_t d,
+                                             int64_t groups) {
+  for (int64_t b = blockIdx.x; b < rows; b += gridDim.x) {
+    const int64_t lo = lower_bound(idx, pairs, b * n);
+    const int64_t hi = lower_bound(idx, pairs, (b + 1) * n);
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      const float xv = x[b * d + c], bias = b_dec[c];
+      float acc = 0.f;
+      int64_t s = lo;
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t end = b * n + ends[g];
+        for (; s < hi && idx[s] < end; ++s) acc = fmaf(vals[s], w[(idx[s] - b * n) * d + c], acc);
+        errors[(g * rows + b) * d + c] = xv - (acc + bias);
+      }
+    }
+    for (int64_t s = lo + threadIdx.x; s < hi; s += blockDim.x) {
+      const int64_t col = idx[s] - b * n;
+      int64_t g = 0;
+      while (g + 1 < groups && col >= ends[g]) ++g;
+      rebased[s] = idx[s] + g * rows * n;
+    }
+  }
+}
+
+// The gradient reaching the pairs of each group: u[g * len + i] = sum over h >= g (every prefix from g on
+// holds group g's pairs) of -2 * coefs[h] * grad[0] * errors[h * len + i], summed from the last group down;
+// len = rows * d. grad is the loss's upstream gradient, read on the device.
+extern "C" __global__ void sae_prefix_upstream(const float* errors, const float* coefs, const float* grad, float* u,
+                                               int64_t len, int64_t groups) {
+  const float up = -2.f * grad[0];
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += stride) {
+    float acc = 0.f;
+    for (int64_t g = groups - 1; g >= 0; --g) {
+      acc = fmaf(coefs[g] * up, errors[g * len + i], acc);
+      u[g * len + i] = acc;
+    }
+  }
+}
+
 // out[s] = g[row(s)] . w[col(s)] (+ bias[col(s)] when bias is not null). One warp per pair.
 extern "C" __global__ void sae_dot_pairs(const float* g, const int64_t* idx, const float* w, const float* bias,
                                          float* out, int64_t pairs, int64_t n, int64_t d) {

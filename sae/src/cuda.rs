@@ -153,6 +153,65 @@ pub(crate) fn decode_rows(
     Ok(out)
 }
 
+/// Matryoshka's residuals of every prefix, `errors [groups · rows, d]` (group-major: row g·rows + b is
+/// x[b] minus the reconstruction of row b by the prefix ending at `ends[g]`), and the pairs' flat indices
+/// rebased on that layout (i64 [pairs]); `x [rows, d]`, `vals [pairs]`, `idx [pairs]` (i64, ascending),
+/// `w [n, d]`, `b_dec [d]`, `ends` (i64 [groups], ascending, the last n), all contiguous.
+pub fn prefix_errors(
+    x: &Tensor,
+    (vals, idx): (&Tensor, &Tensor),
+    (w, b_dec): (&Tensor, &Tensor),
+    ends: &Tensor,
+) -> Result<(Tensor, Tensor)> {
+    let (rows, d) = x.dims2()?;
+    let (n, _) = w.dims2()?;
+    let groups = ends.dims1()?;
+    let pairs = idx.elem_count();
+    if pairs == 0 || rows * d == 0 || groups == 0 {
+        bail!("prefix_errors: {pairs} pairs, {rows} rows of {d}, {groups} groups: none may be 0");
+    }
+    // SAFETY: the kernel writes every residual and every rebased index.
+    let errors = unsafe { Tensor::empty((groups * rows, d), DType::F32, x.device())? };
+    let rebased = unsafe { Tensor::empty(pairs, DType::I64, x.device())? };
+    let (xp, dev) = tensor_ptr(x)?;
+    let (vp, ip, wp, bp) = (
+        tensor_ptr(vals)?.0,
+        tensor_ptr(idx)?.0,
+        tensor_ptr(w)?.0,
+        tensor_ptr(b_dec)?.0,
+    );
+    let (ep, op, rp) = (
+        tensor_ptr(ends)?.0,
+        tensor_ptr(&errors)?.0,
+        tensor_ptr(&rebased)?.0,
+    );
+    let (pairs_i, rows_i, n_i, d_i, groups_i) =
+        (pairs as i64, rows as i64, n as i64, d as i64, groups as i64);
+    launch!(dev, Family::Sparse, "sae_prefix_errors", (rows.clamp(1, MAX_GRID), 1), threads_for(d);
+        xp, vp, ip, wp, bp, ep, op, rp, pairs_i, rows_i, n_i, d_i, groups_i);
+    Ok((errors, rebased))
+}
+
+/// The gradient reaching each group's pairs from the prefix residuals `errors [groups · rows, d]`:
+/// `u[g] = Σ_{h ≥ g} −2·coefs[h]·grad·errors[h]` (coefs f32 [groups], grad the f32 scalar upstream
+/// gradient, read on the device), same shape.
+pub fn prefix_upstream(errors: &Tensor, coefs: &Tensor, grad: &Tensor) -> Result<Tensor> {
+    let groups = coefs.dims1()?;
+    let total = errors.elem_count();
+    if groups == 0 || total == 0 || total % groups != 0 || grad.elem_count() != 1 {
+        bail!("prefix_upstream: {total} residuals over {groups} groups, a scalar gradient");
+    }
+    // SAFETY: the kernel writes every element.
+    let u = unsafe { Tensor::empty(errors.shape(), DType::F32, errors.device())? };
+    let (ep, dev) = tensor_ptr(errors)?;
+    let (cp, gp, up) = (tensor_ptr(coefs)?.0, tensor_ptr(grad)?.0, tensor_ptr(&u)?.0);
+    let len = total / groups;
+    let (len_i, groups_i) = (len as i64, groups as i64);
+    launch!(dev, Family::Sparse, "sae_prefix_upstream", (len.div_ceil(256).clamp(1, MAX_GRID), 1), 256;
+        ep, cp, gp, up, len_i, groups_i);
+    Ok(u)
+}
+
 /// `out [pairs]`: out[s] = g[row(s)]·w[col(s)] (+ bias[col(s)] where `bias` ≠ 0).
 pub(crate) fn dot_pairs(
     dev: &CudaDevice,

@@ -15,6 +15,7 @@ pub mod error;
 pub mod init;
 pub mod metrics;
 pub mod model;
+pub mod nested;
 pub mod optim;
 pub mod run;
 pub mod select;

@@ -2,7 +2,7 @@
 //! `pre = ReLU((x − b_dec)·W_enc + b_enc)`, then the B·k largest entries of `pre` over the whole batch.
 use crate::config::{Arch, DecodeMode};
 use crate::select::{select_flat, Selected};
-use crate::sparse::{gather_linear_to, sparse_decode, sparse_decode_to, GradSink};
+use crate::sparse::{gather_linear_to, sparse_decode_to, GradSink};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::SeedableRng;
@@ -225,29 +225,13 @@ impl Sae {
         })
     }
 
-    /// Σ acts · W_dec over the latents in `range` (all when None), without b_dec.
-    pub fn decode_latents(&self, enc: &Encoded, range: Option<(usize, usize)>) -> Result<Tensor> {
-        let n = self.shape.n;
-        let w = self.w_dec.as_tensor();
-        let Some((start, len)) = range else {
-            return if self.sparse {
-                self.decode_pairs(&enc.vals, &enc.idx, enc.batch)
-            } else {
-                Ok(dense_acts(enc, n)?.matmul(w)?)
-            };
-        };
-        let w = w.narrow(0, start, len)?;
-        if !self.sparse {
-            return Ok(dense_acts(enc, n)?.narrow(1, start, len)?.matmul(&w)?);
+    /// Σ acts · W_dec over every latent, without b_dec.
+    pub fn decode_latents(&self, enc: &Encoded) -> Result<Tensor> {
+        if self.sparse {
+            self.decode_pairs(&enc.vals, &enc.idx, enc.batch)
+        } else {
+            Ok(dense_acts(enc, self.shape.n)?.matmul(self.w_dec.as_tensor())?)
         }
-        let (pos, sub_idx) = sub_selection(&enc.idx, n, start, len)?;
-        let vals = enc.vals.index_select(&pos, 0)?;
-        let sink = self.sinks.as_ref().map(|s| &s.w_dec);
-        if sink.is_some() && (start, len) != (0, n) {
-            // A sink takes gradients of the whole W_dec; a prefix decodes through autograd.
-            return sparse_decode(&vals, &sub_idx, &w, enc.batch);
-        }
-        sparse_decode_to(&vals, &sub_idx, &w, enc.batch, sink)
     }
 
     /// Σ vals · W_dec over the pairs `idx` (flat over `batch` rows), without b_dec.
@@ -264,28 +248,6 @@ pub fn dense_acts(enc: &Encoded, n: usize) -> Result<Tensor> {
     }
     let acts = crate::sparse::dense_acts(&enc.vals, &enc.idx, enc.batch, n)?;
     Ok(enc.dense.get_or_init(|| acts).clone())
-}
-
-/// Positions (u32) of the selections whose column lies in [start, start + len), and their flat indices
-/// re-based on that column range.
-fn sub_selection(idx: &Tensor, n: usize, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
-    let host: Vec<i64> = idx.to_vec1()?;
-    let (n, start, len) = (n as i64, start as i64, len as i64);
-    let mut pos = Vec::new();
-    let mut sub = Vec::new();
-    for (s, &i) in host.iter().enumerate() {
-        let (row, col) = (i / n, i % n);
-        if (start..start + len).contains(&col) {
-            pos.push(s as u32);
-            sub.push(row * len + col - start);
-        }
-    }
-    let device = idx.device();
-    let count = pos.len();
-    Ok((
-        Tensor::from_vec(pos, count, device)?,
-        Tensor::from_vec(sub, count, device)?,
-    ))
 }
 
 /// Σ over the batch of squared errors per token, averaged over tokens: dictionary_learning's L2 loss.

@@ -105,7 +105,7 @@ impl GradSink {
     }
 
     /// Adds the per-latent reduction of `vals[s]·rows[row(s)]`.
-    fn add_col_reduce(
+    pub(crate) fn add_col_reduce(
         &self,
         rows: &Tensor,
         idx: &Tensor,
@@ -526,8 +526,8 @@ impl CustomOp3 for GatherLinear {
 }
 
 /// g [B, d], idx [S], w [n, d] → [S]: g[row(s)]·w[col(s)].
-struct PairDot {
-    n: usize,
+pub(crate) struct PairDot {
+    pub(crate) n: usize,
 }
 
 impl CustomOp3 for PairDot {
@@ -577,8 +577,8 @@ impl CustomOp3 for PairDot {
 }
 
 /// g [B, d], idx [S], vals [S] → [n, d]: row j = Σ_{s: col(s)=j} vals[s]·g[row(s)], in pair order.
-struct ColReduce {
-    n: usize,
+pub(crate) struct ColReduce {
+    pub(crate) n: usize,
 }
 
 impl CustomOp3 for ColReduce {

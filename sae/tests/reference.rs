@@ -17,7 +17,8 @@ fn to_f64(t: &Tensor) -> Vec<f64> {
 }
 
 /// Dense host reference: pre-activations, batch-global top-(B·k) by full sort, reconstruction, and the
-/// loss summed over prefixes `ends`.
+/// loss over prefixes `ends` as dictionary_learning's Matryoshka trainer weighs them: the mean over the G
+/// prefixes of (1/G)·(mean over tokens of ‖x − x̂‖²); one prefix is BatchTopK's loss.
 #[allow(clippy::too_many_arguments)] // a plain host reference, kept free of the crate's types
 fn reference(
     x: &[f64],
@@ -49,6 +50,7 @@ fn reference(
     }
     let mut loss = 0.0;
     let mut recon = vec![0f64; b * d];
+    let weight = 1.0 / (ends.len() * ends.len()) as f64;
     for &end in ends {
         for r in 0..b {
             for i in 0..d {
@@ -57,7 +59,7 @@ fn reference(
                     s += acts[r * n + j] * wd[j * d + i];
                 }
                 recon[r * d + i] = s;
-                loss += (x[r * d + i] - s).powi(2) / b as f64;
+                loss += weight * (x[r * d + i] - s).powi(2) / b as f64;
             }
         }
     }

@@ -12,7 +12,7 @@ use candle_core::Tensor;
 pub fn forward(sae: &Sae, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Forward> {
     let enc = sae.encode(x, selector, seed)?;
     let recon = sae
-        .decode_latents(&enc, None)?
+        .decode_latents(&enc)?
         .broadcast_add(sae.b_dec.as_tensor())?;
     let loss = l2_loss(x, &recon)?;
     Ok(Forward { loss, recon, enc })
