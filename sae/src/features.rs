@@ -100,7 +100,10 @@ impl InferenceSae {
         };
         let (d_model, n) = (field("/d_in")?, field("/d_sae")?);
         let layers = field("/sparsetrain/layers").unwrap_or(1);
-        let arch = match cfg.pointer("/sparsetrain/trained_as").and_then(|v| v.as_str()) {
+        let arch = match cfg
+            .pointer("/sparsetrain/trained_as")
+            .and_then(|v| v.as_str())
+        {
             Some("matryoshka_batchtopk") => Arch::Matryoshka,
             Some("batchtopk_crosscoder") => Arch::Crosscoder,
             _ => Arch::Batchtopk,
@@ -136,7 +139,13 @@ impl InferenceSae {
         self.encode_with(x, &w.w_enc, &w.b_enc, &w.threshold)
     }
 
-    fn encode_with(&self, x: &Tensor, w_enc: &Tensor, b_enc: &Tensor, thr: &Tensor) -> Result<Tensor> {
+    fn encode_with(
+        &self,
+        x: &Tensor,
+        w_enc: &Tensor,
+        b_enc: &Tensor,
+        thr: &Tensor,
+    ) -> Result<Tensor> {
         let pre = x
             .broadcast_sub(&self.weights.b_dec)?
             .matmul(w_enc)?
@@ -414,7 +423,10 @@ pub fn build(
                 density: densities[latent],
                 density_rank: rank,
                 group: sae.group_of(latent),
-                decoder_norm_by_layer: norms.as_ref().map(|n| n[latent].clone()).unwrap_or_default(),
+                decoder_norm_by_layer: norms
+                    .as_ref()
+                    .map(|n| n[latent].clone())
+                    .unwrap_or_default(),
                 examples,
             })
         })
@@ -463,8 +475,10 @@ fn example_windows(
             wanted.entry(hit.context).or_default().push((j, slot));
         }
     }
-    let mut out: Vec<Vec<(usize, usize, Vec<f32>)>> =
-        hits.iter().map(|h| vec![(0, 0, Vec::new()); h.len()]).collect();
+    let mut out: Vec<Vec<(usize, usize, Vec<f32>)>> = hits
+        .iter()
+        .map(|h| vec![(0, 0, Vec::new()); h.len()])
+        .collect();
     if columns.is_empty() || wanted.is_empty() {
         return Ok(out);
     }
@@ -601,9 +615,8 @@ pub fn build_for_run(
             run_dir.display()
         ))
     })?;
-    let cfg: Config = serde_json::from_value(cfg_json).map_err(|e| {
-        Error::Data(format!("{}/config.json: {e}", run_dir.display()))
-    })?;
+    let cfg: Config = serde_json::from_value(cfg_json)
+        .map_err(|e| Error::Data(format!("{}/config.json: {e}", run_dir.display())))?;
     let sae_dir = sae_dir.map_or_else(|| run_dir.join("sae"), Path::to_path_buf);
     let sae = InferenceSae::from_saelens(&sae_dir, device)?;
     let DataConfig::Model { model, dtype, .. } = &cfg.data else {

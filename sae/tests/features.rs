@@ -90,7 +90,12 @@ fn run(sae: &InferenceSae, opts: &FeatureOptions) -> eval::report::features::Fea
 fn a_planted_latent_ranks_its_tokens_contexts_first() {
     // Latent 0 reads tokens 3/11/19, latent 1 the BOS direction (token 8 once), latent 2 is dead,
     // latent 3 reads the filler token 1.
-    let sae = planted(Arch::Batchtopk, &[Some(3), Some(0), None, Some(1)], 1, vec![]);
+    let sae = planted(
+        Arch::Batchtopk,
+        &[Some(3), Some(0), None, Some(1)],
+        1,
+        vec![],
+    );
     let opts = FeatureOptions {
         latents: 64,
         examples: 3,
@@ -109,7 +114,10 @@ fn a_planted_latent_ranks_its_tokens_contexts_first() {
         "the histogram holds every latent"
     );
     let by_index = |i: usize| f.latents.iter().find(|l| l.index == i).unwrap();
-    assert!(f.latents.iter().all(|l| l.index != 2), "a dead latent is not sampled");
+    assert!(
+        f.latents.iter().all(|l| l.index != 2),
+        "a dead latent is not sampled"
+    );
     // Densest first: the filler, then the planted latent, then the BOS-direction latent.
     let order: Vec<usize> = f.latents.iter().map(|l| l.index).collect();
     assert_eq!(order, vec![3, 0, 1]);
@@ -118,13 +126,24 @@ fn a_planted_latent_ranks_its_tokens_contexts_first() {
     assert_eq!(planted.density, 4.0 / encoded as f64);
     assert_eq!(planted.density_rank, 1);
     let contexts: Vec<usize> = planted.examples.iter().map(|e| e.context).collect();
-    assert_eq!(contexts, vec![4, 1, 2], "by maximum activation, ties to the earlier context");
+    assert_eq!(
+        contexts,
+        vec![4, 1, 2],
+        "by maximum activation, ties to the earlier context"
+    );
     let top = &planted.examples[0];
     assert_eq!(top.start, 7 - 3);
     assert_eq!(top.token_ids, contexts_tokens(4, 4, 9));
     assert_eq!(top.activations, vec![0.0, 0.0, 0.0, 3.0, 0.0]);
     assert_eq!(top.tokens[3], "4", "token 19 decodes as GPT-2's \"4\"");
-    assert_eq!(planted.examples[1].activations.iter().cloned().fold(0.0, f32::max), 2.0);
+    assert_eq!(
+        planted.examples[1]
+            .activations
+            .iter()
+            .cloned()
+            .fold(0.0, f32::max),
+        2.0
+    );
     for l in &f.latents {
         for ex in &l.examples {
             assert_eq!(ex.tokens.len(), ex.activations.len());
@@ -151,7 +170,12 @@ fn contexts_tokens(c: usize, from: usize, to: usize) -> Vec<u32> {
 
 #[test]
 fn matryoshka_groups_and_crosscoder_layers_are_reported() {
-    let sae = planted(Arch::Matryoshka, &[Some(3), Some(1), Some(2)], 1, vec![1, 2]);
+    let sae = planted(
+        Arch::Matryoshka,
+        &[Some(3), Some(1), Some(2)],
+        1,
+        vec![1, 2],
+    );
     let f = run(&sae, &FeatureOptions::default());
     let group = |i: usize| f.latents.iter().find(|l| l.index == i).unwrap().group;
     assert_eq!((group(0), group(1), group(2)), (Some(0), Some(1), Some(1)));
@@ -173,7 +197,12 @@ fn matryoshka_groups_and_crosscoder_layers_are_reported() {
 
 #[test]
 fn sampling_is_bounded_by_the_options() {
-    let sae = planted(Arch::Batchtopk, &[Some(3), Some(1), Some(2), Some(0)], 1, vec![]);
+    let sae = planted(
+        Arch::Batchtopk,
+        &[Some(3), Some(1), Some(2), Some(0)],
+        1,
+        vec![],
+    );
     let opts = FeatureOptions {
         latents: 2,
         examples: 1,

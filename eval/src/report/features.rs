@@ -111,6 +111,19 @@ impl FeatureDashboards {
     }
 }
 
+/// The log-density histogram of all latents, when any is alive.
+pub fn histogram_svg(f: &FeatureDashboards) -> Result<Option<String>> {
+    if f.histogram.counts.is_empty() {
+        return Ok(None);
+    }
+    density_histogram(
+        "Feature density (all latents)",
+        &f.histogram.log10_edges,
+        &f.histogram.counts,
+    )
+    .map(Some)
+}
+
 /// Examples shown open per latent; the rest sit in a collapsed list.
 const OPEN_EXAMPLES: usize = 3;
 
@@ -130,19 +143,6 @@ pub fn section(out: &mut String, label: &str, f: &FeatureDashboards) -> Result<(
         f.n_contexts,
         f.latents.len()
     );
-    if !f.histogram.counts.is_empty() {
-        let svg = density_histogram(
-            "Feature density (all latents)",
-            &f.histogram.log10_edges,
-            &f.histogram.counts,
-        )?;
-        let _ = writeln!(
-            out,
-            "<div class=\"charts\"><figure>{svg}<figcaption>fraction of held-out tokens on which each \
-             latent fires; {} dead latents are not in the histogram</figcaption></figure></div>",
-            f.histogram.dead
-        );
-    }
     out.push_str("<div class=\"latents\">\n");
     for latent in &f.latents {
         latent_card(out, latent, &f.hooks);
@@ -196,7 +196,10 @@ fn layer_norms(out: &mut String, norms: &[f64], hooks: &[String]) {
     let top = norms.iter().copied().fold(0.0_f64, f64::max).max(1e-30);
     out.push_str("<div class=\"norms\">decoder norm by layer:");
     for (l, v) in norms.iter().enumerate() {
-        let name = hooks.get(l).cloned().unwrap_or_else(|| format!("layer {l}"));
+        let name = hooks
+            .get(l)
+            .cloned()
+            .unwrap_or_else(|| format!("layer {l}"));
         let _ = write!(
             out,
             " <span class=\"nbar\" title=\"{} {}\"><i style=\"width:{:.0}px\"></i>{}</span>",

@@ -275,7 +275,8 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         context_table(&mut out, runs, &summaries, &colors);
     }
 
-    out.push_str("<h2>Timing</h2>\n");
+    let mut timing_out = String::new();
+    timing_out.push_str("<h2>Timing</h2>\n");
     let timing = [
         names::STEP_MS,
         names::SELECT_MS,
@@ -305,7 +306,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
                 charts.push(Figure::lines(svg, &series, NOISY_NOTE));
             }
         }
-        chart_grid(&mut out, &charts, Some(x));
+        chart_grid(&mut timing_out, &charts, Some(x));
     }
     let bars: Vec<_> = summaries
         .iter()
@@ -318,9 +319,10 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
             legend: Vec::new(),
             note: "light: median step time; dark: median selection time",
         };
-        chart_grid(&mut out, &[figure], None);
+        chart_grid(&mut timing_out, &[figure], None);
     } else if !any_timing {
-        out.push_str("<p class=\"note\">No step_ms or select_ms metrics in these runs.</p>\n");
+        timing_out
+            .push_str("<p class=\"note\">No step_ms or select_ms metrics in these runs.</p>\n");
     }
 
     let latent_metrics = ["dead_fraction"];
@@ -329,7 +331,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         .filter(|m| !timing.contains(&m.as_str()))
         .collect();
     if !train_metrics.is_empty() {
-        out.push_str("<h2>Training metrics</h2>\n");
+        timing_out.push_str("<h2>Training metrics</h2>\n");
         for x in XAxis::BOTH {
             let charts = train_metrics
                 .iter()
@@ -351,10 +353,10 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
                     Ok(Figure::lines(svg, &series, NESTED_NOTE))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            chart_grid(&mut out, &charts, Some(x));
+            chart_grid(&mut timing_out, &charts, Some(x));
         }
-        out.push_str("<h3>Last logged training metrics</h3>\n");
-        metric_table(&mut out, &train_metrics, &summaries, &colors, |s| {
+        timing_out.push_str("<h3>Last logged training metrics</h3>\n");
+        metric_table(&mut timing_out, &train_metrics, &summaries, &colors, |s| {
             &s.final_train
         });
     }
@@ -392,34 +394,54 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     let with_features: Vec<usize> = (0..runs.len())
         .filter(|&i| runs[i].features.is_some())
         .collect();
-    let dead_series = series_of(RecordKind::Train, "dead_fraction", XAxis::Step);
-    if !dead_series.is_empty() || !with_features.is_empty() {
-        out.push_str("<h2>Latents: dead fraction and density</h2>\n");
-        for x in XAxis::BOTH {
-            let series = series_of(RecordKind::Train, "dead_fraction", x);
-            if series.is_empty() {
-                continue;
-            }
-            let (title, y_desc) = metric_axis("dead_fraction");
-            let svg = line_chart(
-                &ChartSpec {
-                    title: &title,
-                    x_desc: x.desc(),
-                    y_desc: &y_desc,
-                    log_y: false,
-                    style: LineStyle::Nested,
-                    reference: None,
-                },
-                &series,
-            )?;
-            let fig = Figure::lines(
-                svg,
-                &series,
-                "dead: no activation within the aux-k window ([sae.aux] dead_tokens)",
-            );
-            chart_grid(&mut out, &[fig], Some(x));
+    let mut histograms = Vec::new();
+    for &i in &with_features {
+        if let Some(svg) = runs[i]
+            .features
+            .as_ref()
+            .map(features::histogram_svg)
+            .transpose()?
+            .flatten()
+        {
+            histograms.push((svg, i));
         }
     }
+    let dead_series = series_of(RecordKind::Train, "dead_fraction", XAxis::Step);
+    if !dead_series.is_empty() || !histograms.is_empty() {
+        out.push_str("<h2>Latents: dead fraction and density</h2>\n");
+        for x in XAxis::BOTH {
+            let mut figs = Vec::new();
+            let series = series_of(RecordKind::Train, "dead_fraction", x);
+            if !series.is_empty() {
+                let (title, y_desc) = metric_axis("dead_fraction");
+                let svg = line_chart(
+                    &ChartSpec {
+                        title: &title,
+                        x_desc: x.desc(),
+                        y_desc: &y_desc,
+                        log_y: false,
+                        style: LineStyle::Nested,
+                        reference: None,
+                    },
+                    &series,
+                )?;
+                figs.push(Figure::lines(
+                    svg,
+                    &series,
+                    "dead: no activation within the aux-k window ([sae.aux] dead_tokens)",
+                ));
+            }
+            for (svg, i) in &histograms {
+                figs.push(Figure {
+                    svg: svg.clone(),
+                    legend: vec![(summaries[*i].label.clone(), colors[*i])],
+                    note: "held-out tokens after training; dead latents are not in the histogram",
+                });
+            }
+            chart_grid(&mut out, &figs, Some(x));
+        }
+    }
+    out.push_str(&timing_out);
     if !with_features.is_empty() {
         out.push_str("<section id=\"features\">\n<h2>Feature dashboards</h2>\n");
         for i in with_features {
@@ -434,7 +456,12 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
 }
 
 /// What ran where, from each run's resolved config: device, model, hook, architecture, n, k, batch B.
-fn context_table(out: &mut String, runs: &[RunData], summaries: &[RunSummary], colors: &[RGBColor]) {
+fn context_table(
+    out: &mut String,
+    runs: &[RunData],
+    summaries: &[RunSummary],
+    colors: &[RGBColor],
+) {
     const COLUMNS: [(&str, &[&str]); 10] = [
         ("device", &["/device"]),
         ("model", &["/data/model", "/model/name", "/model"]),

@@ -310,7 +310,8 @@ where
             .map_err(plot_err)?;
         if let Some(y) = labels.reference {
             let (x0, x1) = (x_range.start, x_range.end);
-            let dash = DashedLineSeries::new([(x0, y), (x1, y)], 6, 4, BLACK.mix(0.6).stroke_width(1));
+            let dash =
+                DashedLineSeries::new([(x0, y), (x1, y)], 6, 4, BLACK.mix(0.6).stroke_width(1));
             chart.draw_series(dash).map_err(plot_err)?;
         }
         let n = series.len();

@@ -53,7 +53,9 @@ fn main() -> anyhow::Result<()> {
     );
     println!(
         "wrote {} and {}",
-        args.run_dir.join(eval::report::features::FEATURES_FILE).display(),
+        args.run_dir
+            .join(eval::report::features::FEATURES_FILE)
+            .display(),
         args.run_dir.join("report.html").display()
     );
     Ok(())
