@@ -7,6 +7,7 @@ replay  logs a finished (or interrupted) run directory's metrics.jsonl to W&B:
             python3 tools/wandb_bridge.py replay runs/tiny-profk-20261130-013000
 
 Runs of one config share a W&B group (the config name) and are told apart by a tag (the selector kind).
+Every metric is charted over `tokens` (training tokens seen), defined as the x-axis metric.
 Offline: WANDB_MODE=offline (or --mode offline) writes a local run under RUN_DIR/wandb/ that
 `wandb sync RUN_DIR/wandb/offline-run-*` uploads later.
 
@@ -60,7 +61,7 @@ def start_run(wandb, args, config):
         os.environ["WANDB_MODE"] = args.mode
     tags = [t for t in (args.tags or "").split(",") if t]
     os.makedirs(args.dir, exist_ok=True)
-    return wandb.init(
+    run = wandb.init(
         project=args.project,
         entity=args.entity or None,
         group=args.group or None,
@@ -71,6 +72,15 @@ def start_run(wandb, args, config):
         id=args.id or None,
         resume="allow" if args.id else None,
     )
+    define_axes(run)
+    return run
+
+
+def define_axes(run):
+    """Training tokens as the x axis of every chart (runs of different batch sizes line up); the
+    optimizer step stays W&B's own step."""
+    run.define_metric("tokens")
+    run.define_metric("*", step_metric="tokens")
 
 
 def describe(run):

@@ -1,5 +1,7 @@
 //! Weights & Biases through the official Python client: a bridge process (tools/wandb_bridge.py, embedded
-//! in the binary) reads the run's metrics records as JSON lines on its stdin.
+//! in the binary) reads the run's metrics records as JSON lines on its stdin. The bridge defines
+//! `tokens` (training tokens seen) as the x-axis metric of every chart (`define_metric("*",
+//! step_metric="tokens")`); W&B's own step is the optimizer step.
 //!
 //! Everything here runs on the metrics writer's side: a slow or missing bridge never delays a step, and a
 //! failure costs one warning while metrics.jsonl goes on.

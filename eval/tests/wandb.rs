@@ -23,6 +23,12 @@ fn python_has_wandb() -> bool {
 
 /// Reads an offline W&B run file with the wandb package's own reader: (history rows, last row).
 fn offline_history(run_dir: &Path) -> (usize, serde_json::Value) {
+    let v = offline_records(run_dir);
+    (v["rows"].as_u64().unwrap() as usize, v["last"].clone())
+}
+
+/// {"rows": history rows, "last": the last row, "metrics": {name or glob: its step metric}}.
+fn offline_records(run_dir: &Path) -> serde_json::Value {
     let wandb_dir = run_dir.join("wandb");
     let offline: Vec<PathBuf> = std::fs::read_dir(&wandb_dir)
         .unwrap_or_else(|e| panic!("{}: {e}", wandb_dir.display()))
@@ -51,14 +57,17 @@ from wandb.sdk.internal import datastore
 from wandb.proto import wandb_internal_pb2 as pb
 ds = datastore.DataStore()
 ds.open_for_scan(sys.argv[1])
-rows, last = 0, {}
+rows, last, metrics = 0, {}, {}
 while (data := ds.scan_data()) is not None:
     r = pb.Record()
     r.ParseFromString(data)
-    if r.WhichOneof("record_type") == "history":
+    kind = r.WhichOneof("record_type")
+    if kind == "history":
         rows += 1
         last = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
-print(json.dumps({"rows": rows, "last": last}))
+    elif kind == "metric":
+        metrics[r.metric.name or r.metric.glob_name] = r.metric.step_metric
+print(json.dumps({"rows": rows, "last": last, "metrics": metrics}))
 "#;
     let out = Command::new("python3")
         .args(["-c", script])
@@ -70,8 +79,7 @@ print(json.dumps({"rows": rows, "last": last}))
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    (v["rows"].as_u64().unwrap() as usize, v["last"].clone())
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 fn log_some(sink: &MetricsSink, steps: u64) {
@@ -131,6 +139,15 @@ fn live_bridge_streams_every_step_into_an_offline_run() {
     assert_eq!(last["train/loss"], 1.0 / 40.0);
     assert_eq!(last["eval/fvu"], 0.5);
     assert_eq!(last["tokens"], 40 * 64);
+    let metrics = &offline_records(run.path())["metrics"];
+    assert_eq!(
+        metrics["*"], "tokens",
+        "every chart over training tokens: {metrics}"
+    );
+    assert!(
+        metrics.get("tokens").is_some(),
+        "tokens is defined: {metrics}"
+    );
 }
 
 #[test]

@@ -37,7 +37,7 @@ pub struct RunSummary {
 }
 
 /// Fraction of the corpus' documents held out for evaluation.
-const HELDOUT_FRACTION: f64 = 0.1;
+pub(crate) const HELDOUT_FRACTION: f64 = 0.1;
 /// Contexts per model forward when activations are produced on the fly.
 const BATCH_CONTEXTS: usize = 8;
 
@@ -115,6 +115,12 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
         let t = &job.trainer;
         write_saelens(&sae_dir, &t.cfg, &t.sae, t.threshold, &t.scales)?;
+        if let Some(splice) = &job.data.splice {
+            let sae = crate::features::InferenceSae::from_trained(&t.sae, t.threshold, &t.scales)?;
+            let opts = crate::features::FeatureOptions::default();
+            crate::features::build_from_model(&sae, &t.cfg, &splice.model, &opts)?
+                .write(run.path())?;
+        }
         eval::report::write_report(std::slice::from_ref(&run), &run.report_path())?;
     }
     Ok(RunSummary {

@@ -36,4 +36,6 @@ fn tiny_model_run_end_to_end() {
     }
     assert!((m["heldout_l0"] - 16.0).abs() < 1e-9);
     assert!(dir.path().join("run/sae/sae_weights.safetensors").is_file());
+    let report = std::fs::read_to_string(dir.path().join("run/report.html")).unwrap();
+    assert!(dir.path().join("run/features.json").is_file() && report.contains("id=\"features\""));
 }

@@ -1,7 +1,8 @@
 //! Page assembly: sections, tables and charts, with all text escaped.
 
+use super::features;
 use super::plots::{
-    line_chart, part_of_total_bars, selector_color, LineStyle, Series, SMOOTH_ABOVE,
+    line_chart, part_of_total_bars, selector_color, ChartSpec, LineStyle, Series, SMOOTH_ABOVE,
 };
 use super::summary::{metric_names, ratio_over_steps, speed_ups, summarize, RunSummary, SpeedUp};
 use super::RunData;
@@ -22,15 +23,36 @@ th, td { border: 1px solid #ddd; padding: 5px 9px; text-align: right; white-spac
 th { background: #f0f0f0; }
 td.l, th.l { text-align: left; }
 td.details { white-space: normal; max-width: 320px; text-align: left; color: #555; }
+.row { display: flex; flex-wrap: wrap; gap: 24px; align-items: flex-start; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; }
 figure { margin: 0; background: white; border: 1px solid #ddd; padding: 4px; }
 figure svg { display: block; }
-figcaption { font-size: 12px; padding: 2px 8px 6px 8px; color: #333; }
+figcaption { font-size: 12px; padding: 2px 8px 6px 8px; color: #333; max-width: 590px; }
 .key { margin-right: 14px; white-space: nowrap; }
 .fignote { color: #888; display: block; margin-top: 2px; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; border-radius: 2px; }
 .good { color: #1a7f37; font-weight: 600; }
 .note { color: #666; font-size: 13px; }
+input.xaxis { display: none; }
+.toggle { font-size: 13px; margin: 4px 0 8px 0; }
+.toggle label { border: 1px solid #bbb; border-radius: 4px; padding: 2px 9px; margin-left: 4px; cursor: pointer;
+                background: white; }
+#x-step:checked ~ .page label[for=x-step], #x-tokens:checked ~ .page label[for=x-tokens]
+  { background: #1f77b4; color: white; border-color: #1f77b4; }
+.by-tokens { display: none; }
+#x-tokens:checked ~ .page .by-tokens { display: flex; }
+#x-tokens:checked ~ .page .by-step { display: none; }
+.latents { display: grid; grid-template-columns: repeat(auto-fill, minmax(640px, 1fr)); gap: 10px; }
+.latent { background: white; border: 1px solid #ddd; padding: 6px 9px; font-size: 12px; }
+.lhead { margin-bottom: 4px; color: #333; }
+.ex { font-family: ui-monospace, Menlo, Consolas, monospace; white-space: pre; overflow: hidden;
+      text-overflow: ellipsis; line-height: 1.55; border-top: 1px solid #f2f2f2; }
+.ex span { border-radius: 2px; }
+.ex span.pk { outline: 1px solid #b34400; }
+details summary { color: #777; cursor: pointer; font-size: 11px; }
+.norms { color: #555; margin-bottom: 3px; }
+.nbar { display: inline-block; margin-right: 8px; }
+.nbar i { display: inline-block; height: 8px; background: #9467bd; margin-right: 3px; vertical-align: middle; }
 ";
 
 /// A chart and the legend printed under it.
@@ -59,6 +81,80 @@ impl Figure {
 const NESTED_NOTE: &str = "wider lines are drawn first: curves that coincide show as nested bands";
 const NOISY_NOTE: &str = "faint: every logged step; solid: rolling median";
 
+/// What the x axis of the charts over training counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum XAxis {
+    Step,
+    Tokens,
+}
+
+impl XAxis {
+    const BOTH: [XAxis; 2] = [XAxis::Step, XAxis::Tokens];
+
+    fn desc(self) -> &'static str {
+        match self {
+            XAxis::Step => "optimizer step",
+            XAxis::Tokens => "training tokens",
+        }
+    }
+
+    fn class(self) -> &'static str {
+        match self {
+            XAxis::Step => "by-step",
+            XAxis::Tokens => "by-tokens",
+        }
+    }
+
+    fn of(self, rec: &crate::metrics::Record) -> f64 {
+        match self {
+            XAxis::Step => rec.step as f64,
+            XAxis::Tokens => rec.tokens as f64,
+        }
+    }
+}
+
+/// A chart title and a y-axis title with units for a logged metric.
+pub fn metric_axis(metric: &str) -> (String, String) {
+    let known = match metric {
+        names::STEP_MS => Some(("Step time", "step time (ms)")),
+        names::SELECT_MS => Some(("Selection time", "selection time (ms)")),
+        names::SELECT_SHARE => Some(("Selection share of the step", "selection / step time")),
+        names::TOKENS_PER_S => Some(("Throughput", "tokens / s")),
+        "data_wait_ms" => Some(("Waiting for data", "wait per step (ms)")),
+        "loss" => Some(("loss", "loss (per token)")),
+        "mse" => Some(("mse", "mean squared error (per element)")),
+        "fvu" => Some(("fvu", "fraction of variance unexplained")),
+        "l0" => Some(("l0", "active latents per token")),
+        "dead_fraction" => Some(("Dead latents", "fraction of latents dead")),
+        "lr" => Some(("lr", "learning rate")),
+        "grad_norm" => Some(("grad_norm", "gradient L2 norm")),
+        "threshold" => Some(("threshold", "JumpReLU threshold (activation)")),
+        _ => None,
+    };
+    if let Some((title, y)) = known {
+        return (title.into(), y.into());
+    }
+    let unit = if metric.contains("fvu") {
+        "fraction of variance unexplained"
+    } else if metric.starts_with("ce_loss_recovered") {
+        "fraction recovered"
+    } else if metric.starts_with("ce_") {
+        "cross-entropy (nats / token)"
+    } else if metric.contains("l0") {
+        "active latents per token"
+    } else if metric.ends_with("_ms") {
+        "ms"
+    } else {
+        ""
+    };
+    let y = if unit.is_empty() {
+        metric.to_string()
+    } else {
+        format!("{metric} ({unit})")
+    };
+    (metric.to_string(), y)
+}
+
 pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     let summaries: Vec<RunSummary> = runs
         .iter()
@@ -70,7 +166,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         .enumerate()
         .map(|(i, r)| selector_color(&r.meta.selector, i))
         .collect();
-    let series_of = |kind: RecordKind, metric: &str| -> Vec<Series> {
+    let series_of = |kind: RecordKind, metric: &str, x: XAxis| -> Vec<Series> {
         runs.iter()
             .enumerate()
             .filter_map(|(i, r)| {
@@ -78,7 +174,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
                     .records
                     .iter()
                     .filter(|rec| rec.kind == kind)
-                    .filter_map(|rec| rec.metrics.get(metric).map(|v| (rec.step as f64, *v)))
+                    .filter_map(|rec| rec.metrics.get(metric).map(|v| (x.of(rec), *v)))
                     .filter(|p| p.1.is_finite())
                     .collect();
                 (!points.is_empty()).then(|| Series {
@@ -89,12 +185,21 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
             })
             .collect()
     };
+    // Step → tokens of a run's train records, for the ratio charts over tokens.
+    let tokens_at = |run: &RunData| -> std::collections::BTreeMap<u64, f64> {
+        run.train().map(|r| (r.step, r.tokens as f64)).collect()
+    };
 
     let mut out = String::new();
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     out.push_str("<title>sparsetrain run report</title><style>");
     out.push_str(STYLE);
-    out.push_str("</style></head><body>\n<h1>sparsetrain run report</h1>\n");
+    out.push_str("</style></head><body>\n");
+    out.push_str(
+        "<input class=\"xaxis\" type=\"radio\" name=\"xaxis\" id=\"x-step\" checked>\
+         <input class=\"xaxis\" type=\"radio\" name=\"xaxis\" id=\"x-tokens\">\n<div class=\"page\">\n",
+    );
+    out.push_str("<h1>sparsetrain run report</h1>\n");
     let _ = writeln!(
         out,
         "<p class=\"sub\">{} run{} · generated {}</p>",
@@ -102,68 +207,106 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         if runs.len() == 1 { "" } else { "s" },
         iso_timestamp(std::time::SystemTime::now())
     );
+    out.push_str(
+        "<div class=\"toggle\">x axis of the charts over training: \
+         <label for=\"x-step\">step</label><label for=\"x-tokens\">tokens</label></div>\n",
+    );
 
     out.push_str("<h2>Runs</h2>\n");
     run_table(&mut out, runs, &summaries, &colors);
 
     let pairs = speed_ups(runs, &summaries);
     if !pairs.is_empty() {
-        out.push_str("<h2>Speed-up of profk</h2>\n");
+        out.push_str("<h2>Speed-up of profk</h2>\n<div class=\"row\"><div>");
         speed_up_table(&mut out, &pairs, &summaries);
+        out.push_str("</div><div>");
+        context_table(&mut out, runs, &summaries, &colors);
+        out.push_str("</div></div>\n");
+        for x in XAxis::BOTH {
+            let mut charts = Vec::new();
+            for metric in [names::SELECT_MS, names::STEP_MS] {
+                let series: Vec<Series> = pairs
+                    .iter()
+                    .map(|p| {
+                        let fast = &runs[p.fast];
+                        let tokens = tokens_at(fast);
+                        let points = ratio_over_steps(fast, &runs[p.baseline], metric)
+                            .into_iter()
+                            .filter_map(|(step, r)| match x {
+                                XAxis::Step => Some((step, r)),
+                                XAxis::Tokens => tokens.get(&(step as u64)).map(|t| (*t, r)),
+                            })
+                            .collect();
+                        Series {
+                            label: format!(
+                                "{} / {}",
+                                summaries[p.baseline].label, summaries[p.fast].label
+                            ),
+                            color: colors[p.baseline],
+                            points,
+                        }
+                    })
+                    .filter(|s| s.points.len() >= 2)
+                    .collect();
+                if !series.is_empty() {
+                    let what = if metric == names::SELECT_MS {
+                        "selection"
+                    } else {
+                        "step"
+                    };
+                    let svg = line_chart(
+                        &ChartSpec {
+                            title: &format!("Speed-up of profk: {what} time"),
+                            x_desc: x.desc(),
+                            y_desc: &format!("{what} time, other / profk (×)"),
+                            log_y: false,
+                            style: LineStyle::Noisy,
+                            reference: Some(1.0),
+                        },
+                        &series,
+                    )?;
+                    charts.push(Figure::lines(svg, &series, NOISY_NOTE));
+                }
+            }
+            chart_grid(&mut out, &charts, Some(x));
+        }
+    } else {
+        out.push_str("<h2>Run context</h2>\n");
+        context_table(&mut out, runs, &summaries, &colors);
+    }
+
+    let mut timing_out = String::new();
+    timing_out.push_str("<h2>Timing</h2>\n");
+    let timing = [
+        names::STEP_MS,
+        names::SELECT_MS,
+        names::SELECT_SHARE,
+        names::TOKENS_PER_S,
+    ];
+    let any_timing = timing
+        .iter()
+        .any(|m| !series_of(RecordKind::Train, m, XAxis::Step).is_empty());
+    for x in XAxis::BOTH {
         let mut charts = Vec::new();
-        for metric in [names::SELECT_MS, names::STEP_MS] {
-            let series: Vec<Series> = pairs
-                .iter()
-                .map(|p| Series {
-                    label: format!(
-                        "{} / {}",
-                        summaries[p.baseline].label, summaries[p.fast].label
-                    ),
-                    color: colors[p.baseline],
-                    points: ratio_over_steps(&runs[p.fast], &runs[p.baseline], metric),
-                })
-                .filter(|s| s.points.len() >= 2)
-                .collect();
+        for metric in timing {
+            let series = series_of(RecordKind::Train, metric, x);
             if !series.is_empty() {
-                let what = if metric == names::SELECT_MS {
-                    "selection"
-                } else {
-                    "step"
-                };
+                let (title, y_desc) = metric_axis(metric);
                 let svg = line_chart(
-                    &format!("Speed-up of profk: {what} time"),
-                    "step",
-                    &format!("{metric} ratio (other / profk)"),
+                    &ChartSpec {
+                        title: &title,
+                        x_desc: x.desc(),
+                        y_desc: &y_desc,
+                        log_y: wide_spread(&series),
+                        style: LineStyle::Noisy,
+                        reference: None,
+                    },
                     &series,
-                    false,
-                    LineStyle::Noisy,
                 )?;
                 charts.push(Figure::lines(svg, &series, NOISY_NOTE));
             }
         }
-        chart_grid(&mut out, &charts);
-    }
-
-    out.push_str("<h2>Timing</h2>\n");
-    let mut charts = Vec::new();
-    for (metric, title) in [
-        (names::STEP_MS, "Step time"),
-        (names::SELECT_MS, "Selection time"),
-        (names::SELECT_SHARE, "Selection share of the step"),
-        (names::TOKENS_PER_S, "Throughput"),
-    ] {
-        let series = series_of(RecordKind::Train, metric);
-        if !series.is_empty() {
-            let svg = line_chart(
-                title,
-                "step",
-                metric,
-                &series,
-                wide_spread(&series),
-                LineStyle::Noisy,
-            )?;
-            charts.push(Figure::lines(svg, &series, NOISY_NOTE));
-        }
+        chart_grid(&mut timing_out, &charts, Some(x));
     }
     let bars: Vec<_> = summaries
         .iter()
@@ -171,47 +314,49 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         .map(|(s, c)| (s.label.clone(), *c, s.median_step_ms, s.median_select_ms))
         .collect();
     if bars.iter().any(|b| b.2.is_some()) {
-        charts.push(Figure {
-            svg: part_of_total_bars("Median step time, selection inside it", "ms", &bars)?,
+        let figure = Figure {
+            svg: part_of_total_bars("Median step time, selection inside it", "time (ms)", &bars)?,
             legend: Vec::new(),
             note: "light: median step time; dark: median selection time",
-        });
+        };
+        chart_grid(&mut timing_out, &[figure], None);
+    } else if !any_timing {
+        timing_out
+            .push_str("<p class=\"note\">No step_ms or select_ms metrics in these runs.</p>\n");
     }
-    if charts.is_empty() {
-        out.push_str("<p class=\"note\">No step_ms or select_ms metrics in these runs.</p>\n");
-    }
-    chart_grid(&mut out, &charts);
 
-    let timing = [
-        names::STEP_MS,
-        names::SELECT_MS,
-        names::SELECT_SHARE,
-        names::TOKENS_PER_S,
-    ];
+    let latent_metrics = ["dead_fraction"];
     let train_metrics: Vec<String> = metric_names(runs, RecordKind::Train)
         .into_iter()
         .filter(|m| !timing.contains(&m.as_str()))
         .collect();
     if !train_metrics.is_empty() {
-        out.push_str("<h2>Training metrics</h2>\n");
-        let charts = train_metrics
-            .iter()
-            .map(|m| {
-                let series = series_of(RecordKind::Train, m);
-                let svg = line_chart(
-                    m,
-                    "step",
-                    m,
-                    &series,
-                    wide_spread(&series),
-                    LineStyle::Nested,
-                )?;
-                Ok(Figure::lines(svg, &series, NESTED_NOTE))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        chart_grid(&mut out, &charts);
-        out.push_str("<h3>Last logged training metrics</h3>\n");
-        metric_table(&mut out, &train_metrics, &summaries, &colors, |s| {
+        timing_out.push_str("<h2>Training metrics</h2>\n");
+        for x in XAxis::BOTH {
+            let charts = train_metrics
+                .iter()
+                .filter(|m| !latent_metrics.contains(&m.as_str()))
+                .map(|m| {
+                    let series = series_of(RecordKind::Train, m, x);
+                    let (title, y_desc) = metric_axis(m);
+                    let svg = line_chart(
+                        &ChartSpec {
+                            title: &title,
+                            x_desc: x.desc(),
+                            y_desc: &y_desc,
+                            log_y: wide_spread(&series),
+                            style: LineStyle::Nested,
+                            reference: None,
+                        },
+                        &series,
+                    )?;
+                    Ok(Figure::lines(svg, &series, NESTED_NOTE))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            chart_grid(&mut timing_out, &charts, Some(x));
+        }
+        timing_out.push_str("<h3>Last logged training metrics</h3>\n");
+        metric_table(&mut timing_out, &train_metrics, &summaries, &colors, |s| {
             &s.final_train
         });
     }
@@ -222,25 +367,153 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         metric_table(&mut out, &eval_metrics, &summaries, &colors, |s| {
             &s.final_eval
         });
-        let mut charts = Vec::new();
-        for m in &eval_metrics {
-            let series = series_of(RecordKind::Eval, m);
-            if series.iter().any(|s| s.points.len() >= 2) {
+        for x in XAxis::BOTH {
+            let mut charts = Vec::new();
+            for m in &eval_metrics {
+                let series = series_of(RecordKind::Eval, m, x);
+                if series.iter().any(|s| s.points.len() >= 2) {
+                    let (_, y_desc) = metric_axis(m);
+                    let svg = line_chart(
+                        &ChartSpec {
+                            title: &format!("eval {m}"),
+                            x_desc: x.desc(),
+                            y_desc: &y_desc,
+                            log_y: false,
+                            style: LineStyle::Nested,
+                            reference: None,
+                        },
+                        &series,
+                    )?;
+                    charts.push(Figure::lines(svg, &series, NESTED_NOTE));
+                }
+            }
+            chart_grid(&mut out, &charts, Some(x));
+        }
+    }
+
+    let with_features: Vec<usize> = (0..runs.len())
+        .filter(|&i| runs[i].features.is_some())
+        .collect();
+    let mut histograms = Vec::new();
+    for &i in &with_features {
+        if let Some(svg) = runs[i]
+            .features
+            .as_ref()
+            .map(features::histogram_svg)
+            .transpose()?
+            .flatten()
+        {
+            histograms.push((svg, i));
+        }
+    }
+    let dead_series = series_of(RecordKind::Train, "dead_fraction", XAxis::Step);
+    if !dead_series.is_empty() || !histograms.is_empty() {
+        out.push_str("<h2>Latents: dead fraction and density</h2>\n");
+        for x in XAxis::BOTH {
+            let mut figs = Vec::new();
+            let series = series_of(RecordKind::Train, "dead_fraction", x);
+            if !series.is_empty() {
+                let (title, y_desc) = metric_axis("dead_fraction");
                 let svg = line_chart(
-                    &format!("eval {m}"),
-                    "step",
-                    m,
+                    &ChartSpec {
+                        title: &title,
+                        x_desc: x.desc(),
+                        y_desc: &y_desc,
+                        log_y: false,
+                        style: LineStyle::Nested,
+                        reference: None,
+                    },
                     &series,
-                    false,
-                    LineStyle::Nested,
                 )?;
-                charts.push(Figure::lines(svg, &series, NESTED_NOTE));
+                figs.push(Figure::lines(
+                    svg,
+                    &series,
+                    "dead: no activation within the aux-k window ([sae.aux] dead_tokens)",
+                ));
+            }
+            for (svg, i) in &histograms {
+                figs.push(Figure {
+                    svg: svg.clone(),
+                    legend: vec![(summaries[*i].label.clone(), colors[*i])],
+                    note: "held-out tokens after training; dead latents are not in the histogram",
+                });
+            }
+            chart_grid(&mut out, &figs, Some(x));
+        }
+    }
+    out.push_str(&timing_out);
+    if !with_features.is_empty() {
+        out.push_str("<section id=\"features\">\n<h2>Feature dashboards</h2>\n");
+        for i in with_features {
+            if let Some(f) = &runs[i].features {
+                features::section(&mut out, &summaries[i].label, f)?;
             }
         }
-        chart_grid(&mut out, &charts);
+        out.push_str("</section>\n");
     }
-    out.push_str("</body></html>\n");
+    out.push_str("</div>\n</body></html>\n");
     Ok(out)
+}
+
+/// What ran where, from each run's resolved config: device, model, hook, architecture, n, k, batch B.
+fn context_table(
+    out: &mut String,
+    runs: &[RunData],
+    summaries: &[RunSummary],
+    colors: &[RGBColor],
+) {
+    const COLUMNS: [(&str, &[&str]); 10] = [
+        ("device", &["/device"]),
+        ("model", &["/data/model", "/model/name", "/model"]),
+        ("hook", &["/data/hook"]),
+        ("layers", &["/data/layers"]),
+        ("arch", &["/sae/arch"]),
+        ("n (latents)", &["/sae/latents"]),
+        ("k", &["/sae/k", "/sparsify/k", "/topk/k"]),
+        ("B (tokens / batch)", &["/train/batch_size"]),
+        ("context", &["/data/context"]),
+        ("precision", &["/train/precision"]),
+    ];
+    out.push_str("<table><tr><th class=\"l\">run</th>");
+    for (name, _) in COLUMNS {
+        let _ = write!(out, "<th class=\"l\">{name}</th>");
+    }
+    out.push_str("</tr>\n");
+    for ((run, s), color) in runs.iter().zip(summaries).zip(colors) {
+        let _ = write!(
+            out,
+            "<tr><td class=\"l\">{}{}</td>",
+            swatch(color),
+            escape(&s.label)
+        );
+        for (name, pointers) in COLUMNS {
+            let from_meta = run.meta.details.get(name.split(' ').next().unwrap_or(name));
+            let value = pointers
+                .iter()
+                .find_map(|p| run.config.as_ref().and_then(|c| c.pointer(p)))
+                .or(from_meta);
+            let _ = write!(out, "<td class=\"l\">{}</td>", escape(&config_value(value)));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
+}
+
+fn config_value(v: Option<&serde_json::Value>) -> String {
+    match v {
+        None | Some(serde_json::Value::Null) => "–".into(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(serde_json::Value::Number(n)) => match n.as_u64() {
+            Some(u) => group_digits(u),
+            None => n.to_string(),
+        },
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|i| config_value(Some(i)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Some(other) => other.to_string(),
+    }
 }
 
 /// A log axis pays off when a chart spans more than a factor of 30.
@@ -252,11 +525,17 @@ fn wide_spread(series: &[Series]) -> bool {
     lo > 0.0 && hi / lo > 30.0
 }
 
-fn chart_grid(out: &mut String, charts: &[Figure]) {
+/// A row of charts; `x` marks the row as one of the two x-axis variants the toggle switches between.
+fn chart_grid(out: &mut String, charts: &[Figure], x: Option<XAxis>) {
     if charts.is_empty() {
         return;
     }
-    out.push_str("<div class=\"charts\">\n");
+    match x {
+        Some(x) => {
+            let _ = writeln!(out, "<div class=\"charts {}\">", x.class());
+        }
+        None => out.push_str("<div class=\"charts\">\n"),
+    }
     for figure in charts {
         let legend: String = figure
             .legend
@@ -380,7 +659,7 @@ fn metric_table(
     for m in metrics {
         let _ = write!(out, "<tr><td class=\"l\">{}</td>", escape(m));
         for s in summaries {
-            let _ = write!(out, "<td>{}</td>", opt(pick(s).get(m).copied()));
+            let _ = write!(out, "<td>{}</td>", precise(pick(s).get(m).copied()));
         }
         out.push_str("</tr>\n");
     }
@@ -389,6 +668,22 @@ fn metric_table(
 
 fn opt(v: Option<f64>) -> String {
     v.map_or("–".into(), number)
+}
+
+/// Six significant digits, for tables of metrics whose runs differ in the fourth (CE losses).
+fn precise(v: Option<f64>) -> String {
+    let Some(v) = v else {
+        return "–".into();
+    };
+    let a = v.abs();
+    if !v.is_finite() || a == 0.0 || a >= 1e5 {
+        return number(v);
+    }
+    if a < 1e-3 {
+        return format!("{v:.5e}");
+    }
+    let decimals = (5 - a.log10().floor() as i32).max(0) as usize;
+    format!("{v:.decimals$}")
 }
 
 /// Four significant digits, digit groups for large values, NaN spelled out.
@@ -467,5 +762,9 @@ mod tests {
         assert_eq!(number(1234567.0), "1\u{202f}234\u{202f}567");
         assert_eq!(escape("<a & 'b'>"), "&lt;a &amp; &#39;b&#39;&gt;");
         assert_eq!(duration(75.0), "1m 15s");
+        assert_eq!(precise(Some(10.845123)), "10.8451");
+        assert_eq!(precise(Some(0.93451234)), "0.934512");
+        assert_eq!(precise(Some(0.00012345678)), "1.23457e-4");
+        assert_eq!(precise(None), "–");
     }
 }

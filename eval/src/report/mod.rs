@@ -1,8 +1,10 @@
 //! The run-comparison report: one self-contained HTML page (inline SVG, inline CSS, no external assets)
 //! comparing runs: step and selection time per selector, Prof-K's speed-up, every training and eval
-//! metric over steps, and tables of the final numbers.
+//! metric over steps (or tokens), the run context, dead latents, and the feature dashboards of
+//! `features.json`.
 
-mod html;
+pub mod features;
+pub mod html;
 pub mod plots;
 pub mod summary;
 mod text;
@@ -20,10 +22,13 @@ pub struct RunData {
     pub meta: RunMeta,
     pub config: Option<serde_json::Value>,
     pub records: Vec<Record>,
+    /// The run's feature dashboards (`features.json`), when it has them.
+    pub features: Option<features::FeatureDashboards>,
 }
 
 impl RunData {
-    /// Reads run.json (optional), config.json (optional) and metrics.jsonl (required).
+    /// Reads run.json (optional), config.json (optional), features.json (optional) and metrics.jsonl
+    /// (required).
     pub fn load(run: &RunDir) -> Result<RunData> {
         let metrics = run.metrics_path();
         if !metrics.exists() {
@@ -37,6 +42,7 @@ impl RunData {
             meta: run.read_meta()?,
             config: run.read_config_json()?,
             records: read_records(&metrics)?,
+            features: features::FeatureDashboards::load(run.path())?,
         })
     }
 

@@ -1,7 +1,9 @@
 //! SVG charts (plotters, SVG backend): lines over steps and per-run bars, returned as SVG text.
 
 use crate::error::{Error, Result};
-use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::ranged1d::{
+    AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter,
+};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::ops::Range;
@@ -56,15 +58,23 @@ fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> E
     Error::Report(format!("drawing a chart: {e}"))
 }
 
-/// A line chart of `series` over x; a log y axis when `log_y` and every value is positive.
-pub fn line_chart(
-    title: &str,
-    x_desc: &str,
-    y_desc: &str,
-    series: &[Series],
-    log_y: bool,
-    style: LineStyle,
-) -> Result<String> {
+/// What a line chart shows besides its series.
+#[derive(Debug, Clone, Copy)]
+pub struct ChartSpec<'a> {
+    pub title: &'a str,
+    /// Axis titles, with units.
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+    /// A log y axis (ticks at each decade) when every value is positive.
+    pub log_y: bool,
+    pub style: LineStyle,
+    /// A dashed horizontal line kept inside the y range (y = 1 on ratio charts).
+    pub reference: Option<f64>,
+}
+
+/// A line chart of `series` over x.
+pub fn line_chart(spec: &ChartSpec, series: &[Series]) -> Result<String> {
+    let title = spec.title;
     let series: Vec<Series> = series
         .iter()
         .map(|s| Series {
@@ -79,7 +89,12 @@ pub fn line_chart(
         })
         .collect();
     let xs = bounds(series.iter().flat_map(|s| s.points.iter().map(|p| p.0)));
-    let ys = bounds(series.iter().flat_map(|s| s.points.iter().map(|p| p.1)));
+    let ys = bounds(
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.1))
+            .chain(spec.reference),
+    );
     let (Some(xs), Some(ys)) = (xs, ys) else {
         return Err(Error::Report(format!(
             "chart {title:?} has no finite points"
@@ -88,18 +103,150 @@ pub fn line_chart(
     let x_range = pad_range(xs, false);
     let mut labels = Labels {
         title,
-        x_desc,
-        y_desc,
+        x_desc: spec.x_desc,
+        y_desc: spec.y_desc,
         y_decimals: None,
+        reference: spec.reference,
     };
-    if log_y && ys.start > 0.0 {
-        let y_spec = (ys.start / 1.25..ys.end * 1.25).log_scale();
-        draw_lines(labels, &series, style, x_range, y_spec)
+    if spec.log_y && ys.start > 0.0 {
+        let (lo, hi) = (ys.start / 1.25, ys.end * 1.25);
+        let y_spec = ticked((lo..hi).log_scale(), decade_ticks(lo, hi));
+        draw_lines(labels, &series, spec.style, x_range, y_spec)
     } else {
         let y_range = pad_range(ys, true);
         labels.y_decimals = axis_decimals(&y_range);
-        draw_lines(labels, &series, style, x_range, y_range)
+        draw_lines(labels, &series, spec.style, x_range, y_range)
     }
+}
+
+/// Tick values of a log axis over [lo, hi]: every power of ten inside, and 2× and 5× of them too when
+/// the range holds fewer than three decades' ticks.
+pub fn decade_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo > 0.0 && hi >= lo && hi.is_finite()) {
+        return Vec::new();
+    }
+    let (first, last) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let inside = |v: &f64| *v >= lo * (1.0 - 1e-9) && *v <= hi * (1.0 + 1e-9);
+    let decades: Vec<f64> = (first..=last)
+        .map(|e| times_pow10(1.0, e))
+        .filter(inside)
+        .collect();
+    if decades.len() >= 3 {
+        return decades;
+    }
+    (first..=last)
+        .flat_map(|e| [1.0, 2.0, 5.0].map(|m| times_pow10(m, e)))
+        .filter(inside)
+        .collect()
+}
+
+/// An axis with the given ticks (plotters' `WithKeyPoints` keeps the inner axis' formatting option,
+/// which the mesh of an f64 axis then rejects).
+pub struct Ticked<R> {
+    inner: R,
+    ticks: Vec<f64>,
+}
+
+fn ticked<S>(spec: S, ticks: Vec<f64>) -> Ticked<S::CoordDescType>
+where
+    S: AsRangedCoord<Value = f64>,
+{
+    Ticked {
+        inner: spec.into(),
+        ticks,
+    }
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for Ticked<R> {
+    type ValueType = f64;
+    type FormatOption = DefaultFormatting;
+
+    fn range(&self) -> Range<f64> {
+        self.inner.range()
+    }
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.ticks.clone()
+        }
+    }
+
+    fn axis_pixel_range(&self, limit: (i32, i32)) -> Range<i32> {
+        self.inner.axis_pixel_range(limit)
+    }
+}
+
+/// m · 10^e, rounded once (so 10^-2 is the literal 0.01).
+fn times_pow10(m: f64, e: i32) -> f64 {
+    if e >= 0 {
+        m * 10f64.powi(e)
+    } else {
+        m / 10f64.powi(-e)
+    }
+}
+
+/// A tick label for 10^e: "0.01", "1", "100" near 1, "1e-5" / "1e6" further away.
+pub fn decade_label(e: i32) -> String {
+    if (-3..=4).contains(&e) {
+        short_number(times_pow10(1.0, e))
+    } else {
+        format!("1e{e}")
+    }
+}
+
+/// Bars of latent counts over log10-density bins (`edges` one longer than `counts`), ticked at each
+/// decade.
+pub fn density_histogram(title: &str, edges: &[f64], counts: &[u64]) -> Result<String> {
+    if edges.len() != counts.len() + 1 || counts.is_empty() {
+        return Err(Error::Report(format!(
+            "chart {title:?}: {} bin edges for {} counts",
+            edges.len(),
+            counts.len()
+        )));
+    }
+    let (lo, hi) = (edges[0], edges[edges.len() - 1]);
+    let top = counts.iter().copied().max().unwrap_or(0).max(1) as f64;
+    let decades: Vec<f64> = (lo.ceil() as i32..=hi.floor() as i32)
+        .map(f64::from)
+        .collect();
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 17))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d(ticked(lo..hi, decades), 0.0..top * 1.1)
+            .map_err(plot_err)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_desc("density: fraction of tokens a latent fires on (log scale)")
+            .y_desc("latents")
+            .x_label_formatter(&|v| decade_label(v.round() as i32))
+            .y_label_formatter(&|v| short_number(*v))
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
+            .label_style(("sans-serif", 12))
+            .axis_desc_style(("sans-serif", 13))
+            .draw()
+            .map_err(plot_err)?;
+        let color = selector_color("profk", 0);
+        let bars = counts.iter().enumerate().map(|(i, &c)| {
+            Rectangle::new([(edges[i], 0.0), (edges[i + 1], c as f64)], color.filled())
+        });
+        chart.draw_series(bars).map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
 }
 
 struct Labels<'a> {
@@ -108,6 +255,7 @@ struct Labels<'a> {
     y_desc: &'a str,
     /// Fixed decimals for a linear axis, so neighbouring ticks never print alike.
     y_decimals: Option<usize>,
+    reference: Option<f64>,
 }
 
 /// Decimals that tell apart ticks about a tenth of the range apart; `None` where large values read
@@ -141,7 +289,7 @@ where
             .margin(12)
             .x_label_area_size(42)
             .y_label_area_size(64)
-            .build_cartesian_2d(x_range, y_spec)
+            .build_cartesian_2d(x_range.clone(), y_spec)
             .map_err(plot_err)?;
         chart
             .configure_mesh()
@@ -160,6 +308,12 @@ where
             .axis_desc_style(("sans-serif", 13))
             .draw()
             .map_err(plot_err)?;
+        if let Some(y) = labels.reference {
+            let (x0, x1) = (x_range.start, x_range.end);
+            let dash =
+                DashedLineSeries::new([(x0, y), (x1, y)], 6, 4, BLACK.mix(0.6).stroke_width(1));
+            chart.draw_series(dash).map_err(plot_err)?;
+        }
         let n = series.len();
         for (i, s) in series.iter().enumerate() {
             let color = s.color;
@@ -377,6 +531,20 @@ mod tests {
         assert_eq!(short_number(0.0012), "0.0012");
         assert_eq!(short_number(0.0), "0");
         assert_eq!(short_number(35.0), "35");
+    }
+
+    #[test]
+    fn log_ticks_at_each_decade() {
+        assert_eq!(decade_ticks(0.003, 20.0), vec![0.01, 0.1, 1.0, 10.0]);
+        assert_eq!(
+            decade_ticks(1e-5, 1.0),
+            vec![1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0]
+        );
+        // Less than three decades: 1-2-5 ticks.
+        assert_eq!(decade_ticks(0.4, 3.0), vec![0.5, 1.0, 2.0]);
+        assert_eq!(decade_ticks(15.0, 120.0), vec![20.0, 50.0, 100.0]);
+        assert!(decade_ticks(0.0, 1.0).is_empty());
+        assert!(decade_ticks(2.0, 1.0).is_empty());
     }
 
     #[test]
