@@ -13,6 +13,7 @@ pub mod cuda;
 pub mod data;
 pub mod error;
 pub mod init;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod optim;
