@@ -25,8 +25,7 @@ pub fn atomic_write_parts(
 ) -> Result<()> {
     let tmp = temp_path(path);
     let written = (|| {
-        let mut f =
-            std::fs::File::create(&tmp).map_err(|e| Error::file("creating", &tmp, e))?;
+        let mut f = std::fs::File::create(&tmp).map_err(|e| Error::file("creating", &tmp, e))?;
         for part in parts {
             visit(part);
             f.write_all(part)

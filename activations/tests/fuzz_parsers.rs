@@ -69,7 +69,10 @@ fn the_reference_inputs_pass() {
     let h = header("F32", [2, 1, 4], [0, 32], [32, 40], 2);
     let layout = parse_header(&h, 8 + h.len() as u64 + 40).unwrap();
     assert_eq!(layout.shape, [2, 1, 4]);
-    assert!(parse_header(&h, 8 + h.len() as u64 + 39).is_err(), "truncated");
+    assert!(
+        parse_header(&h, 8 + h.len() as u64 + 39).is_err(),
+        "truncated"
+    );
     Manifest::parse(&valid_manifest(), Path::new("m.json")).unwrap();
     for (from, to) in [
         ("shard-00001.safetensors", "../../etc/passwd"),

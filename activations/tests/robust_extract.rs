@@ -93,7 +93,10 @@ fn corrupt_and_truncated_shards_are_re_made() {
     bytes[mid] ^= 0x10;
     std::fs::write(&shard, &bytes).unwrap();
     let again = extract(&cfg, &ExtractOptions::default()).unwrap();
-    assert_eq!(again.shards_remade, vec!["shard-00002.safetensors".to_string()]);
+    assert_eq!(
+        again.shards_remade,
+        vec!["shard-00002.safetensors".to_string()]
+    );
     assert_eq!((again.shards_reused, again.shards_written), (3, 1));
     assert_eq!(files(&cfg.out_dir), reference, "re-made to the same bytes");
 
@@ -108,7 +111,10 @@ fn corrupt_and_truncated_shards_are_re_made() {
         .set_len(len - 100)
         .unwrap();
     let again = extract(&cfg, &ExtractOptions::default()).unwrap();
-    assert_eq!(again.shards_remade, vec!["shard-00001.safetensors".to_string()]);
+    assert_eq!(
+        again.shards_remade,
+        vec!["shard-00001.safetensors".to_string()]
+    );
     assert_eq!(files(&cfg.out_dir), reference);
 
     // A clean rerun re-makes nothing.
@@ -161,11 +167,16 @@ fn a_full_disk_fails_cleanly_and_the_rerun_completes() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(
-        left.iter().all(|n| !n.ends_with(".tmp") && n != "manifest.json"),
+        left.iter()
+            .all(|n| !n.ends_with(".tmp") && n != "manifest.json"),
         "left behind: {left:?}"
     );
 
     let rerun = run_extract(&cfg, None);
-    assert!(rerun.status.success(), "{}", String::from_utf8_lossy(&rerun.stderr));
+    assert!(
+        rerun.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rerun.stderr)
+    );
     assert_eq!(files(&out), files(&reference.out_dir));
 }

@@ -24,7 +24,9 @@ pub fn check_output_path(output: &Path, inputs: &[&Path]) -> Result<PathBuf> {
     let target = match fs::symlink_metadata(output) {
         Ok(meta) if meta.file_type().is_symlink() => {
             let target = fs::canonicalize(output).map_err(|e| {
-                refuse(format!("is a symlink whose target cannot be resolved ({e})"))
+                refuse(format!(
+                    "is a symlink whose target cannot be resolved ({e})"
+                ))
             })?;
             let kind = fs::metadata(&target).map(|m| kind_of(&m)).unwrap_or("?");
             if kind != "regular file" {
@@ -124,7 +126,9 @@ mod tests {
         fs::write(&input, b"x").unwrap();
         let fresh = tmp.path().join("out.safetensors");
         assert_eq!(check_output_path(&fresh, &[&input]).unwrap(), fresh);
-        let err = check_output_path(&input, &[&input]).unwrap_err().to_string();
+        let err = check_output_path(&input, &[&input])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("also an input"), "{err}");
         // The same file by another spelling, a hard link and a symlink.
         let dotted = tmp.path().join(".").join("in.safetensors");
@@ -152,7 +156,10 @@ mod tests {
             let err = check_output_path(Path::new("/dev/null"), &[])
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("/dev/null") && err.contains("device node"), "{err}");
+            assert!(
+                err.contains("/dev/null") && err.contains("device node"),
+                "{err}"
+            );
         }
         let err = check_output_path(tmp.path(), &[]).unwrap_err().to_string();
         assert!(err.contains("directory"), "{err}");

@@ -98,7 +98,15 @@ fn a_failed_checkpoint_leaves_no_temp_and_latest_on_a_complete_one() {
         fail: false,
     };
     let stop = StopSignal::new();
-    run(&mut ok, &run_dir, &sink, &loop_config(4), Progress::default(), &stop).unwrap();
+    run(
+        &mut ok,
+        &run_dir,
+        &sink,
+        &loop_config(4),
+        Progress::default(),
+        &stop,
+    )
+    .unwrap();
     assert!(!stale.exists(), "a stale partial checkpoint is removed");
     let first = resume_point(&run_dir).unwrap();
     assert_eq!(first.progress.step, 4);
@@ -108,9 +116,16 @@ fn a_failed_checkpoint_leaves_no_temp_and_latest_on_a_complete_one() {
         inner: FakeTrainer::load(&first.dir, 0.1),
         fail: true,
     };
-    let err = run(&mut failing, &run_dir, &sink, &loop_config(8), first.progress.clone(), &stop)
-        .unwrap_err()
-        .to_string();
+    let err = run(
+        &mut failing,
+        &run_dir,
+        &sink,
+        &loop_config(8),
+        first.progress.clone(),
+        &stop,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("weights") && err.contains("No space"), "{err}");
     let leftovers: Vec<String> = std::fs::read_dir(run_dir.checkpoints_dir())
         .unwrap()
@@ -118,14 +133,26 @@ fn a_failed_checkpoint_leaves_no_temp_and_latest_on_a_complete_one() {
         .filter(|n| n.ends_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "temporaries left: {leftovers:?}");
-    assert_eq!(resume_point(&run_dir).unwrap().progress.step, 4, "latest is complete");
+    assert_eq!(
+        resume_point(&run_dir).unwrap().progress.step,
+        4,
+        "latest is complete"
+    );
 
     // After "freeing space" the resume goes through.
     let mut fixed = FailingSave {
         inner: FakeTrainer::load(&first.dir, 0.1),
         fail: false,
     };
-    let done = run(&mut fixed, &run_dir, &sink, &loop_config(8), first.progress, &stop).unwrap();
+    let done = run(
+        &mut fixed,
+        &run_dir,
+        &sink,
+        &loop_config(8),
+        first.progress,
+        &stop,
+    )
+    .unwrap();
     assert_eq!(done.progress.step, 8);
     assert_eq!(resume_point(&run_dir).unwrap().progress.step, 8);
     sink.finish().unwrap();

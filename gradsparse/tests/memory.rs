@@ -17,7 +17,10 @@ fn a_batch_too_large_for_memory_is_refused_with_the_numbers() {
         out: Some(out.clone()),
         ..RunOptions::default()
     };
-    let err = finetune(&cfg, &opts).err().expect("must be refused").to_string();
+    let err = finetune(&cfg, &opts)
+        .err()
+        .expect("must be refused")
+        .to_string();
     assert!(
         err.contains("data.batch") && err.contains("available") && err.contains("TiB"),
         "{err}"

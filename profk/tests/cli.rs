@@ -175,7 +175,13 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let input = dir.path().join("s.st");
     let x = Tensor::new(&[3f32, 1.0, 2.0], &Device::Cpu)?;
-    save(&input, &[("x", x), ("other", Tensor::ones(2, DType::F32, &Device::Cpu)?)])?;
+    save(
+        &input,
+        &[
+            ("x", x),
+            ("other", Tensor::ones(2, DType::F32, &Device::Cpu)?),
+        ],
+    )?;
     let before = std::fs::read(&input)?;
     let i = input.to_str().unwrap();
     let hard = dir.path().join("hard.st");
@@ -197,8 +203,14 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
         ])?;
         let err = String::from_utf8_lossy(&run.stderr);
         ensure!(!run.status.success(), "--output {out} succeeded");
-        ensure!(err.contains(needle) && err.contains(out.as_str()), "--output {out}: {err}");
-        ensure!(std::fs::read(&input)? == before, "--output {out} changed the input");
+        ensure!(
+            err.contains(needle) && err.contains(out.as_str()),
+            "--output {out}: {err}"
+        );
+        ensure!(
+            std::fs::read(&input)? == before,
+            "--output {out} changed the input"
+        );
     }
     // A symlink to another regular file is followed: the link stays, its target gets the result.
     let target = dir.path().join("target.st");
@@ -206,11 +218,24 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
     let to_target = dir.path().join("to_target.st");
     std::os::unix::fs::symlink(&target, &to_target)?;
     let run = profk(&[
-        "select", "--input", i, "--tensor", "x", "--k", "1", "--output",
+        "select",
+        "--input",
+        i,
+        "--tensor",
+        "x",
+        "--k",
+        "1",
+        "--output",
         to_target.to_str().unwrap(),
     ])?;
-    ensure!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    ensure!(std::fs::symlink_metadata(&to_target)?.file_type().is_symlink());
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    ensure!(std::fs::symlink_metadata(&to_target)?
+        .file_type()
+        .is_symlink());
     let out = candle_core::safetensors::load(&target, &Device::Cpu)?;
     ensure!(out["values"].to_vec1::<f32>()? == [3.0]);
     Ok(())

@@ -54,7 +54,11 @@ pub fn estimate(cfg: &Config, d_model: usize, cuda: bool) -> Vec<Need> {
         ),
         need("dead-latent counters", "sae.latents", n.saturating_mul(8)),
         need("shuffle buffer", "data.buffer_tokens", rows(buffer)),
-        need("held-out activations", "data.held_out_tokens", rows(held_out)),
+        need(
+            "held-out activations",
+            "data.held_out_tokens",
+            rows(held_out),
+        ),
     ]
 }
 

@@ -47,7 +47,10 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let device = match cfg.device {
         DeviceKind::Cpu => Device::Cpu,
         DeviceKind::Cuda => activations::models::open_cuda(0).map_err(|why| {
-            Error::config("device", format!("\"cuda\": {why} (valid: \"cpu\", \"cuda\")"))
+            Error::config(
+                "device",
+                format!("\"cuda\": {why} (valid: \"cpu\", \"cuda\")"),
+            )
         })?,
     };
     set_precision(cfg.train.precision);
@@ -59,7 +62,12 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let mut data = Data::open(&cfg, &device)?;
     // Before the SAE is allocated and before a run directory exists: an impossible size is a config error.
     crate::memory::check(&cfg, data.train.d_model(), &device)?;
-    if data.heldout.is_none() && matches!(cfg.data, DataConfig::Model { .. } | DataConfig::Synthetic { .. }) {
+    if data.heldout.is_none()
+        && matches!(
+            cfg.data,
+            DataConfig::Model { .. } | DataConfig::Synthetic { .. }
+        )
+    {
         eprintln!(
             "note: data.held_out_tokens = 0: no held-out FVU / L0 (CE-loss recovered follows eval.ce_contexts)"
         );

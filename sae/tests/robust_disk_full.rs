@@ -107,8 +107,12 @@ fn a_full_disk_during_a_checkpoint_loses_nothing() {
     );
     assert!(line.contains("too large"), "{line}");
     assert_eq!(temporaries(&out), Vec::<PathBuf>::new(), "temporaries left");
-    let latest = eval::train_loop::resume_point(&eval::RunDir::open_existing(&out).unwrap()).unwrap();
-    assert_eq!(latest.progress.step, 6, "latest stays on the complete checkpoint");
+    let latest =
+        eval::train_loop::resume_point(&eval::RunDir::open_existing(&out).unwrap()).unwrap();
+    assert_eq!(
+        latest.progress.step, 6,
+        "latest stays on the complete checkpoint"
+    );
 
     // Space freed: the same resume finishes.
     let done = resume(&long, &out).unwrap();

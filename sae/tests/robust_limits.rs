@@ -32,7 +32,8 @@ fn expect_err(text: &str, needles: &[&str]) -> String {
 
 #[test]
 fn an_sae_too_large_for_memory_is_refused_with_the_numbers() {
-    let text = synthetic_config("batchtopk", "", 1).replace("latents = 64", "latents = 17179869184");
+    let text =
+        synthetic_config("batchtopk", "", 1).replace("latents = 64", "latents = 17179869184");
     let err = expect_err(&text, &["sae.latents", "available", "TiB"]);
     assert!(err.contains("SAE weights"), "{err}");
 }
@@ -42,10 +43,16 @@ fn the_estimate_counts_weights_adam_batch_and_buffer() {
     let text = synthetic_config("batchtopk", "", 1);
     let cfg = sae::Config::from_toml(&text).unwrap();
     let parts = sae::memory::estimate(&cfg, 16, false);
-    let weights = parts.iter().find(|p| p.what.starts_with("SAE weights")).unwrap();
+    let weights = parts
+        .iter()
+        .find(|p| p.what.starts_with("SAE weights"))
+        .unwrap();
     // W_enc, W_dec (64 x 16 each), b_enc, b_dec; times weights, gradients, two Adam moments; f32.
     assert_eq!(weights.bytes, (2 * 64 * 16 + 64 + 16) * 4 * 4);
-    let held = parts.iter().find(|p| p.key == "data.held_out_tokens").unwrap();
+    let held = parts
+        .iter()
+        .find(|p| p.key == "data.held_out_tokens")
+        .unwrap();
     assert_eq!(held.bytes, 256 * 16 * 4);
 }
 
@@ -117,7 +124,8 @@ fn cuda_on_a_cpu_build_names_the_key() {
     if cfg!(feature = "cuda") {
         return;
     }
-    let text = synthetic_config("batchtopk", "", 1).replace("seed = 7", "seed = 7\ndevice = \"cuda\"");
+    let text =
+        synthetic_config("batchtopk", "", 1).replace("seed = 7", "seed = 7\ndevice = \"cuda\"");
     expect_err(&text, &["device", "--features cuda", "\"cpu\""]);
 }
 

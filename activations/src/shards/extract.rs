@@ -3,9 +3,9 @@
 //! Rows (kept token positions) are numbered in corpus order; shard `s` holds rows
 //! `[s * tokens_per_shard, (s + 1) * tokens_per_shard)`. Forward batches always cover the same
 //! contexts, so a resumed run computes every shard exactly as an uninterrupted run would.
+use super::manifest::ShardInfo;
 use super::manifest::{dtype_name, CorpusInfo, Manifest, FORMAT, MANIFEST_FILE};
 use super::pipeline::{self, Plan};
-use super::manifest::ShardInfo;
 use super::shard_file::{self, shard_file_name, st_dtype_name, ShardLayout, ShardMeta};
 use crate::corpus::{Contexts, Corpus, Split};
 use crate::error::{Error, Result};

@@ -113,7 +113,10 @@ impl Manifest {
                 return Err(format!("shard file `{}` is listed twice", s.file));
             }
             if s.sha256.len() != 64 || !s.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(format!("shard `{}`: sha256 `{}` is not 64 hex digits", s.file, s.sha256));
+                return Err(format!(
+                    "shard `{}`: sha256 `{}` is not 64 hex digits",
+                    s.file, s.sha256
+                ));
             }
             if s.n_tokens == 0 || s.n_tokens > self.tokens_per_shard {
                 return Err(format!(

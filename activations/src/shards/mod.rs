@@ -13,5 +13,6 @@ pub use manifest::{
 };
 pub use reader::{ReaderOptions, ShardReader};
 pub use shard_file::{
-    header_len, parse_header, read_layout, shard_file_name, ShardLayout, ShardMeta, MAX_HEADER_BYTES,
+    header_len, parse_header, read_layout, shard_file_name, ShardLayout, ShardMeta,
+    MAX_HEADER_BYTES,
 };

@@ -140,10 +140,16 @@ pub fn parse_header(header: &[u8], file_len: u64) -> std::result::Result<ShardLa
     let size = match dtype.as_str() {
         "F32" => 4,
         "BF16" | "F16" => 2,
-        other => return Err(format!("`{ACTIVATIONS_TENSOR}`: dtype `{other}`, expected F32, BF16 or F16")),
+        other => {
+            return Err(format!(
+                "`{ACTIVATIONS_TENSOR}`: dtype `{other}`, expected F32, BF16 or F16"
+            ))
+        }
     };
     let [n, hooks, d] = shape[..] else {
-        return Err(format!("`{ACTIVATIONS_TENSOR}`: shape {shape:?} is not 3-D"));
+        return Err(format!(
+            "`{ACTIVATIONS_TENSOR}`: shape {shape:?} is not 3-D"
+        ));
     };
     let acts_bytes = n
         .checked_mul(hooks)
@@ -163,7 +169,9 @@ pub fn parse_header(header: &[u8], file_len: u64) -> std::result::Result<ShardLa
     }
     let end = n.checked_mul(4).and_then(|t| t.checked_add(acts_bytes));
     if end != Some(toks[1]) || toks[0] != acts_bytes {
-        return Err(format!("`{TOKENS_TENSOR}`: data_offsets {toks:?} do not follow the activations"));
+        return Err(format!(
+            "`{TOKENS_TENSOR}`: data_offsets {toks:?} do not follow the activations"
+        ));
     }
     let want = (header.len() as u64)
         .checked_add(8)

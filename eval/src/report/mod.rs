@@ -59,8 +59,13 @@ pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<RunData>> {
     let inputs: Vec<PathBuf> = runs
         .iter()
         .flat_map(|r| {
-            [METRICS_FILE, RUN_META_FILE, CONFIG_JSON_FILE, CONFIG_TOML_FILE]
-                .map(|f| r.path().join(f))
+            [
+                METRICS_FILE,
+                RUN_META_FILE,
+                CONFIG_JSON_FILE,
+                CONFIG_TOML_FILE,
+            ]
+            .map(|f| r.path().join(f))
         })
         .collect();
     let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
