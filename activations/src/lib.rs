@@ -7,10 +7,12 @@ pub mod gpt2;
 pub mod memory;
 pub mod models;
 pub mod ops;
+pub mod prefetch;
 pub mod shards;
 pub mod source;
 pub mod tiny;
 pub mod tokenizer;
+pub mod upload;
 
 pub use error::{Error, Result};
 pub use gpt2::{Gpt2, Gpt2Config, HookPoint};
