@@ -18,7 +18,14 @@ pub fn parameters(m: &Gpt2Config) -> u128 {
         m.n_embd as u128,
         m.n_layer as u128,
     );
-    v * d + p * d + l * (12 * d * d + 13 * d) + 2 * d
+    let block = d
+        .saturating_mul(d)
+        .saturating_mul(12)
+        .saturating_add(13 * d);
+    v.saturating_mul(d)
+        .saturating_add(p.saturating_mul(d))
+        .saturating_add(l.saturating_mul(block))
+        .saturating_add(2 * d)
 }
 
 /// What fine-tuning `model` with `cfg` allocates beyond the loaded model, f32 throughout: the trainable
@@ -34,7 +41,8 @@ pub fn estimate(cfg: &FinetuneConfig, model: &Gpt2Config, cuda: bool) -> Vec<Nee
         model.n_head as u128,
         model.vocab_size as u128,
     );
-    let per_layer = SAVED_PER_TOKEN_LAYER_WIDTH * d + 2 * heads * t;
+    let per_layer =
+        (SAVED_PER_TOKEN_LAYER_WIDTH * d).saturating_add(heads.saturating_mul(t).saturating_mul(2));
     let tokens = b.saturating_mul(t);
     vec![
         Need {

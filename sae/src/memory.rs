@@ -17,7 +17,11 @@ pub fn estimate(cfg: &Config, d_model: usize, cuda: bool) -> Vec<Need> {
     let n = cfg.sae.latents as u128;
     let d_in = (cfg.data_layers() as u128).saturating_mul(d_model as u128);
     let batch = cfg.train.batch_size as u128;
-    let params = n.saturating_mul(d_in).saturating_mul(2) + n + d_in;
+    let params = n
+        .saturating_mul(d_in)
+        .saturating_mul(2)
+        .saturating_add(n)
+        .saturating_add(d_in);
     let (buffer, held_out) = match &cfg.data {
         DataConfig::Model {
             buffer_tokens,
