@@ -8,11 +8,18 @@ pub enum Error {
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 
-    #[error("{path}: {source}")]
+    /// The cause is part of the message (not a separate source), so a chain of errors prints it once.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
+    },
+
+    #[error("{op} {path}: {error}")]
+    File {
+        op: &'static str,
+        path: PathBuf,
+        error: std::io::Error,
     },
 
     #[error("{path}: invalid JSON: {source}")]
@@ -44,15 +51,27 @@ pub enum Error {
     #[error("shard {path}: {message}")]
     Shard { path: PathBuf, message: String },
 
+    #[error("hook point `{point}` is past the model's depth: it has {n_layer} layers, valid layers are 0..={}", n_layer.saturating_sub(1))]
+    HookLayer { point: String, n_layer: usize },
+
     #[error("hook point `{0}`: expected e.g. `blocks.6.hook_resid_post`, `blocks.0.hook_resid_pre`, `resid_post.6`, `ln_final`")]
     HookPoint(String),
 }
 
 impl Error {
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error,
+        }
+    }
+
+    /// An I/O error naming the operation (`writing`, `renaming into place`, ...) and the path.
+    pub fn file(op: &'static str, path: impl Into<PathBuf>, error: std::io::Error) -> Self {
+        Error::File {
+            op,
+            path: path.into(),
+            error,
         }
     }
 

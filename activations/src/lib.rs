@@ -4,6 +4,7 @@ pub mod corpus;
 pub mod error;
 pub mod fsutil;
 pub mod gpt2;
+pub mod memory;
 pub mod models;
 pub mod ops;
 pub mod prefetch;

@@ -43,15 +43,25 @@ pub fn parse_dtype(key: &str, s: &str) -> Result<DType> {
 
 /// Parses `cpu`, `cuda`, `cuda:N`.
 pub fn parse_device(s: &str) -> Result<Device> {
-    match s {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::new_cuda(0)?),
-        _ => match s.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
-            Some(n) => Ok(Device::new_cuda(n)?),
-            None => Err(Error::config(
-                "device",
-                format!("`{s}`: expected cpu, cuda or cuda:N"),
-            )),
-        },
+    let valid = "valid: \"cpu\", \"cuda\", \"cuda:N\"";
+    let ordinal = match s {
+        "cpu" => return Ok(Device::Cpu),
+        "cuda" => 0,
+        _ => s
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| Error::config("device", format!("`{s}`: {valid}")))?,
+    };
+    open_cuda(ordinal).map_err(|why| Error::config("device", format!("`{s}`: {why} ({valid})")))
+}
+
+/// Opens CUDA device `ordinal`; the error is a message for the caller's config key, saying plainly when
+/// this build has no CUDA at all.
+pub fn open_cuda(ordinal: usize) -> std::result::Result<Device, String> {
+    if !candle_core::utils::cuda_is_available() {
+        return Err(
+            "this build has no CUDA support: rebuild with `--features cuda`, or use \"cpu\"".into(),
+        );
     }
+    Device::new_cuda(ordinal).map_err(|e| format!("cannot open CUDA device {ordinal}: {e}"))
 }

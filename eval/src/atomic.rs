@@ -1,13 +1,17 @@
 //! Crash-safe file writes: a reader sees either the old file or the complete new one, never a torn one.
 
 use crate::error::{Error, Result};
+use crate::output_path::check_output_path;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Writes `bytes` to `path` through a temporary file in the same directory, fsyncs it, renames it over
-/// `path` and fsyncs the directory so the rename itself survives a power loss.
+/// `path` and fsyncs the directory so the rename itself survives a power loss. A symlink at `path` is
+/// followed to its regular file; anything else that is not a regular file is refused
+/// ([`check_output_path`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let path = &check_output_path(path, &[])?;
     let tmp = temp_path(path);
     let result = (|| {
         let mut file = File::create(&tmp).map_err(Error::io("creating", &tmp))?;

@@ -3,12 +3,12 @@ use std::path::PathBuf;
 /// Errors of run directories, the metrics sink and reports. Every variant names the file it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{op} {path}: {source}")]
+    /// The cause is part of the message (not a separate source), so a chain of errors prints it once.
+    #[error("{op} {path}: {error}")]
     Io {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path}:{line}: {message}")]
     Parse {
@@ -16,6 +16,8 @@ pub enum Error {
         line: usize,
         message: String,
     },
+    #[error("output {path}: {message}")]
+    Output { path: PathBuf, message: String },
     #[error("{path}: {message}")]
     RunDir { path: PathBuf, message: String },
     #[error("metrics writer for {path} failed: {message}")]
@@ -38,6 +40,6 @@ impl Error {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
-        move |source| Error::Io { op, path, source }
+        move |error| Error::Io { op, path, error }
     }
 }

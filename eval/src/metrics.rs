@@ -8,7 +8,7 @@ use crate::wandb::{Bridge, WandbOptions};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
@@ -107,12 +107,18 @@ fn metrics_with_nulls<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Me
 /// a malformed line elsewhere is an error naming the line.
 pub fn read_records(path: &Path) -> Result<Vec<Record>> {
     let file = File::open(path).map_err(Error::io("opening", path))?;
-    let lines: Vec<String> = BufReader::new(file)
-        .lines()
-        .collect::<std::io::Result<_>>()
+    let mut text = String::new();
+    BufReader::new(file)
+        .read_to_string(&mut text)
         .map_err(Error::io("reading", path))?;
+    parse_records(&text, path)
+}
+
+/// The records of metrics.jsonl text (see [`read_records`]); `path` is named in errors.
+pub fn parse_records(text: &str, path: &Path) -> Result<Vec<Record>> {
+    let lines: Vec<&str> = text.lines().collect();
     let last_nonempty = lines.iter().rposition(|l| !l.trim().is_empty());
-    let mut records = Vec::with_capacity(lines.len());
+    let mut records = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
             continue;

@@ -233,14 +233,18 @@ pub fn save_checkpoint<T: Trainer>(
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    remove_partial_checkpoints(&parent)?;
     let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(Error::io("removing", &tmp))?;
-    }
     fs::create_dir_all(&tmp).map_err(Error::io("creating directory", &tmp))?;
-    trainer.save_checkpoint(&tmp, progress)?;
-    write_json_atomic(&tmp.join(PROGRESS_FILE), progress)?;
-    sync_tree(&tmp)?;
+    let written = trainer
+        .save_checkpoint(&tmp, progress)
+        .and_then(|()| Ok(write_json_atomic(&tmp.join(PROGRESS_FILE), progress)?))
+        .and_then(|()| Ok(sync_tree(&tmp)?));
+    if let Err(e) = written {
+        // A full disk must not keep the half-written folder: it holds the space a retry needs.
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
     if target.exists() {
         // Re-saving the same step (e.g. a run resumed at its last step): the new folder replaces it.
         fs::remove_dir_all(&target).map_err(Error::io("replacing", &target))?;
@@ -250,6 +254,20 @@ pub fn save_checkpoint<T: Trainer>(
     run_dir.set_latest_checkpoint(&target)?;
     prune(run_dir, keep)?;
     Ok(target)
+}
+
+/// Removes checkpoint folders that an earlier process left half-written (`.step-*.tmp`); they were never
+/// renamed into place, so nothing refers to them.
+fn remove_partial_checkpoints(parent: &Path) -> Result<(), Error> {
+    for entry in fs::read_dir(parent).map_err(Error::io("listing", parent))? {
+        let entry = entry.map_err(Error::io("listing", parent))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".step-") && name.ends_with(".tmp") {
+            let path = entry.path();
+            fs::remove_dir_all(&path).map_err(Error::io("removing partial checkpoint", &path))?;
+        }
+    }
+    Ok(())
 }
 
 /// Loads the latest checkpoint of `run_dir` for a resume, or says clearly that there is none.

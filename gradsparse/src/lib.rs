@@ -14,6 +14,7 @@ pub mod error;
 pub mod feedback;
 pub mod flatops;
 pub mod layout;
+pub mod memory;
 pub mod run;
 pub mod select;
 pub mod trainer;

@@ -137,6 +137,8 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         .unwrap_or_default();
     let device = device_of(&cfg.model.device)?;
     let model = build_model(&cfg, &device)?;
+    // Before the trainer multiplies the model's memory and before a run directory exists.
+    crate::memory::check(&cfg, model.config(), &device)?;
     let (batches, unigram_entropy) = Batches::from_config(&cfg, model.config().vocab_size)?;
     let unigram_eval_loss =
         batches.unigram_eval_loss(cfg.train.eval_batches, model.config().vocab_size);

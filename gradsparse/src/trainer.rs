@@ -72,7 +72,12 @@ pub fn device_of(name: &str) -> Result<Device> {
                 )
             })?,
     };
-    Device::new_cuda(ordinal).map_err(|e| Error::config("model.device", format!("{name}: {e}")))
+    activations::models::open_cuda(ordinal).map_err(|why| {
+        Error::config(
+            "model.device",
+            format!("{name:?}: {why} (valid: cpu, cuda, cuda:N)"),
+        )
+    })
 }
 
 /// The model a config describes: random weights of a named size, or loaded weights.

@@ -169,3 +169,74 @@ fn bench_prints_a_table() -> Result<()> {
     );
     Ok(())
 }
+
+#[test]
+fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let input = dir.path().join("s.st");
+    let x = Tensor::new(&[3f32, 1.0, 2.0], &Device::Cpu)?;
+    save(
+        &input,
+        &[
+            ("x", x),
+            ("other", Tensor::ones(2, DType::F32, &Device::Cpu)?),
+        ],
+    )?;
+    let before = std::fs::read(&input)?;
+    let i = input.to_str().unwrap();
+    let hard = dir.path().join("hard.st");
+    std::fs::hard_link(&input, &hard)?;
+    let link = dir.path().join("link.st");
+    std::os::unix::fs::symlink(&input, &link)?;
+    let dotted = format!("{}/./s.st", dir.path().display());
+    let cases = [
+        (i.to_string(), "also an input"),
+        (dotted, "also an input"),
+        (hard.display().to_string(), "also an input"),
+        (link.display().to_string(), "also an input"),
+        ("/dev/null".to_string(), "device node"),
+        (dir.path().display().to_string(), "directory"),
+    ];
+    for (out, needle) in &cases {
+        let run = profk(&[
+            "select", "--input", i, "--tensor", "x", "--k", "1", "--output", out,
+        ])?;
+        let err = String::from_utf8_lossy(&run.stderr);
+        ensure!(!run.status.success(), "--output {out} succeeded");
+        ensure!(
+            err.contains(needle) && err.contains(out.as_str()),
+            "--output {out}: {err}"
+        );
+        ensure!(
+            std::fs::read(&input)? == before,
+            "--output {out} changed the input"
+        );
+    }
+    // A symlink to another regular file is followed: the link stays, its target gets the result.
+    let target = dir.path().join("target.st");
+    std::fs::write(&target, b"old")?;
+    let to_target = dir.path().join("to_target.st");
+    std::os::unix::fs::symlink(&target, &to_target)?;
+    let run = profk(&[
+        "select",
+        "--input",
+        i,
+        "--tensor",
+        "x",
+        "--k",
+        "1",
+        "--output",
+        to_target.to_str().unwrap(),
+    ])?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    ensure!(std::fs::symlink_metadata(&to_target)?
+        .file_type()
+        .is_symlink());
+    let out = candle_core::safetensors::load(&target, &Device::Cpu)?;
+    ensure!(out["values"].to_vec1::<f32>()? == [3.0]);
+    Ok(())
+}

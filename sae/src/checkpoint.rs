@@ -17,10 +17,20 @@ use std::collections::HashMap;
 use std::path::Path;
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+/// A failure (a full disk) removes the temporary and names the file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    let failed = |op: &str, e: std::io::Error| Error::Checkpoint {
+        path: path.to_path_buf(),
+        msg: format!("{op}: {e}"),
+    };
+    let written = std::fs::write(&tmp, bytes)
+        .map_err(|e| failed("writing", e))
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| failed("renaming into place", e)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -191,8 +201,16 @@ pub fn write_saelens(
 
 fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    candle_core::safetensors::save(tensors, &tmp)?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    let written = candle_core::safetensors::save(tensors, &tmp)
+        .map_err(|e| Error::Checkpoint {
+            path: path.to_path_buf(),
+            msg: format!("writing: {e}"),
+        })
+        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// Writes the SAELens pair, `training_state.safetensors` and `trainer_state.json` into `dir` (an empty

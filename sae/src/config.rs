@@ -398,6 +398,24 @@ impl Default for EvalConfig {
     }
 }
 
+/// The fewest held-out tokens FVU is measured on: its denominator is their variance, which a handful of
+/// tokens does not estimate (one token has none, and the FVU comes out astronomically large).
+pub const MIN_HELD_OUT_TOKENS: usize = 64;
+
+/// `held_out_tokens` is 0 (no held-out evaluation) or large enough to measure.
+fn check_held_out(held_out_tokens: usize) -> Result<()> {
+    if held_out_tokens != 0 && held_out_tokens < MIN_HELD_OUT_TOKENS {
+        return Err(Error::config(
+            "data.held_out_tokens",
+            format!(
+                "{held_out_tokens} is too few to measure FVU on; valid: 0 (skip the held-out \
+                 evaluation) or ≥ {MIN_HELD_OUT_TOKENS}"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl Config {
     pub fn from_path(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
@@ -562,8 +580,10 @@ impl Config {
                 context,
                 dtype,
                 buffer_tokens,
+                held_out_tokens,
                 ..
             } => {
+                check_held_out(*held_out_tokens)?;
                 if !["resid_pre", "resid_post"].contains(&hook.as_str()) {
                     return bad(
                         "data.hook",
@@ -605,8 +625,9 @@ impl Config {
                 features,
                 active_per_token,
                 layers,
-                ..
+                held_out_tokens,
             } => {
+                check_held_out(*held_out_tokens)?;
                 if *d_model == 0 {
                     return bad("data.d_model", "must be ≥ 1".into());
                 }

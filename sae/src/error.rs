@@ -9,10 +9,11 @@ pub enum Error {
     Config { key: String, msg: String },
     #[error("cannot parse config {path}: {msg}")]
     ConfigParse { path: PathBuf, msg: String },
-    #[error("{path}: {source}")]
+    /// The cause is part of the message (not a separate source), so a chain of errors prints it once.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("checkpoint {path}: {msg}")]
     Checkpoint { path: PathBuf, msg: String },
@@ -49,10 +50,10 @@ impl Error {
             msg: msg.into(),
         }
     }
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
-            source,
+            error,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod data;
 pub mod error;
 pub mod features;
 pub mod init;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod nested;

@@ -46,7 +46,12 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let cfg = Config::from_path(&opts.config)?;
     let device = match cfg.device {
         DeviceKind::Cpu => Device::Cpu,
-        DeviceKind::Cuda => Device::new_cuda(0)?,
+        DeviceKind::Cuda => activations::models::open_cuda(0).map_err(|why| {
+            Error::config(
+                "device",
+                format!("\"cuda\": {why} (valid: \"cpu\", \"cuda\")"),
+            )
+        })?,
     };
     set_precision(cfg.train.precision);
     #[cfg(feature = "cuda")]
@@ -55,6 +60,18 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     }
     // The model and data load before the run directory exists: a missing model leaves nothing behind.
     let mut data = Data::open(&cfg, &device)?;
+    // Before the SAE is allocated and before a run directory exists: an impossible size is a config error.
+    crate::memory::check(&cfg, data.train.d_model(), &device)?;
+    if data.heldout.is_none()
+        && matches!(
+            cfg.data,
+            DataConfig::Model { .. } | DataConfig::Synthetic { .. }
+        )
+    {
+        eprintln!(
+            "note: data.held_out_tokens = 0: no held-out FVU / L0 (CE-loss recovered follows eval.ce_contexts)"
+        );
+    }
     let run = match (&opts.out, opts.resume) {
         (Some(out), true) => RunDir::open_existing(out)?,
         (None, true) => {
@@ -176,7 +193,10 @@ impl Data {
                         device,
                     )
                 };
-                let heldout = make(cfg.seed ^ 0x4e1d0_u64).next_batch(*held_out_tokens)?;
+                let heldout = match *held_out_tokens {
+                    0 => None,
+                    n => make(cfg.seed ^ 0x4e1d0_u64).next_batch(n)?,
+                };
                 Ok(Self {
                     train: Box::new(make(cfg.seed)),
                     heldout,
@@ -205,7 +225,11 @@ impl Data {
                     Ok::<_, Error>(activations::ShardReader::open(dir, opts)?)
                 };
                 let heldout = match held_out_dir {
-                    Some(h) => open(h, false, 0)?.next_batch(*buffer_tokens)?,
+                    Some(h) => {
+                        let held = open(h, false, 0)?.next_batch(*buffer_tokens)?;
+                        check_held_out_rows("data.held_out_dir", held.as_ref(), *buffer_tokens)?;
+                        held
+                    }
                     None => None,
                 };
                 Ok(Self {
@@ -228,6 +252,7 @@ impl Data {
             } => {
                 let dtype = activations::models::parse_dtype("data.dtype", dtype)?;
                 let model = Arc::new(activations::models::load_model(model, dtype, device)?);
+                check_model_fit(layers, *context, model.config())?;
                 let hooks: Vec<HookPoint> = layers
                     .iter()
                     .map(|&l| {
@@ -265,13 +290,20 @@ impl Data {
                     prefetch,
                 };
                 // The held-out set is the first contexts of the held-out split, read once.
-                let mut held = OnTheFly::new(
-                    model.clone(),
-                    held_ctx,
-                    hooks.clone(),
-                    opts(false, *held_out_tokens, false, 0),
-                )?;
-                let heldout = held.next_batch(*held_out_tokens)?;
+                let heldout = match *held_out_tokens {
+                    0 => None,
+                    n => {
+                        let mut held = OnTheFly::new(
+                            model.clone(),
+                            held_ctx,
+                            hooks.clone(),
+                            opts(false, n, false, 0),
+                        )?;
+                        let held = held.next_batch(n)?;
+                        check_held_out_rows("data.held_out_tokens", held.as_ref(), n)?;
+                        held
+                    }
+                };
                 let train = OnTheFly::new(
                     model.clone(),
                     train_ctx,
@@ -301,6 +333,53 @@ impl Data {
             ))),
         }
     }
+}
+
+/// The model must have the layers and positions the config asks for.
+fn check_model_fit(
+    layers: &[usize],
+    context: usize,
+    model: &activations::Gpt2Config,
+) -> Result<()> {
+    let depth = model.n_layer;
+    if let Some(&l) = layers.iter().find(|&&l| l >= depth) {
+        return Err(Error::config(
+            "data.layers",
+            format!(
+                "layer {l} is past the model's depth: it has {depth} layers, valid layers are 0..={}",
+                depth.saturating_sub(1)
+            ),
+        ));
+    }
+    if context > model.n_positions {
+        return Err(Error::config(
+            "data.context",
+            format!(
+                "{context} exceeds the model's n_positions; valid: 2..={}",
+                model.n_positions
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A held-out set that came out smaller than FVU can be measured on is an error, not a number.
+fn check_held_out_rows(key: &str, held: Option<&Tensor>, asked: usize) -> Result<()> {
+    let rows = match held {
+        Some(t) => t.dim(0)?,
+        None => 0,
+    };
+    if rows < crate::config::MIN_HELD_OUT_TOKENS {
+        return Err(Error::config(
+            key,
+            format!(
+                "the held-out data gives {rows} of the {asked} tokens asked for; at least {} are needed \
+                 to measure FVU (or set data.held_out_tokens = 0 to skip it)",
+                crate::config::MIN_HELD_OUT_TOKENS
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The SAE trainer as the shared training loop sees it.
@@ -356,6 +435,11 @@ impl eval::Trainer for SaeJob {
 
     fn eval(&mut self, _progress: &Progress) -> Result<Metrics> {
         let mut m = Metrics::new();
+        let held_rows = match &self.data.heldout {
+            Some(t) => t.dim(0)?,
+            None => 0,
+        };
+        m.insert("heldout_tokens".into(), held_rows as f64);
         if let Some(held) = &self.data.heldout {
             let e = self.trainer.evaluate(&with_layer_axis(held.clone())?)?;
             m.insert("heldout_fvu".into(), e.fvu);

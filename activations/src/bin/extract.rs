@@ -64,5 +64,12 @@ fn main() -> anyhow::Result<()> {
         report.shards_written,
         report.shards_reused
     );
+    if !report.shards_remade.is_empty() {
+        println!(
+            "re-made {} shard(s) that failed their check: {}",
+            report.shards_remade.len(),
+            report.shards_remade.join(", ")
+        );
+    }
     Ok(())
 }

@@ -28,9 +28,10 @@ impl HookPoint {
     pub fn validate(&self, n_layer: usize) -> Result<()> {
         match *self {
             HookPoint::ResidPre(l) | HookPoint::ResidPost(l) if l >= n_layer => {
-                Err(Error::HookPoint(format!(
-                    "{self}: the model has {n_layer} layers (0..{n_layer})"
-                )))
+                Err(Error::HookLayer {
+                    point: self.to_string(),
+                    n_layer,
+                })
             }
             _ => Ok(()),
         }

@@ -3,9 +3,10 @@
 //! Rows (kept token positions) are numbered in corpus order; shard `s` holds rows
 //! `[s * tokens_per_shard, (s + 1) * tokens_per_shard)`. Forward batches always cover the same
 //! contexts, so a resumed run computes every shard exactly as an uninterrupted run would.
+use super::manifest::ShardInfo;
 use super::manifest::{dtype_name, CorpusInfo, Manifest, FORMAT, MANIFEST_FILE};
 use super::pipeline::{self, Plan};
-use super::shard_file::{self, shard_file_name};
+use super::shard_file::{self, shard_file_name, st_dtype_name, ShardLayout, ShardMeta};
 use crate::corpus::{Contexts, Corpus, Split};
 use crate::error::{Error, Result};
 use crate::gpt2::{Gpt2, HookPoint};
@@ -166,6 +167,9 @@ pub struct ExtractReport {
     pub manifest: Manifest,
     pub shards_written: usize,
     pub shards_reused: usize,
+    /// Shards an earlier run left that failed their check (sha256 against the manifest, or their header)
+    /// and were computed again.
+    pub shards_remade: Vec<String>,
     /// Tokens computed (including any recomputed on resume) and the wall time of that work.
     pub tokens_computed: usize,
     pub seconds: f64,
@@ -210,6 +214,71 @@ fn remove_stale_temps(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// A shard file an earlier run may have left.
+enum Existing {
+    Missing,
+    /// Checked: reused as it is.
+    Good(ShardInfo),
+    /// Corrupt or truncated: to be computed again.
+    Bad(String),
+}
+
+/// Checks, in parallel, every shard file an earlier run left in `dir`: its header must describe the
+/// shard this run would write (a shard of another extraction is an error, not something to overwrite),
+/// and its sha256 must match the manifest's where a finished run wrote one. Only files whose header
+/// parses as this extraction's are hashed.
+fn check_existing_shards(
+    dir: &Path,
+    n_shards: usize,
+    manifest: Option<&Manifest>,
+    expected: &(dyn Fn(usize) -> ShardLayout + Sync),
+) -> Result<Vec<Existing>> {
+    use rayon::prelude::*;
+    (0..n_shards)
+        .into_par_iter()
+        .map(|s| {
+            let file = shard_file_name(s);
+            let path = dir.join(&file);
+            if !path.is_file() {
+                return Ok(Existing::Missing);
+            }
+            let want = expected(s);
+            let layout = match shard_file::read_layout(&path) {
+                Ok(layout) => layout,
+                Err(Error::Shard { message, .. }) => return Ok(Existing::Bad(message)),
+                Err(e) => return Err(e),
+            };
+            if layout.meta != want.meta {
+                return Err(Error::shard(
+                    &path,
+                    "belongs to a different extraction; choose another out_dir or delete it",
+                ));
+            }
+            if layout != want {
+                return Ok(Existing::Bad(format!(
+                    "holds {} {:?}, expected {} {:?}",
+                    layout.dtype, layout.shape, want.dtype, want.shape
+                )));
+            }
+            let sha256 = shard_file::sha256_file(&path)?;
+            let listed = manifest.and_then(|m| m.shards.iter().find(|i| i.file == file));
+            if let Some(listed) = listed {
+                if listed.sha256 != sha256 {
+                    return Ok(Existing::Bad(format!(
+                        "sha256 {sha256} differs from the manifest's {}",
+                        listed.sha256
+                    )));
+                }
+            }
+            Ok(Existing::Good(ShardInfo {
+                file,
+                n_tokens: want.shape[0],
+                sha256,
+            }))
+        })
+        .collect()
+}
+
 /// Runs (or resumes) an extraction described by `cfg`.
 pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractReport> {
     cfg.validate()?;
@@ -230,7 +299,10 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     if t > mcfg.n_positions {
         return Err(Error::config(
             "corpus.context_len",
-            format!("{t} exceeds the model's n_positions {}", mcfg.n_positions),
+            format!(
+                "{t} exceeds the model's n_positions; valid: 2..={}",
+                mcfg.n_positions
+            ),
         ));
     }
 
@@ -294,7 +366,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     let dir = cfg.out_dir.as_path();
     fsutil::create_dir_all(dir)?;
     remove_stale_temps(dir)?;
-    if dir.join(MANIFEST_FILE).is_file() {
+    let old_manifest = if dir.join(MANIFEST_FILE).is_file() {
         let old = Manifest::read(dir)?;
         if old.fingerprint != fingerprint {
             return Err(Error::shard(
@@ -303,22 +375,43 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
                  settings); choose another out_dir or delete it",
             ));
         }
-    }
+        Some(old)
+    } else {
+        None
+    };
+    let expected = |s: usize| ShardLayout {
+        meta: ShardMeta {
+            fingerprint: fingerprint.clone(),
+            index: s,
+        },
+        dtype: st_dtype_name(dtype).into(),
+        shape: [
+            per_shard.min(total - s * per_shard),
+            cfg.hook_points.len(),
+            mcfg.n_embd,
+        ],
+    };
+    let checked = check_existing_shards(dir, n_shards, old_manifest.as_ref(), &expected)?;
     let mut done = vec![false; n_shards];
-    for (s, d) in done.iter_mut().enumerate() {
-        let path = dir.join(shard_file_name(s));
-        if path.is_file() {
-            let meta = shard_file::read_meta(&path)?;
-            if meta.fingerprint != fingerprint || meta.index != s {
-                return Err(Error::shard(
-                    &path,
-                    "belongs to a different extraction; choose another out_dir or delete it",
-                ));
+    let mut reused_shards = Vec::new();
+    let mut remade = Vec::new();
+    for (s, check) in checked.into_iter().enumerate() {
+        match check {
+            Existing::Missing => {}
+            Existing::Good(info) => {
+                done[s] = true;
+                reused_shards.push(info);
             }
-            *d = true;
+            Existing::Bad(reason) => {
+                let path = dir.join(shard_file_name(s));
+                tracing::warn!("{}: {reason}; re-making it", path.display());
+                eprintln!("{}: {reason}; re-making it", path.display());
+                std::fs::remove_file(&path).map_err(|e| Error::file("removing", &path, e))?;
+                remade.push(shard_file_name(s));
+            }
         }
     }
-    let reused = done.iter().filter(|d| **d).count();
+    let reused = reused_shards.len();
 
     let progress = if opts.progress {
         indicatif::ProgressBar::new(total as u64)
@@ -344,6 +437,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         total_tokens: total,
         writer_threads: cfg.writer_threads,
         done,
+        reused: reused_shards,
     };
     let started = Instant::now();
     let outcome = pipeline::run(
@@ -367,6 +461,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         manifest,
         shards_written: outcome.written,
         shards_reused: reused,
+        shards_remade: remade,
         tokens_computed: outcome.tokens_computed,
         seconds,
         complete: outcome.complete,

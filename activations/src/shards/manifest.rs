@@ -75,17 +75,64 @@ impl Manifest {
                 format!("cannot read the manifest ({e}); is this an `extract` output directory whose run finished?"),
             )
         })?;
-        let m: Self = serde_json::from_str(&text).map_err(|source| Error::Json {
-            path: path.clone(),
+        Self::parse(&text, &path)
+    }
+
+    /// Parses and checks a manifest's text; `path` is named in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let m: Self = serde_json::from_str(text).map_err(|source| Error::Json {
+            path: path.to_path_buf(),
             source,
         })?;
-        if m.format != FORMAT {
-            return Err(Error::shard(
-                &path,
-                format!("format `{}`, expected `{FORMAT}`", m.format),
+        m.check().map_err(|message| Error::shard(path, message))?;
+        Ok(m)
+    }
+
+    /// What a reader relies on: the format, a known dtype, shard files that are plain names inside the
+    /// directory (never `../x` or `/x`), each listed once, well-formed hashes, and shard sizes that add
+    /// up to `total_tokens`.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.format != FORMAT {
+            return Err(format!("format `{}`, expected `{FORMAT}`", self.format));
+        }
+        self.shard_dtype().map_err(|e| e.to_string())?;
+        if self.hook_points.is_empty() || self.d_model == 0 {
+            return Err("no hook points or d_model = 0".into());
+        }
+        let mut names = std::collections::BTreeSet::new();
+        let mut sum: usize = 0;
+        for s in &self.shards {
+            let plain = !s.file.is_empty()
+                && s.file != ".."
+                && s.file != "."
+                && !s.file.contains(['/', '\\', '\0']);
+            if !plain {
+                return Err(format!("shard file `{}` is not a plain file name", s.file));
+            }
+            if !names.insert(s.file.as_str()) {
+                return Err(format!("shard file `{}` is listed twice", s.file));
+            }
+            if s.sha256.len() != 64 || !s.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "shard `{}`: sha256 `{}` is not 64 hex digits",
+                    s.file, s.sha256
+                ));
+            }
+            if s.n_tokens == 0 || s.n_tokens > self.tokens_per_shard {
+                return Err(format!(
+                    "shard `{}`: {} tokens, expected 1..={} (tokens_per_shard)",
+                    s.file, s.n_tokens, self.tokens_per_shard
+                ));
+            }
+            sum = sum.saturating_add(s.n_tokens);
+        }
+        if sum != self.total_tokens {
+            return Err(format!(
+                "the shards hold {sum} tokens, total_tokens says {}",
+                self.total_tokens
             ));
         }
-        Ok(m)
+        Ok(())
     }
 
     pub fn write(&self, dir: &Path) -> Result<()> {

@@ -13,4 +13,7 @@ pub use manifest::{
     TOKENS_TENSOR,
 };
 pub use reader::{ReaderOptions, ShardReader};
-pub use shard_file::shard_file_name;
+pub use shard_file::{
+    header_len, parse_header, read_layout, shard_file_name, ShardLayout, ShardMeta,
+    MAX_HEADER_BYTES,
+};

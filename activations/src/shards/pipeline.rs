@@ -10,6 +10,7 @@ use crate::gpt2::{Gpt2, HookPoint};
 use crate::source::hook_rows;
 use candle_core::{DType, Device, Tensor};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
 
 /// Everything that decides which bytes go where.
@@ -25,8 +26,10 @@ pub(super) struct Plan<'a> {
     pub tokens_per_shard: usize,
     pub total_tokens: usize,
     pub writer_threads: usize,
-    /// Shards already on disk from an earlier run.
+    /// Shards already on disk from an earlier run, checked.
     pub done: Vec<bool>,
+    /// Their manifest entries.
+    pub reused: Vec<ShardInfo>,
 }
 
 impl Plan<'_> {
@@ -55,58 +58,40 @@ pub(super) struct Outcome {
     pub complete: bool,
 }
 
-enum Job {
-    Write {
-        index: usize,
-        acts: Vec<u8>,
-        tokens: Vec<u32>,
-    },
-    Hash {
-        index: usize,
-    },
+struct Job {
+    index: usize,
+    acts: Vec<u8>,
+    tokens: Vec<u32>,
 }
 
-/// Runs a job; a written shard's buffer goes back to `recycle` for the next shard.
+/// Writes a shard; its buffer goes back to `recycle` for the next shard.
 fn run_job(job: Job, plan: &Plan, recycle: &mpsc::Sender<Vec<u8>>) -> Result<ShardInfo> {
-    match job {
-        Job::Write {
-            index,
-            mut acts,
-            tokens,
-        } => {
-            let meta = ShardMeta {
-                fingerprint: plan.fingerprint.clone(),
-                index,
-            };
-            let shape = [tokens.len(), plan.hooks.len(), plan.d_model];
-            let file = shard_file_name(index);
-            let sha256 = shard_file::write(
-                &plan.dir.join(&file),
-                &meta,
-                &acts,
-                plan.dtype,
-                shape,
-                &tokens,
-            )?;
-            acts.clear();
-            let _ = recycle.send(acts); // the host thread may be done already
-            Ok(ShardInfo {
-                file,
-                n_tokens: tokens.len(),
-                sha256,
-            })
-        }
-        Job::Hash { index } => {
-            let file = shard_file_name(index);
-            let path = plan.dir.join(&file);
-            let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
-            Ok(ShardInfo {
-                file,
-                n_tokens: plan.shard_len(index),
-                sha256: shard_file::sha256_hex(&bytes),
-            })
-        }
-    }
+    let Job {
+        index,
+        mut acts,
+        tokens,
+    } = job;
+    let meta = ShardMeta {
+        fingerprint: plan.fingerprint.clone(),
+        index,
+    };
+    let shape = [tokens.len(), plan.hooks.len(), plan.d_model];
+    let file = shard_file_name(index);
+    let sha256 = shard_file::write(
+        &plan.dir.join(&file),
+        &meta,
+        &acts,
+        plan.dtype,
+        shape,
+        &tokens,
+    )?;
+    acts.clear();
+    let _ = recycle.send(acts); // the host thread may be done already
+    Ok(ShardInfo {
+        file,
+        n_tokens: tokens.len(),
+        sha256,
+    })
 }
 
 /// Shard-sized byte buffers for the host thread: one a writer has finished with, else a fresh one
@@ -213,9 +198,6 @@ fn cut_shards(
     progress: &indicatif::ProgressBar,
 ) -> Result<(usize, bool)> {
     let stopped = || Error::shard(plan.dir, "writer threads stopped");
-    for (index, _) in plan.done.iter().enumerate().filter(|(_, d)| **d) {
-        jobs.send(Job::Hash { index }).map_err(|_| stopped())?;
-    }
     let row_bytes = plan.row_bytes();
     let mut pending_acts: Vec<u8> = buffers.next();
     let mut pending_tokens: Vec<u32> = Vec::new();
@@ -243,7 +225,7 @@ fn cut_shards(
                 next.extend_from_slice(&pending_acts[end..]);
                 pending_acts.truncate(end);
                 pending_acts.drain(..off * row_bytes);
-                jobs.send(Job::Write {
+                jobs.send(Job {
                     index: shard,
                     acts: std::mem::replace(&mut pending_acts, next),
                     tokens: pending_tokens[off..off + len].to_vec(),
@@ -300,16 +282,26 @@ pub(super) fn run(
     };
     let host_copy = HostCopy::new(device)?;
     let host_copy = &host_copy;
+    let failed = &AtomicBool::new(false);
     std::thread::scope(|scope| {
+        // After a failed write (a full disk) every writer stops, so the host thread and the model stop
+        // too instead of computing shards that cannot be stored.
         for _ in 0..plan.writer_threads {
             let (job_rx, res_tx, recycle) = (&job_rx, res_tx.clone(), recycle_tx.clone());
             scope.spawn(move || loop {
+                if failed.load(Ordering::Relaxed) {
+                    return;
+                }
                 let job = match job_rx.lock() {
                     Ok(rx) => rx.recv(),
                     Err(_) => return,
                 };
                 let Ok(job) = job else { return };
-                if res_tx.send(run_job(job, plan, &recycle)).is_err() {
+                let result = run_job(job, plan, &recycle);
+                if result.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                if res_tx.send(result).is_err() || failed.load(Ordering::Relaxed) {
                     return;
                 }
             });
@@ -362,7 +354,7 @@ pub(super) fn run(
         let hosted = host
             .join()
             .map_err(|_| Error::shard(plan.dir, "the shard-cutting thread panicked"))?;
-        let mut shards = Vec::new();
+        let mut shards = plan.reused.clone();
         let mut first_err = None;
         for r in res_rx {
             match r {
@@ -370,11 +362,12 @@ pub(super) fn run(
                 Err(e) => first_err = first_err.or(Some(e)),
             }
         }
-        produced?;
-        let (written, complete) = hosted?;
+        // A writer's error is the cause; the other stages only stopped because of it.
         if let Some(e) = first_err {
             return Err(e);
         }
+        produced?;
+        let (written, complete) = hosted?;
         shards.sort_by(|a, b| a.file.cmp(&b.file));
         Ok(Outcome {
             shards,

@@ -12,7 +12,10 @@ mod text;
 use crate::atomic::write_atomic;
 use crate::error::{Error, Result};
 use crate::metrics::{read_records, Record, RecordKind};
-use crate::run_dir::{RunDir, RunMeta};
+use crate::output_path::check_output_path;
+use crate::run_dir::{
+    RunDir, RunMeta, CONFIG_JSON_FILE, CONFIG_TOML_FILE, METRICS_FILE, RUN_META_FILE,
+};
 use std::path::{Path, PathBuf};
 
 /// Everything the report reads from one run directory.
@@ -55,8 +58,24 @@ impl RunData {
     }
 }
 
-/// Opens each run directory and writes the report to `out` (atomically); returns what it read.
+/// Opens each run directory and writes the report to `out` (atomically); returns what it read. An `out`
+/// that is one of the files read (a run's metrics, run.json or config.json) is refused before anything
+/// is read.
 pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<RunData>> {
+    let inputs: Vec<PathBuf> = runs
+        .iter()
+        .flat_map(|r| {
+            [
+                METRICS_FILE,
+                RUN_META_FILE,
+                CONFIG_JSON_FILE,
+                CONFIG_TOML_FILE,
+            ]
+            .map(|f| r.path().join(f))
+        })
+        .collect();
+    let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    let out = &check_output_path(out, &inputs)?;
     let data = runs.iter().map(RunData::load).collect::<Result<Vec<_>>>()?;
     let html = render(&data)?;
     write_atomic(out, html.as_bytes())?;

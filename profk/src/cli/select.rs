@@ -72,6 +72,8 @@ pub enum SelectorArg {
 }
 
 pub fn run(args: SelectArgs) -> anyhow::Result<()> {
+    // Before any work: an output that is the input (or a link to it) would destroy it.
+    let output = eval::check_output_path(&args.output, &[&args.input])?;
     let device = open_device(args.device)?;
     let x = load_tensor(&args.input, &args.tensor, &device)?;
     let opts = TopKOptions {
@@ -108,7 +110,7 @@ pub fn run(args: SelectArgs) -> anyhow::Result<()> {
         ("values".to_string(), out.values.to_device(&Device::Cpu)?),
         ("indices".to_string(), out.indices.to_device(&Device::Cpu)?),
     ]);
-    write_atomically(&tensors, &args.output)
+    write_atomically(&tensors, &output)
 }
 
 fn open_device(device: DeviceArg) -> anyhow::Result<Device> {

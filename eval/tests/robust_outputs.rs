@@ -1,0 +1,159 @@
+//! Outputs never overwrite inputs, and a failed checkpoint write leaves nothing half-written behind.
+mod common;
+
+use common::{synthetic_run, FakeTrainer};
+use eval::train_loop::{resume_point, run};
+use eval::{
+    LogConfig, LoopConfig, Metrics, MetricsSink, Progress, RunDir, SinkOptions, StepContext,
+    StepOutput, StopSignal, Trainer,
+};
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn report_refuses_to_overwrite_its_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 5);
+    let metrics = run_dir.metrics_path();
+    let before = std::fs::read(&metrics).unwrap();
+    for name in ["metrics.jsonl", "run.json", "./metrics.jsonl"] {
+        let out = run_dir.path().join(name);
+        let bad = Command::new(env!("CARGO_BIN_EXE_eval"))
+            .arg("report")
+            .arg(run_dir.path())
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&bad.stderr);
+        assert!(!bad.status.success(), "--out {name} succeeded");
+        assert!(
+            stderr.contains("also an input") && stderr.contains(name.trim_start_matches("./")),
+            "{stderr}"
+        );
+    }
+    assert_eq!(std::fs::read(&metrics).unwrap(), before, "metrics intact");
+    let bad = Command::new(env!("CARGO_BIN_EXE_eval"))
+        .arg("report")
+        .arg(run_dir.path())
+        .args(["--out", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("device node"));
+    // The run's own report is fine.
+    eval::report::write_run_report(&run_dir).unwrap();
+}
+
+/// A trainer whose checkpoint write fails (as on a full disk) after writing part of its state.
+struct FailingSave {
+    inner: FakeTrainer,
+    fail: bool,
+}
+
+impl Trainer for FailingSave {
+    type Error = eval::Error;
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, eval::Error> {
+        self.inner.step(ctx)
+    }
+    fn save_checkpoint(&mut self, dir: &Path, progress: &Progress) -> Result<(), eval::Error> {
+        self.inner.save_checkpoint(dir, progress)?;
+        if self.fail {
+            std::fs::write(dir.join("weights.partial"), vec![0u8; 4096]).unwrap();
+            return Err(eval::Error::RunDir {
+                path: dir.join("weights"),
+                message: "writing: No space left on device (injected)".into(),
+            });
+        }
+        Ok(())
+    }
+    fn eval(&mut self, p: &Progress) -> Result<Metrics, eval::Error> {
+        self.inner.eval(p)
+    }
+}
+
+fn loop_config(total: u64) -> LoopConfig {
+    let mut cfg = LoopConfig::new(
+        total,
+        &LogConfig {
+            every: 2,
+            progress: false,
+            ..LogConfig::default()
+        },
+    );
+    cfg.checkpoint_every = 4;
+    cfg
+}
+
+#[test]
+fn a_failed_checkpoint_leaves_no_temp_and_latest_on_a_complete_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = RunDir::create(tmp.path(), "t").unwrap();
+    // A partial folder from an earlier, killed process.
+    let stale = run_dir.checkpoints_dir().join(".step-00000002.1.tmp");
+    std::fs::create_dir_all(&stale).unwrap();
+    let sink = MetricsSink::create(&run_dir, SinkOptions::default()).unwrap();
+    let mut ok = FailingSave {
+        inner: FakeTrainer::new(0.1),
+        fail: false,
+    };
+    let stop = StopSignal::new();
+    run(
+        &mut ok,
+        &run_dir,
+        &sink,
+        &loop_config(4),
+        Progress::default(),
+        &stop,
+    )
+    .unwrap();
+    assert!(!stale.exists(), "a stale partial checkpoint is removed");
+    let first = resume_point(&run_dir).unwrap();
+    assert_eq!(first.progress.step, 4);
+
+    // Steps 5..8 fail to checkpoint at step 8.
+    let mut failing = FailingSave {
+        inner: FakeTrainer::load(&first.dir, 0.1),
+        fail: true,
+    };
+    let err = run(
+        &mut failing,
+        &run_dir,
+        &sink,
+        &loop_config(8),
+        first.progress.clone(),
+        &stop,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("weights") && err.contains("No space"), "{err}");
+    let leftovers: Vec<String> = std::fs::read_dir(run_dir.checkpoints_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "temporaries left: {leftovers:?}");
+    assert_eq!(
+        resume_point(&run_dir).unwrap().progress.step,
+        4,
+        "latest is complete"
+    );
+
+    // After "freeing space" the resume goes through.
+    let mut fixed = FailingSave {
+        inner: FakeTrainer::load(&first.dir, 0.1),
+        fail: false,
+    };
+    let done = run(
+        &mut fixed,
+        &run_dir,
+        &sink,
+        &loop_config(8),
+        first.progress,
+        &stop,
+    )
+    .unwrap();
+    assert_eq!(done.progress.step, 8);
+    assert_eq!(resume_point(&run_dir).unwrap().progress.step, 8);
+    sink.finish().unwrap();
+}
