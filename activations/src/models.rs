@@ -41,17 +41,32 @@ pub fn parse_dtype(key: &str, s: &str) -> Result<DType> {
     }
 }
 
-/// Parses `cpu`, `cuda`, `cuda:N`.
+/// Parses `cpu`, `cuda`, `cuda:N` (through [`eval::DeviceSpec`]) and opens the device.
 pub fn parse_device(s: &str) -> Result<Device> {
-    match s {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::new_cuda(0)?),
-        _ => match s.strip_prefix("cuda:").and_then(|n| n.parse().ok()) {
-            Some(n) => Ok(Device::new_cuda(n)?),
-            None => Err(Error::config(
-                "device",
-                format!("`{s}`: expected cpu, cuda or cuda:N"),
-            )),
-        },
+    let spec = s.parse().map_err(|e: String| Error::config("device", e))?;
+    open_device("device", spec)
+}
+
+/// Opens the device a config's `key` names; a CUDA device on a build without CUDA, or one that
+/// does not exist, is an error naming the key.
+pub fn open_device(key: &str, spec: eval::DeviceSpec) -> Result<Device> {
+    match spec {
+        eval::DeviceSpec::Cpu => Ok(Device::Cpu),
+        eval::DeviceSpec::Cuda(_) if !candle_core::utils::cuda_is_available() => Err(Error::config(
+            key,
+            format!("{spec}: this build has no CUDA support (build with --features cuda)"),
+        )),
+        eval::DeviceSpec::Cuda(n) => {
+            Device::new_cuda(n).map_err(|e| Error::config(key, format!("{spec}: {e}")))
+        }
+    }
+}
+
+/// The candle dtype of a config's dtype value.
+pub fn candle_dtype(d: eval::Dtype) -> DType {
+    match d {
+        eval::Dtype::F32 => DType::F32,
+        eval::Dtype::Bf16 => DType::BF16,
+        eval::Dtype::F16 => DType::F16,
     }
 }
