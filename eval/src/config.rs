@@ -206,7 +206,7 @@ impl ConfigSource {
         let located = |e: toml::de::Error, text: &str| Error::Parse {
             path: self.path.clone(),
             line: line_of(text, e.span()),
-            message: e.message().trim_end().to_string(),
+            message: e.to_string().trim_end().to_string(),
         };
         if self.overrides.is_empty() {
             toml::from_str(&self.text).map_err(|e| located(e, &self.text))
@@ -298,6 +298,7 @@ mod tests {
     }
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
     struct SmallTrain {
         steps: u64,
         #[serde(default)]

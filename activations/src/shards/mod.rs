@@ -6,7 +6,7 @@ mod pipeline;
 mod reader;
 mod shard_file;
 
-pub use extract::{extract, ExtractConfig, ExtractCorpus, ExtractOptions, ExtractReport};
+pub use extract::{extract, ExtractConfig, ExtractData, ExtractOptions, ExtractReport};
 pub use manifest::{
     dtype_name, CorpusInfo, Manifest, ShardInfo, ACTIVATIONS_TENSOR, FORMAT, MANIFEST_FILE,
     TOKENS_TENSOR,

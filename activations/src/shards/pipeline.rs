@@ -210,6 +210,7 @@ fn cut_shards(
     (host_copy, buffers): (&HostCopy, Buffers),
     jobs: mpsc::SyncSender<Job>,
     stop_after: Option<usize>,
+    stop: &eval::StopSignal,
     progress: &indicatif::ProgressBar,
 ) -> Result<(usize, bool)> {
     let stopped = || Error::shard(plan.dir, "writer threads stopped");
@@ -254,7 +255,7 @@ fn cut_shards(
             pending_tokens.drain(..off + len);
             pending_start = start + len;
             shard += 1;
-            if stop_after.is_some_and(|n| written >= n) {
+            if stop_after.is_some_and(|n| written >= n) || stop.is_requested() {
                 return Ok((written, false));
             }
         }
@@ -268,6 +269,7 @@ pub(super) fn run(
     model: &Gpt2,
     contexts: &Contexts,
     stop_after: Option<usize>,
+    stop: &eval::StopSignal,
     progress: &indicatif::ProgressBar,
 ) -> Result<Outcome> {
     let (b, t, kept) = (
@@ -325,6 +327,7 @@ pub(super) fn run(
                 (host_copy, buffers),
                 job_tx,
                 stop_after,
+                stop,
                 progress,
             )
         });
