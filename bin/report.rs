@@ -12,7 +12,11 @@ use std::path::PathBuf;
 /// Write one self-contained HTML page comparing runs: step and selection time per selector, the
 /// speed-up of profk, every logged metric over steps, and tables of final numbers.
 #[derive(Parser)]
-#[command(name = "sparsetrain-report", version, about = "Compare training runs in one HTML page")]
+#[command(
+    name = "sparsetrain-report",
+    version,
+    about = "Compare training runs in one HTML page"
+)]
 struct Cli {
     /// Run directories (each holding metrics.jsonl, normally also run.json and config.json).
     #[arg(required = true, value_name = "RUN_DIR")]

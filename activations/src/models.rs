@@ -52,10 +52,12 @@ pub fn parse_device(s: &str) -> Result<Device> {
 pub fn open_device(key: &str, spec: eval::DeviceSpec) -> Result<Device> {
     match spec {
         eval::DeviceSpec::Cpu => Ok(Device::Cpu),
-        eval::DeviceSpec::Cuda(_) if !candle_core::utils::cuda_is_available() => Err(Error::config(
-            key,
-            format!("{spec}: this build has no CUDA support (build with --features cuda)"),
-        )),
+        eval::DeviceSpec::Cuda(_) if !candle_core::utils::cuda_is_available() => {
+            Err(Error::config(
+                key,
+                format!("{spec}: this build has no CUDA support (build with --features cuda)"),
+            ))
+        }
         eval::DeviceSpec::Cuda(n) => {
             Device::new_cuda(n).map_err(|e| Error::config(key, format!("{spec}: {e}")))
         }

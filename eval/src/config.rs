@@ -328,15 +328,25 @@ mod tests {
             .parse(&[])
             .unwrap();
         assert_eq!((cfg.train.lr, cfg.device), (0.5, DeviceSpec::Cuda(1)));
-        let unknown = source(text, &["train.lrr=0.5"]).unwrap().parse::<Small>(&[]);
+        let unknown = source(text, &["train.lrr=0.5"])
+            .unwrap()
+            .parse::<Small>(&[]);
         assert!(unknown.unwrap_err().to_string().contains("lrr"));
-        let wrong_type = source(text, &["train.steps=many"]).unwrap().parse::<Small>(&[]);
+        let wrong_type = source(text, &["train.steps=many"])
+            .unwrap()
+            .parse::<Small>(&[]);
         assert!(wrong_type.is_err());
         let not_a_section = source(text, &["device.x=1"]).unwrap_err().to_string();
-        assert!(not_a_section.contains("`device` is a value"), "{not_a_section}");
+        assert!(
+            not_a_section.contains("`device` is a value"),
+            "{not_a_section}"
+        );
         assert!(source(text, &["steps"]).is_err());
         let effective = source(text, &["train.lr=0.5"]).unwrap().effective_text();
-        assert!(effective.starts_with("# c.toml --set train.lr=0.5\n"), "{effective}");
+        assert!(
+            effective.starts_with("# c.toml --set train.lr=0.5\n"),
+            "{effective}"
+        );
         assert!(effective.contains("lr = 0.5"), "{effective}");
     }
 
@@ -348,7 +358,10 @@ mod tests {
             .parse::<Small>(&[("train.lr_warmup_steps", "train.warmup_steps")])
             .unwrap_err()
             .to_string();
-        assert!(err.contains("train.lr_warmup_steps") && err.contains("train.warmup_steps"), "{err}");
+        assert!(
+            err.contains("train.lr_warmup_steps") && err.contains("train.warmup_steps"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -358,7 +358,11 @@ fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> O
             })
         }
         _ if a == b => None,
-        _ => Some(if at.is_empty() { "<config>".into() } else { at.into() }),
+        _ => Some(if at.is_empty() {
+            "<config>".into()
+        } else {
+            at.into()
+        }),
     }
 }
 

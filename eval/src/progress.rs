@@ -106,7 +106,10 @@ mod tests {
         };
         let m = Metrics::from([("loss".into(), 0.5), (names::TOKENS_PER_S.into(), 3100.0)]);
         let line = lines.line(120, &m, Instant::now());
-        assert!(line.starts_with("step 120/600 (20%)  3.1k tok/s  ETA 1m20s  loss 0.5000"), "{line}");
+        assert!(
+            line.starts_with("step 120/600 (20%)  3.1k tok/s  ETA 1m20s  loss 0.5000"),
+            "{line}"
+        );
         lines.record(120, &m);
         assert!(lines.last.is_some());
         assert_eq!(clock(3725.0), "1h02m");

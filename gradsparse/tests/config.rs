@@ -39,7 +39,10 @@ fn errors_name_the_key() {
         ("device = \"tpu\"", "cuda:N"),
         ("[model]\ndevice = \"cpu\"", "renamed to `device`"),
         ("[data]\nbatch = 2", "renamed to `train.batch_size`"),
-        ("[train]\nlr_warmup_steps = 2", "renamed to `train.warmup_steps`"),
+        (
+            "[train]\nlr_warmup_steps = 2",
+            "renamed to `train.warmup_steps`",
+        ),
         ("[data]\ncontext = 1", "data.context"),
         ("[data]\ncorpus = \"/no/such/corpus\"", "data.corpus"),
         ("[train]\nlr = -1.0", "train.lr"),

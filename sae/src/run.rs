@@ -44,7 +44,13 @@ const HELDOUT_FRACTION: f64 = 0.1;
 /// Contexts per model forward when activations are produced on the fly.
 const BATCH_CONTEXTS: usize = 8;
 /// What a resume may change; every other key must be as the run was started.
-const RESUMABLE: &[&str] = &["train.steps", "train.checkpoint_every", "device", "log", "eval"];
+const RESUMABLE: &[&str] = &[
+    "train.steps",
+    "train.checkpoint_every",
+    "device",
+    "log",
+    "eval",
+];
 
 pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let (cfg, source) = Config::load(&opts.config, &opts.overrides)?;
@@ -115,7 +121,10 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
 fn details(cfg: &Config) -> serde_json::Map<String, serde_json::Value> {
     let mut d = serde_json::Map::new();
     d.insert("device".into(), cfg.device.to_string().into());
-    d.insert("arch".into(), format!("{:?}", cfg.sae.arch).to_lowercase().into());
+    d.insert(
+        "arch".into(),
+        format!("{:?}", cfg.sae.arch).to_lowercase().into(),
+    );
     d.insert("latents".into(), cfg.sae.latents.into());
     d.insert("k".into(), cfg.sae.k.into());
     d.insert("batch_size".into(), cfg.train.batch_size.into());

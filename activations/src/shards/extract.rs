@@ -161,10 +161,7 @@ impl ExtractConfig {
             ));
         }
         if !(0.0..1.0).contains(&self.data.held_out_fraction) {
-            return Err(Error::config(
-                "data.held_out_fraction",
-                "must be in [0, 1)",
-            ));
+            return Err(Error::config("data.held_out_fraction", "must be in [0, 1)"));
         }
         if self.data.repeat && self.data.max_tokens.is_none() {
             return Err(Error::config("data.repeat", "needs data.max_tokens"));
@@ -257,8 +254,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         ));
     }
 
-    let corpus =
-        Corpus::load(&cfg.data.corpus)?.split(cfg.data.split, cfg.data.held_out_fraction);
+    let corpus = Corpus::load(&cfg.data.corpus)?.split(cfg.data.split, cfg.data.held_out_fraction);
     let stream = corpus.tokenize(&Gpt2Tokenizer::new()?)?;
     let contexts = Contexts::pack(&stream, t, cfg.data.prepend_bos)?;
     if contexts.is_empty() {
