@@ -209,8 +209,7 @@ fn cut_shards(
     rows: mpsc::Receiver<(Rows, Vec<u32>)>,
     (host_copy, buffers): (&HostCopy, Buffers),
     jobs: mpsc::SyncSender<Job>,
-    stop_after: Option<usize>,
-    stop: &eval::StopSignal,
+    (stop_after, stop): (Option<usize>, &eval::StopSignal),
     progress: &indicatif::ProgressBar,
 ) -> Result<(usize, bool)> {
     let stopped = || Error::shard(plan.dir, "writer threads stopped");
@@ -326,8 +325,7 @@ pub(super) fn run(
                 row_rx,
                 (host_copy, buffers),
                 job_tx,
-                stop_after,
-                stop,
+                (stop_after, stop),
                 progress,
             )
         });
