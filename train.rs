@@ -1,39 +1,32 @@
-//! `train-sae CONFIG [--out DIR] [--resume]`: trains a sparse autoencoder as the TOML config describes.
+//! `train-sae CONFIG [--set KEY=VALUE]... [--out DIR] [--resume]`: trains a sparse autoencoder as the
+//! TOML config describes.
 use clap::Parser;
-use std::path::PathBuf;
+use sparsetrain::RunArgs;
 
 #[derive(Parser)]
 #[command(
     name = "train-sae",
+    version,
     about = "Train a BatchTopK / Matryoshka / crosscoder SAE from a TOML config"
 )]
 struct Args {
-    /// The TOML config (e.g. configs/tiny.toml).
-    config: PathBuf,
-    /// Run directory (default: runs/<name>-<selector>-<timestamp>).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Continue the run in --out from its latest checkpoint.
-    #[arg(long, requires = "out")]
-    resume: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let opts = sae::run::RunOptions {
-        config: args.config,
-        out: args.out,
-        resume: args.resume,
+        config: args.run.config,
+        overrides: args.run.set,
+        out: args.run.out,
+        resume: args.run.resume,
+        stop: eval::StopSignal::install()?,
     };
     let summary = sae::run::train_sae(&opts)?;
     let dir = summary.run_dir.display();
     if summary.stopped {
-        println!(
-            "stopped at step {}; continue with: train-sae {} --out {dir} --resume",
-            summary.step,
-            opts.config.display()
-        );
-        return Ok(());
+        sparsetrain::exit_with(summary.exit_code);
     }
     if let Some(m) = &summary.final_eval {
         for (name, v) in m {

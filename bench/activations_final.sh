@@ -32,9 +32,9 @@ tokens_per_shard = 131072
 batch_contexts = 16
 drop_bos = true
 writer_threads = 4
-[corpus]
-path = "default"
-context_len = 1024
+[data]
+corpus = "default"
+context = 1024
 max_tokens = $3
 repeat = true
 TOML

@@ -33,9 +33,9 @@ drop_bos = true
 attention_chunk = $4
 allow_tf32 = $6
 writer_threads = 4
-[corpus]
-path = "default"
-context_len = 1024
+[data]
+corpus = "default"
+context = 1024
 max_tokens = $3
 repeat = true
 TOML

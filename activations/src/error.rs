@@ -29,6 +29,9 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    #[error(transparent)]
+    Run(#[from] eval::Error),
+
     #[error("config: `{key}`: {message}")]
     Config { key: String, message: String },
 

@@ -41,27 +41,34 @@ pub fn parse_dtype(key: &str, s: &str) -> Result<DType> {
     }
 }
 
-/// Parses `cpu`, `cuda`, `cuda:N`.
+/// Parses `cpu`, `cuda`, `cuda:N` (through [`eval::DeviceSpec`]) and opens the device.
 pub fn parse_device(s: &str) -> Result<Device> {
-    let valid = "valid: \"cpu\", \"cuda\", \"cuda:N\"";
-    let ordinal = match s {
-        "cpu" => return Ok(Device::Cpu),
-        "cuda" => 0,
-        _ => s
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| Error::config("device", format!("`{s}`: {valid}")))?,
-    };
-    open_cuda(ordinal).map_err(|why| Error::config("device", format!("`{s}`: {why} ({valid})")))
+    let spec = s.parse().map_err(|e: String| Error::config("device", e))?;
+    open_device("device", spec)
 }
 
-/// Opens CUDA device `ordinal`; the error is a message for the caller's config key, saying plainly when
-/// this build has no CUDA at all.
-pub fn open_cuda(ordinal: usize) -> std::result::Result<Device, String> {
-    if !candle_core::utils::cuda_is_available() {
-        return Err(
-            "this build has no CUDA support: rebuild with `--features cuda`, or use \"cpu\"".into(),
-        );
+/// Opens the device a config's `key` names; a CUDA device on a build without CUDA, or one that
+/// does not exist, is an error naming the key.
+pub fn open_device(key: &str, spec: eval::DeviceSpec) -> Result<Device> {
+    match spec {
+        eval::DeviceSpec::Cpu => Ok(Device::Cpu),
+        eval::DeviceSpec::Cuda(_) if !candle_core::utils::cuda_is_available() => {
+            Err(Error::config(
+                key,
+                format!("{spec}: this build has no CUDA support (build with --features cuda)"),
+            ))
+        }
+        eval::DeviceSpec::Cuda(n) => {
+            Device::new_cuda(n).map_err(|e| Error::config(key, format!("{spec}: {e}")))
+        }
     }
-    Device::new_cuda(ordinal).map_err(|e| format!("cannot open CUDA device {ordinal}: {e}"))
+}
+
+/// The candle dtype of a config's dtype value.
+pub fn candle_dtype(d: eval::Dtype) -> DType {
+    match d {
+        eval::Dtype::F32 => DType::F32,
+        eval::Dtype::Bf16 => DType::BF16,
+        eval::Dtype::F16 => DType::F16,
+    }
 }

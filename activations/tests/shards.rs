@@ -57,10 +57,10 @@ hook_points = ["blocks.1.hook_resid_pre", "resid_post.2"]
 tokens_per_shard = 700
 batch_contexts = 4
 writer_threads = 2
-[corpus]
-path = "{}"
+[data]
+corpus = "{}"
 split = "all"
-context_len = 16
+context = 16
 max_tokens = 3000
 "#,
         f.model_dir,
@@ -118,7 +118,7 @@ fn killed_run_resumes_to_identical_shards() {
 
     // Another configuration in the same directory is refused.
     let mut other = config(&f, "resumed");
-    other.corpus.context_len = 8;
+    other.data.context = 8;
     let err = extract(&other, &ExtractOptions::default())
         .unwrap_err()
         .to_string();
@@ -134,22 +134,26 @@ fn config_errors_name_the_key() {
     );
     let cases = [
         (
-            format!("{base}tokens_per_shard = 10\nbatch_size = 3\n[corpus]\ncontext_len = 8\n"),
+            format!("{base}tokens_per_shard = 10\nbatch_size = 3\n[data]\ncontext = 8\n"),
             "batch_size",
         ),
         (
-            format!("{base}tokens_per_shard = 0\n[corpus]\ncontext_len = 8\n"),
+            format!("{base}tokens_per_shard = 0\n[data]\ncontext = 8\n"),
             "tokens_per_shard",
         ),
         (
-            format!("{base}tokens_per_shard = 10\ndtype = \"f64\"\n[corpus]\ncontext_len = 8\n"),
+            format!("{base}tokens_per_shard = 10\ndtype = \"f64\"\n[data]\ncontext = 8\n"),
             "dtype",
         ),
         (
-            format!("{base}tokens_per_shard = 10\n[corpus]\ncontext_len = 8\nsplit = \"test\"\n"),
+            format!("{base}tokens_per_shard = 10\n[data]\ncontext = 8\nsplit = \"test\"\n"),
             "split",
         ),
-        (format!("{base}tokens_per_shard = 10\n"), "corpus"),
+        (format!("{base}tokens_per_shard = 10\n"), "data"),
+        (
+            format!("{base}tokens_per_shard = 10\n[corpus]\ncontext_len = 8\n"),
+            "renamed to `data.context`",
+        ),
     ];
     for (toml, key) in cases {
         let err = ExtractConfig::from_toml(&toml, Path::new("c.toml"))
@@ -167,7 +171,7 @@ fn config_errors_name_the_key() {
         "{err}"
     );
     let mut cfg = config(&f, "bad");
-    cfg.corpus.context_len = 64;
+    cfg.data.context = 64;
     let err = extract(&cfg, &ExtractOptions::default())
         .unwrap_err()
         .to_string();
@@ -316,7 +320,7 @@ fn drain_err(dir: &Path, opts: &ReaderOptions) -> String {
 fn on_the_fly_serves_the_same_activations() {
     let f = fixture();
     let mut cfg = config(&f, "otf");
-    cfg.corpus.max_tokens = None;
+    cfg.data.max_tokens = None;
     let report = extract(&cfg, &ExtractOptions::default()).unwrap();
     let reader = ShardReader::open(&cfg.out_dir, ReaderOptions::default()).unwrap();
     let stored: Vec<Tensor> = (0..report.manifest.shards.len())

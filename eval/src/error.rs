@@ -22,6 +22,12 @@ pub enum Error {
     RunDir { path: PathBuf, message: String },
     #[error("metrics writer for {path} failed: {message}")]
     Sink { path: PathBuf, message: String },
+    #[error("{path} is in use by {holder}; wait for it to finish or stop it first")]
+    Locked { path: PathBuf, holder: String },
+    #[error("signal handling: {0}")]
+    Signal(String),
+    #[error("config key `{key}`: {message}")]
+    Config { key: String, message: String },
     #[error("report: {0}")]
     Report(String),
     #[error("serializing {what}: {source}")]
@@ -35,6 +41,13 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    pub fn config(key: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::Config {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+
     pub(crate) fn io(
         op: &'static str,
         path: impl Into<PathBuf>,

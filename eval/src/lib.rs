@@ -1,7 +1,8 @@
 //! Run directories, the metrics sink, the Weights & Biases bridge, the training-loop skeleton shared by
 //! the trainers, and the run-comparison report.
 //!
-//! A trainer implements [`Trainer`]; its binary wires the rest:
+//! A trainer implements [`Trainer`]; the commands wire the rest through [`launch::Launch`] (run
+//! directory, lock, resume check, metadata, sink, loop, report). Underneath, the pieces are:
 //!
 //! ```
 //! use eval::{LogConfig, LoopConfig, Metrics, MetricsSink, Progress, RunDir, RunMeta, SinkOptions,
@@ -36,7 +37,7 @@
 //! let mut cfg = LoopConfig::new(20, &log);
 //! cfg.checkpoint_every = 10;
 //! cfg.progress_bar = false;
-//! let stop = StopSignal::ctrl_c().unwrap_or_default();
+//! let stop = StopSignal::new(); // a binary takes StopSignal::install()? (SIGINT, SIGTERM)
 //! let summary = eval::train_loop::run(&mut Counter { x: 1.0 }, &run, &sink, &cfg,
 //!                                     Progress::default(), &stop)?;
 //! assert_eq!(summary.progress.step, 20);
@@ -50,17 +51,22 @@ pub mod atomic;
 pub mod config;
 pub mod error;
 pub mod interrupt;
+pub mod launch;
+pub mod lock;
 pub mod metrics;
 pub mod output_path;
+pub mod progress;
 pub mod report;
 pub mod run_dir;
 pub mod train_loop;
 pub mod wandb;
 
 pub use atomic::write_atomic;
-pub use config::LogConfig;
+pub use config::{ConfigSource, DeviceSpec, Dtype, LogConfig};
 pub use error::{Error, Result};
 pub use interrupt::StopSignal;
+pub use launch::{Finished, Launch, LaunchSpec};
+pub use lock::DirLock;
 pub use metrics::{Metrics, MetricsSink, Record, RecordKind, SinkOptions};
 pub use output_path::check_output_path;
 pub use run_dir::{Checkpoint, Progress, RunDir, RunMeta};

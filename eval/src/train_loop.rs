@@ -1,12 +1,13 @@
 //! The training-loop skeleton shared by every trainer: step counting from a resumed step, the progress bar,
 //! metrics logging through the sink, periodic and final checkpoints, periodic and final evaluation, and a
-//! clean stop on Ctrl-C. It knows nothing of models: a trainer plugs in through [`Trainer`].
+//! clean stop on SIGINT / SIGTERM. It knows nothing of models: a trainer plugs in through [`Trainer`].
 
 use crate::atomic::{sync_dir, write_json_atomic};
 use crate::config::LogConfig;
 use crate::error::Error;
 use crate::interrupt::StopSignal;
 use crate::metrics::{names, Metrics, MetricsSink, Record};
+use crate::progress::{human, ProgressLines};
 use crate::run_dir::{Checkpoint, Progress, RunDir, PROGRESS_FILE};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs;
@@ -70,6 +71,8 @@ pub struct LoopConfig {
     pub progress_bar: bool,
     /// Metrics shown in the progress bar's message, e.g. ["loss"].
     pub progress_metrics: Vec<String>,
+    /// Interval of the plain progress lines printed instead of the bar when stderr is not a terminal.
+    pub progress_every: Duration,
 }
 
 impl LoopConfig {
@@ -84,6 +87,7 @@ impl LoopConfig {
             final_eval: true,
             progress_bar: log.progress,
             progress_metrics: vec![names::LOSS.into()],
+            progress_every: Duration::from_secs_f64(log.progress_every_s.max(0.0)),
         }
     }
 }
@@ -93,7 +97,7 @@ impl LoopConfig {
 pub enum Outcome {
     /// All `total_steps` ran.
     Completed,
-    /// A stop was requested (Ctrl-C); a checkpoint was written, `--resume` continues.
+    /// A stop was requested (SIGINT, SIGTERM); a checkpoint was written, `--resume` continues.
     Stopped,
 }
 
@@ -119,6 +123,13 @@ pub fn run<T: Trainer>(
     let began = Instant::now();
     let wall = |extra: Duration| start.wall_s + extra.as_secs_f64();
     let bar = progress_bar(cfg, start.step);
+    let mut lines = ProgressLines::for_log(
+        cfg.progress_bar,
+        cfg.progress_every,
+        cfg.total_steps,
+        start.step,
+        &cfg.progress_metrics,
+    );
     let mut progress = start;
     let mut window = Window::default();
     let mut last_checkpoint = None;
@@ -149,6 +160,9 @@ pub fn run<T: Trainer>(
                 );
             }
             bar.set_message(bar_message(&metrics, &cfg.progress_metrics));
+            if let Some(lines) = &mut lines {
+                lines.record(progress.step, &metrics);
+            }
             sink.log(Record::train(
                 progress.step,
                 progress.tokens,
@@ -179,13 +193,6 @@ pub fn run<T: Trainer>(
         }
         if stopping {
             bar.finish_and_clear();
-            eprintln!(
-                "stopped at step {} (checkpoint {}); continue with --resume",
-                progress.step,
-                last_checkpoint
-                    .as_ref()
-                    .map_or_else(String::new, |d: &PathBuf| d.display().to_string())
-            );
             sink.flush()?;
             return Ok(LoopSummary {
                 outcome: Outcome::Stopped,
@@ -386,14 +393,4 @@ fn bar_message(metrics: &Metrics, shown: &[String]) -> String {
         }
     }
     parts.join(", ")
-}
-
-/// 1234567 → "1.23M".
-fn human(x: f64) -> String {
-    match x.abs() {
-        a if a >= 1e9 => format!("{:.2}G", x / 1e9),
-        a if a >= 1e6 => format!("{:.2}M", x / 1e6),
-        a if a >= 1e3 => format!("{:.1}k", x / 1e3),
-        _ => format!("{x:.0}"),
-    }
 }

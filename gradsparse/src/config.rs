@@ -2,16 +2,29 @@
 use crate::adamw::AdamWParams;
 use crate::error::{Error, Result};
 use crate::select::Scope;
-use eval::LogConfig;
+use eval::{ConfigSource, DeviceSpec, LogConfig};
 use profk::Selector;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
+
+/// Keys renamed when the commands' configs took one vocabulary (old → new).
+pub const RENAMED: &[(&str, &str)] = &[
+    ("model.device", "device"),
+    ("model.seed", "seed"),
+    ("data.batch", "train.batch_size"),
+    ("data.eval_fraction", "data.held_out_fraction"),
+    ("train.lr_warmup_steps", "train.warmup_steps"),
+];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FinetuneConfig {
     /// Run name: the run directory's prefix and the W&B group.
     pub name: String,
+    /// `cpu`, `cuda` or `cuda:N`.
+    pub device: DeviceSpec,
+    /// Seeds the random initialisation and the data order.
+    pub seed: u64,
     pub model: ModelConfig,
     pub data: DataConfig,
     pub train: TrainConfig,
@@ -28,11 +41,8 @@ pub struct ModelConfig {
     pub name: String,
     /// `random` (GPT-2's initialisation, seeded) or `load` (pretrained weights from `name`).
     pub init: Init,
-    /// `cpu`, `cuda` or `cuda:N`.
-    pub device: String,
     /// Allow TF32 tensor cores for f32 matmuls on CUDA (PyTorch's `allow_tf32`).
     pub tf32: bool,
-    pub seed: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,10 +59,8 @@ pub struct DataConfig {
     pub corpus: String,
     /// Tokens per context.
     pub context: usize,
-    /// Contexts per step.
-    pub batch: usize,
     /// Fraction of the documents held out for the eval loss.
-    pub eval_fraction: f64,
+    pub held_out_fraction: f64,
     /// Random token ids instead of a corpus (benchmarks: no tokenizer work, any model size).
     pub synthetic: bool,
 }
@@ -60,10 +68,12 @@ pub struct DataConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
+    /// Contexts per step (of `data.context` tokens each).
+    pub batch_size: usize,
     pub steps: u64,
     pub lr: f64,
     /// Linear learning-rate warm-up from 0 over this many steps.
-    pub lr_warmup_steps: u64,
+    pub warmup_steps: u64,
     /// Cosine decay to `lr · min_lr_fraction` at the last step.
     pub min_lr_fraction: f64,
     pub beta1: f64,
@@ -108,6 +118,8 @@ impl Default for FinetuneConfig {
     fn default() -> Self {
         Self {
             name: "finetune".into(),
+            device: DeviceSpec::Cpu,
+            seed: 0,
             model: ModelConfig::default(),
             data: DataConfig::default(),
             train: TrainConfig::default(),
@@ -123,9 +135,7 @@ impl Default for ModelConfig {
         Self {
             name: "tiny".into(),
             init: Init::Random,
-            device: "cpu".into(),
             tf32: true,
-            seed: 0,
         }
     }
 }
@@ -135,8 +145,7 @@ impl Default for DataConfig {
         Self {
             corpus: "default".into(),
             context: 128,
-            batch: 8,
-            eval_fraction: 0.1,
+            held_out_fraction: 0.1,
             synthetic: false,
         }
     }
@@ -146,9 +155,10 @@ impl Default for TrainConfig {
     fn default() -> Self {
         let adam = AdamWParams::default();
         Self {
+            batch_size: 8,
             steps: 300,
             lr: 1e-3,
-            lr_warmup_steps: 0,
+            warmup_steps: 0,
             min_lr_fraction: 1.0,
             beta1: adam.beta1,
             beta2: adam.beta2,
@@ -188,26 +198,40 @@ impl Default for SelectorConfig {
 impl FinetuneConfig {
     /// Reads and validates a config file.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::file(path, e))?;
-        Self::from_toml(&text).map_err(|e| match e {
-            Error::Config { key, message } => Error::Config {
+        Ok(Self::load(path, &[])?.0)
+    }
+
+    /// Reads `path`, applies `--set` overrides and validates; also returns the source, which the run
+    /// directory records.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<(Self, ConfigSource)> {
+        let source = ConfigSource::load(path, overrides)?;
+        let cfg = Self::from_source(&source).map_err(|e| match e {
+            Error::Config { key, message } if !message.contains(" (in ") => Error::Config {
                 key,
                 message: format!("{message} (in {})", path.display()),
             },
             other => other,
-        })
+        })?;
+        Ok((cfg, source))
     }
 
     /// Parses and validates TOML text.
     pub fn from_toml(text: &str) -> Result<Self> {
-        let cfg: Self = toml::from_str(text).map_err(|e| {
-            let key = e
-                .message()
-                .split('`')
-                .nth(1)
-                .unwrap_or("<toml>")
-                .to_string();
-            Error::config(key, e.to_string().trim_end().to_string())
+        Self::from_source(&ConfigSource::from_text(
+            Path::new("<config>"),
+            text.into(),
+            &[],
+        )?)
+    }
+
+    fn from_source(source: &ConfigSource) -> Result<Self> {
+        let cfg: Self = source.parse(RENAMED).map_err(|e| match e {
+            eval::Error::Parse { message, line, .. } => {
+                let key = message.split('`').nth(1).unwrap_or("<toml>").to_string();
+                Error::config(key, format!("line {line}: {message}"))
+            }
+            eval::Error::Config { key, message } => Error::Config { key, message },
+            other => other.into(),
         })?;
         cfg.validate()?;
         Ok(cfg)
@@ -258,26 +282,21 @@ impl FinetuneConfig {
                 format!("{:?} is not a size name (tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl); set model.init = \"load\" to load a directory", m.name),
             )?;
         }
-        check(
-            m.device == "cpu"
-                || m.device == "cuda"
-                || m.device
-                    .strip_prefix("cuda:")
-                    .is_some_and(|n| n.parse::<usize>().is_ok()),
-            "model.device",
-            format!("{:?} must be cpu, cuda or cuda:N", m.device),
-        )?;
         let d = &self.data;
         check(
             d.context >= 2,
             "data.context",
             format!("{} must be at least 2 (one prediction)", d.context),
         )?;
-        check(d.batch >= 1, "data.batch", "must be at least 1".into())?;
         check(
-            (0.0..1.0).contains(&d.eval_fraction),
-            "data.eval_fraction",
-            format!("{} must be in [0, 1)", d.eval_fraction),
+            self.train.batch_size >= 1,
+            "train.batch_size",
+            "must be at least 1".into(),
+        )?;
+        check(
+            (0.0..1.0).contains(&d.held_out_fraction),
+            "data.held_out_fraction",
+            format!("{} must be in [0, 1)", d.held_out_fraction),
         )?;
         check(
             d.corpus == "default" || Path::new(&d.corpus).exists(),
@@ -371,11 +390,11 @@ impl FinetuneConfig {
     /// Learning rate at `step` (0-based): linear warm-up, then cosine decay to `lr · min_lr_fraction`.
     pub fn lr_at(&self, step: u64) -> f64 {
         let t = &self.train;
-        if step < t.lr_warmup_steps {
-            return t.lr * (step + 1) as f64 / t.lr_warmup_steps as f64;
+        if step < t.warmup_steps {
+            return t.lr * (step + 1) as f64 / t.warmup_steps as f64;
         }
-        let span = t.steps.saturating_sub(t.lr_warmup_steps).max(1) as f64;
-        let progress = ((step - t.lr_warmup_steps) as f64 / span).min(1.0);
+        let span = t.steps.saturating_sub(t.warmup_steps).max(1) as f64;
+        let progress = ((step - t.warmup_steps) as f64 / span).min(1.0);
         let floor = t.lr * t.min_lr_fraction;
         floor + (t.lr - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
     }

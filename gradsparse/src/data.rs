@@ -36,12 +36,12 @@ impl Batches {
     /// training tokens (nats/token, the loss of the best context-free model).
     pub fn from_config(cfg: &FinetuneConfig, vocab: usize) -> Result<(Self, Option<f64>)> {
         let d = &cfg.data;
-        let seed = cfg.model.seed;
+        let seed = cfg.seed;
         if d.synthetic {
             let batches = Batches::Synthetic {
                 vocab: vocab as u32,
                 context: d.context,
-                batch: d.batch,
+                batch: cfg.train.batch_size,
                 seed,
             };
             return Ok((batches, None));
@@ -51,7 +51,7 @@ impl Batches {
         let tokenizer = Gpt2Tokenizer::new().map_err(corpus_err)?;
         let pack = |split: Split| -> Result<Vec<Vec<u32>>> {
             let stream = corpus
-                .split(split, d.eval_fraction)
+                .split(split, d.held_out_fraction)
                 .tokenize(&tokenizer)
                 .map_err(corpus_err)?;
             let packed = Contexts::pack(&stream, d.context, true)
@@ -61,7 +61,7 @@ impl Batches {
                 .collect())
         };
         let train = pack(Split::Train)?;
-        let eval = if d.eval_fraction > 0.0 {
+        let eval = if d.held_out_fraction > 0.0 {
             pack(Split::Heldout)?
         } else {
             Vec::new()
@@ -80,7 +80,7 @@ impl Batches {
             Batches::Corpus {
                 train,
                 eval,
-                batch: d.batch,
+                batch: cfg.train.batch_size,
                 seed,
             },
             Some(entropy),

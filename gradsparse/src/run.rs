@@ -5,10 +5,8 @@ use crate::data::Batches;
 use crate::error::{Error, Result};
 use crate::trainer::{build_model, device_of, StepReport, Trainer};
 use eval::metrics::names;
-use eval::train_loop::{self, LoopConfig, LoopSummary, StepContext, StepOutput};
-use eval::{
-    Metrics, MetricsSink, Progress, RunDir, RunMeta, SinkOptions, StopSignal, WandbOptions,
-};
+use eval::train_loop::{LoopConfig, LoopSummary, StepContext, StepOutput};
+use eval::{Metrics, Progress, StopSignal};
 use std::path::{Path, PathBuf};
 
 /// Metric names of a fine-tuning step besides eval's shared ones (loss, select_ms, step_ms...).
@@ -30,13 +28,15 @@ pub mod metric {
 /// Where a run goes and whether it continues an earlier one.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {
+    /// `--set section.key=value` overrides, applied to the file's TOML before it is checked.
+    pub overrides: Vec<String>,
     /// The run directory; default `<runs_root>/<name>-<selector>-<timestamp>`.
     pub out: Option<PathBuf>,
     /// Continue the run in `out` from its latest checkpoint.
     pub resume: bool,
     /// Parent of new run directories (default `runs`).
     pub runs_root: Option<PathBuf>,
-    /// Stop request (Ctrl-C in the binary).
+    /// Stop request: [`StopSignal::install`] in the binary (SIGINT, SIGTERM).
     pub stop: StopSignal,
     /// Show the progress bar.
     pub progress_bar: bool,
@@ -47,6 +47,8 @@ pub struct RunOptions {
 pub struct RunResult {
     pub run_dir: PathBuf,
     pub summary: LoopSummary,
+    /// 0, or 128 + signal for a run stopped by one.
+    pub exit_code: i32,
     pub unigram_entropy: Option<f64>,
     /// The context-free baseline of the eval loss (see [`metric::UNIGRAM_EVAL_LOSS`]).
     pub unigram_eval_loss: Option<f64>,
@@ -117,25 +119,21 @@ pub fn step_metrics(r: &StepReport) -> Metrics {
     m
 }
 
-/// Sections whose change would make a resumed run a different run.
-const FIXED_SECTIONS: [&str; 5] = ["name", "model", "data", "sparsify", "selector"];
+/// What a resume may change; every other key must be as the run was started.
+const RESUMABLE: &[&str] = &[
+    "device",
+    "train.steps",
+    "train.checkpoint_every",
+    "train.eval_every",
+    "train.eval_batches",
+    "train.install_tiny_default",
+    "log",
+];
 
 /// Runs the config at `config_path`.
 pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
-    let toml_text =
-        std::fs::read_to_string(config_path).map_err(|e| Error::file(config_path, e))?;
-    let cfg = FinetuneConfig::from_toml(&toml_text).map_err(|e| match e {
-        Error::Config { key, message } => Error::Config {
-            key,
-            message: format!("{message} (in {})", config_path.display()),
-        },
-        other => other,
-    })?;
-    let config_name = config_path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let device = device_of(&cfg.model.device)?;
+    let (cfg, source) = FinetuneConfig::load(config_path, &opts.overrides)?;
+    let device = device_of(cfg.device)?;
     let model = build_model(&cfg, &device)?;
     // Before the trainer multiplies the model's memory and before a run directory exists.
     crate::memory::check(&cfg, model.config(), &device)?;
@@ -145,99 +143,61 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     let mut trainer = Trainer::new(cfg.clone(), &model, batches)?;
     drop(model);
 
-    let selector = format!("{:?}", cfg.selector.kind).to_lowercase();
-    let (run_dir, start) = if opts.resume {
-        let out = opts.out.as_deref().ok_or_else(|| {
-            Error::config("--resume", "needs --out DIR naming the run to continue")
-        })?;
-        let run_dir = RunDir::open_existing(out)?;
-        check_same_run(&run_dir, &cfg)?;
-        let point = train_loop::resume_point(&run_dir)?;
-        checkpoint::load(&mut trainer, &point.dir)?;
-        (run_dir, point.progress)
-    } else {
-        let run_dir = match &opts.out {
-            Some(out) => RunDir::create_at(out)?,
-            None => {
-                let root = opts
-                    .runs_root
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from("runs"));
-                RunDir::create(&root, &format!("{}-{selector}", cfg.name))?
-            }
-        };
-        run_dir.write_config(&toml_text, &cfg)?;
-        (run_dir, Progress::default())
-    };
-    let meta = RunMeta {
-        name: run_dir.name(),
-        config_name,
-        selector,
+    let launch = eval::Launch::open(eval::LaunchSpec {
+        command: "finetune".into(),
         task: "finetune".into(),
-        details: details(&cfg, &trainer, unigram_entropy, unigram_eval_loss),
-        ..run_dir.read_meta().unwrap_or_default()
+        resolved: serde_json::to_value(&cfg)
+            .map_err(|e| Error::config("<config>", e.to_string()))?,
+        source,
+        name: cfg.name.clone(),
+        selector: format!("{:?}", cfg.selector.kind).to_lowercase(),
+        resumable: RESUMABLE.iter().map(|k| k.to_string()).collect(),
+        out: opts.out.clone(),
+        resume: opts.resume,
+        runs_root: opts
+            .runs_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs")),
+        log: cfg.log.clone(),
+    })?;
+    let start = match launch.resume_from() {
+        Some(point) => {
+            checkpoint::load(&mut trainer, &point.dir)?;
+            point.progress
+        }
+        None => Progress::default(),
     };
-    run_dir.write_meta(&meta)?;
-    let meta = run_dir.read_meta()?;
-    let sink_options = SinkOptions {
-        wandb: cfg
-            .log
-            .wandb
-            .then(|| WandbOptions::for_run(&run_dir, &meta, &cfg.log)),
-    };
-    let sink = if opts.resume {
-        MetricsSink::resume(&run_dir, start.step, sink_options)?
-    } else {
-        MetricsSink::create(&run_dir, sink_options)?
-    };
-
     let mut loop_cfg = LoopConfig::new(cfg.train.steps, &cfg.log);
     loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
     loop_cfg.eval_every = cfg.train.eval_every;
     loop_cfg.progress_bar = opts.progress_bar && cfg.log.progress;
+    let details = details(&cfg, &trainer, unigram_entropy, unigram_eval_loss);
     let mut looped = LoopTrainer {
         trainer,
         unigram_entropy,
         unigram_eval_loss,
     };
-    let summary = train_loop::run(&mut looped, &run_dir, &sink, &loop_cfg, start, &opts.stop)?;
-    sink.finish()?;
+    let finished = launch.train(&mut looped, &loop_cfg, start, details, &opts.stop)?;
 
-    let installed_tiny =
-        if cfg.train.install_tiny_default && summary.outcome == eval::Outcome::Completed {
-            let dir = activations::tiny::model_dir();
-            looped
-                .trainer
-                .model()
-                .save_hf(&dir)
-                .map_err(|e| Error::file(&dir, e))?;
-            Some(dir)
-        } else {
-            None
-        };
+    let installed_tiny = if cfg.train.install_tiny_default && !finished.stopped() {
+        let dir = activations::tiny::model_dir();
+        looped
+            .trainer
+            .model()
+            .save_hf(&dir)
+            .map_err(|e| Error::file(&dir, e))?;
+        Some(dir)
+    } else {
+        None
+    };
     Ok(RunResult {
-        run_dir: run_dir.path().to_path_buf(),
-        summary,
+        exit_code: finished.exit_code(),
+        run_dir: finished.run_dir,
+        summary: finished.summary,
         unigram_entropy,
         unigram_eval_loss,
         installed_tiny,
     })
-}
-
-fn check_same_run(run_dir: &RunDir, cfg: &FinetuneConfig) -> Result<()> {
-    let Some(saved) = run_dir.read_config_json()? else {
-        return Ok(());
-    };
-    let now = serde_json::to_value(cfg).map_err(|e| Error::config("<config>", e.to_string()))?;
-    for key in FIXED_SECTIONS {
-        if saved.get(key) != now.get(key) {
-            return Err(Error::config(
-                key,
-                format!("differs from the run being resumed in {}; resume with the config it was started with", run_dir.path().display()),
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn details(
@@ -248,7 +208,7 @@ fn details(
 ) -> serde_json::Map<String, serde_json::Value> {
     let mut d = serde_json::Map::new();
     d.insert("model".into(), cfg.model.name.clone().into());
-    d.insert("device".into(), cfg.model.device.clone().into());
+    d.insert("device".into(), cfg.device.to_string().into());
     d.insert(
         "parameters".into(),
         (trainer.layout().total() as u64).into(),
@@ -260,7 +220,7 @@ fn details(
     );
     d.insert(
         "batch".into(),
-        format!("{} x {}", cfg.data.batch, cfg.data.context).into(),
+        format!("{} x {}", cfg.train.batch_size, cfg.data.context).into(),
     );
     if let Some(h) = unigram_entropy {
         d.insert("unigram_entropy".into(), h.into());

@@ -57,26 +57,11 @@ pub struct Trainer {
     _varmap: VarMap,
 }
 
-/// The device a config string names.
-pub fn device_of(name: &str) -> Result<Device> {
-    let ordinal = match name {
-        "cpu" => return Ok(Device::Cpu),
-        "cuda" => 0,
-        other => other
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| {
-                Error::config(
-                    "model.device",
-                    format!("{other:?} must be cpu, cuda or cuda:N"),
-                )
-            })?,
-    };
-    activations::models::open_cuda(ordinal).map_err(|why| {
-        Error::config(
-            "model.device",
-            format!("{name:?}: {why} (valid: cpu, cuda, cuda:N)"),
-        )
+/// The device a config's `device` names.
+pub fn device_of(spec: eval::DeviceSpec) -> Result<Device> {
+    activations::models::open_device("device", spec).map_err(|e| match e {
+        activations::Error::Config { key, message } => Error::Config { key, message },
+        other => Error::config("device", other.to_string()),
     })
 }
 
@@ -87,7 +72,7 @@ pub fn build_model(cfg: &FinetuneConfig, device: &Device) -> Result<Gpt2> {
         Init::Random => {
             let size = Gpt2Config::by_name(&m.name)
                 .ok_or_else(|| Error::config("model.name", format!("unknown size {:?}", m.name)))?;
-            Gpt2::random(size, m.seed, DType::F32, device)
+            Gpt2::random(size, cfg.seed, DType::F32, device)
         }
         Init::Load => Gpt2::load(&m.name, DType::F32, device),
     };

@@ -36,7 +36,13 @@ fn errors_name_the_key() {
             "selector.compare_with",
         ),
         ("[model]\nname = \"gpt5\"", "model.name"),
-        ("[model]\ndevice = \"tpu\"", "model.device"),
+        ("device = \"tpu\"", "cuda:N"),
+        ("[model]\ndevice = \"cpu\"", "renamed to `device`"),
+        ("[data]\nbatch = 2", "renamed to `train.batch_size`"),
+        (
+            "[train]\nlr_warmup_steps = 2",
+            "renamed to `train.warmup_steps`",
+        ),
         ("[data]\ncontext = 1", "data.context"),
         ("[data]\ncorpus = \"/no/such/corpus\"", "data.corpus"),
         ("[train]\nlr = -1.0", "train.lr"),
@@ -65,7 +71,7 @@ fn compare_defaults_to_the_other_selector() {
 #[test]
 fn schedules() {
     let cfg = FinetuneConfig::from_toml(
-        "[sparsify]\ndensity = 0.001\nwarmup_steps = 4\nwarmup_start_density = 0.1\n[train]\nsteps = 10\nlr = 1.0\nlr_warmup_steps = 2\nmin_lr_fraction = 0.1",
+        "[sparsify]\ndensity = 0.001\nwarmup_steps = 4\nwarmup_start_density = 0.1\n[train]\nsteps = 10\nlr = 1.0\nwarmup_steps = 2\nmin_lr_fraction = 0.1",
     )
     .unwrap();
     assert!((cfg.density_at(0) - 0.1).abs() < 1e-12);

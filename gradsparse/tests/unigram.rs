@@ -34,7 +34,7 @@ fn eval_contexts_are_spread_over_the_held_out_documents() {
     use candle_core::Device;
     use gradsparse::data::{Batches, EVAL_BATCH};
     use gradsparse::FinetuneConfig;
-    let cfg = FinetuneConfig::from_toml("[data]\ncontext = 64\nbatch = 2\n").unwrap();
+    let cfg = FinetuneConfig::from_toml("[data]\ncontext = 64\n[train]\nbatch_size = 2\n").unwrap();
     let (batches, entropy) = Batches::from_config(&cfg, 50257).unwrap();
     assert!(entropy.is_some());
     let rows = |m: usize| -> Vec<Vec<u32>> {

@@ -1,8 +1,21 @@
 //! The TOML configuration of `train-sae`. Every key is known (unknown keys are errors) and every value is
 //! checked; an error names the dotted key.
 use crate::{Error, Result};
+use activations::HookPoint;
+use eval::{ConfigSource, DeviceSpec, Dtype};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+
+/// Keys of the other commands' old vocabulary, refused with the name this config uses.
+pub const RENAMED: &[(&str, &str)] = &[
+    ("model.device", "device"),
+    ("train.batch", "train.batch_size"),
+    ("data.batch", "train.batch_size"),
+    ("train.lr_warmup_steps", "train.warmup_steps"),
+    ("data.model_dtype", "data.dtype"),
+    ("corpus.path", "data.corpus"),
+    ("corpus.context_len", "data.context"),
+];
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -11,8 +24,9 @@ pub struct Config {
     pub name: String,
     #[serde(default)]
     pub seed: u64,
+    /// `cpu`, `cuda` or `cuda:N`.
     #[serde(default)]
-    pub device: DeviceKind,
+    pub device: DeviceSpec,
     pub data: DataConfig,
     pub sae: SaeConfig,
     pub train: TrainConfig,
@@ -24,12 +38,33 @@ pub struct Config {
     pub eval: EvalConfig,
 }
 
+/// The residual-stream hook point an SAE reads at each of `data.layers`.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceKind {
+#[serde(rename_all = "snake_case")]
+pub enum Hook {
+    /// The stream entering the block.
+    ResidPre,
+    /// The stream leaving the block.
     #[default]
-    Cpu,
-    Cuda,
+    ResidPost,
+}
+
+impl std::fmt::Display for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Hook::ResidPre => "resid_pre",
+            Hook::ResidPost => "resid_post",
+        })
+    }
+}
+
+impl Hook {
+    pub fn at(self, layer: usize) -> HookPoint {
+        match self {
+            Hook::ResidPre => HookPoint::ResidPre(layer),
+            Hook::ResidPost => HookPoint::ResidPost(layer),
+        }
+    }
 }
 
 /// Where the activations come from.
@@ -40,9 +75,8 @@ pub enum DataConfig {
     Model {
         /// "tiny" (the embedded default model) or a GPT-2 directory / Hugging Face id.
         model: String,
-        /// "resid_pre" | "resid_post".
-        #[serde(default = "default_hook")]
-        hook: String,
+        #[serde(default)]
+        hook: Hook,
         /// One layer for an SAE, several for a crosscoder.
         layers: Vec<usize>,
         /// A .txt / .jsonl file or directory; "default" is the shipped corpus.
@@ -50,9 +84,9 @@ pub enum DataConfig {
         corpus: String,
         #[serde(default = "default_context")]
         context: usize,
-        /// Activation dtype of the model forward: "f32" | "bf16" | "f16".
-        #[serde(default = "default_dtype")]
-        dtype: String,
+        /// Activation dtype of the model forward.
+        #[serde(default)]
+        dtype: Dtype,
         /// Tokens held out for the final evaluation (taken from the corpus' held-out split).
         #[serde(default = "default_held_out")]
         held_out_tokens: usize,
@@ -94,17 +128,11 @@ pub enum DataConfig {
     },
 }
 
-fn default_hook() -> String {
-    "resid_post".into()
-}
 fn default_corpus() -> String {
     "default".into()
 }
 fn default_context() -> usize {
     128
-}
-fn default_dtype() -> String {
-    "f32".into()
 }
 fn default_held_out() -> usize {
     8192
@@ -418,20 +446,36 @@ fn check_held_out(held_out_tokens: usize) -> Result<()> {
 
 impl Config {
     pub fn from_path(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::from_toml(&text).map_err(|e| match e {
-            Error::ConfigParse { msg, .. } => Error::ConfigParse {
-                path: path.into(),
-                msg,
-            },
-            other => other,
-        })
+        Ok(Self::load(path, &[])?.0)
+    }
+
+    /// Reads `path`, applies `--set` overrides and validates; also returns the source, which the run
+    /// directory records.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<(Self, ConfigSource)> {
+        let source = ConfigSource::load(path, overrides)?;
+        let cfg = Self::from_source(&source)?;
+        Ok((cfg, source))
     }
 
     pub fn from_toml(text: &str) -> Result<Self> {
-        let cfg: Config = toml::from_str(text).map_err(|e| Error::ConfigParse {
-            path: "<config>".into(),
-            msg: e.to_string(),
+        Self::from_source(&ConfigSource::from_text(
+            Path::new("<config>"),
+            text.into(),
+            &[],
+        )?)
+    }
+
+    fn from_source(source: &ConfigSource) -> Result<Self> {
+        let cfg: Config = source.parse(RENAMED).map_err(|e| match e {
+            eval::Error::Parse {
+                path,
+                line,
+                message,
+            } => Error::ConfigParse {
+                path,
+                msg: format!("line {line}: {message}"),
+            },
+            other => other.into(),
         })?;
         cfg.validate()?;
         Ok(cfg)
@@ -555,7 +599,7 @@ impl Config {
                 format!("{} must be finite and ≥ 0", t.grad_clip),
             );
         }
-        if t.precision != Precision::F32 && self.device == DeviceKind::Cpu {
+        if t.precision != Precision::F32 && !self.device.is_cuda() {
             return bad(
                 "train.precision",
                 "tf32 / bf16 apply to device = \"cuda\" only".into(),
@@ -575,21 +619,13 @@ impl Config {
         }
         match &self.data {
             DataConfig::Model {
-                hook,
                 layers,
                 context,
-                dtype,
                 buffer_tokens,
                 held_out_tokens,
                 ..
             } => {
                 check_held_out(*held_out_tokens)?;
-                if !["resid_pre", "resid_post"].contains(&hook.as_str()) {
-                    return bad(
-                        "data.hook",
-                        format!("{hook:?} must be \"resid_pre\" or \"resid_post\""),
-                    );
-                }
                 let mut sorted = layers.clone();
                 sorted.sort_unstable();
                 sorted.dedup();
@@ -598,12 +634,6 @@ impl Config {
                 }
                 if *context < 2 {
                     return bad("data.context", format!("{context} must be ≥ 2"));
-                }
-                if !["f32", "bf16", "f16"].contains(&dtype.as_str()) {
-                    return bad(
-                        "data.dtype",
-                        format!("{dtype:?} must be \"f32\", \"bf16\" or \"f16\""),
-                    );
                 }
                 if *buffer_tokens < t.batch_size {
                     return bad(

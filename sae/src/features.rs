@@ -622,7 +622,7 @@ pub fn build_for_run(
     let DataConfig::Model { model, dtype, .. } = &cfg.data else {
         return Err(not_model_backed());
     };
-    let dtype = activations::models::parse_dtype("data.dtype", dtype)?;
+    let dtype = activations::models::candle_dtype(*dtype);
     let model = activations::models::load_model(model, dtype, device)?;
     let dashboards = build_from_model(&sae, &cfg, &model, opts)?;
     dashboards.write(run.path())?;

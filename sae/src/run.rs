@@ -1,9 +1,9 @@
 //! `train-sae CONFIG [--out DIR] [--resume]`: builds the activation source from the config, trains through
-//! the shared training loop (progress bar, metrics.jsonl, checkpoints, Ctrl-C), evaluates on held-out tokens
+//! the shared launcher (run directory and lock, progress, metrics.jsonl, checkpoints, SIGINT / SIGTERM), evaluates on held-out tokens
 //! (FVU, L0, CE-loss recovered with the SAE spliced in at its hook, a crosscoder at all of its hooks) and writes
 //! the SAE in SAELens' layout.
 use crate::checkpoint::{load_state, save_state, write_saelens};
-use crate::config::{Config, DataConfig, DeviceKind, Precision};
+use crate::config::{Config, DataConfig, Precision};
 use crate::data::{skip, with_layer_axis, Synthetic};
 use crate::trainer::Trainer;
 use crate::{Error, Result};
@@ -11,21 +11,22 @@ use activations::corpus::{Contexts, Corpus, Split};
 use activations::gpt2::Patch;
 use activations::{ActivationSource, Gpt2, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
-use eval::{
-    LoopConfig, Metrics, MetricsSink, Progress, RunDir, RunMeta, SinkOptions, StepContext,
-    StepOutput,
-};
+use eval::{LoopConfig, Metrics, Progress, StepContext, StepOutput};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Command-line options of `train-sae`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct RunOptions {
     pub config: PathBuf,
+    /// `--set section.key=value` overrides, applied to the file's TOML before it is checked.
+    pub overrides: Vec<String>,
     /// Run directory; default `runs/<name>-<selector>-<timestamp>`.
     pub out: Option<PathBuf>,
     /// Continue the run in `out` from its latest checkpoint.
     pub resume: bool,
+    /// Stop request: [`eval::StopSignal::install`] in the binary (SIGINT, SIGTERM).
+    pub stop: eval::StopSignal,
 }
 
 /// What a finished (or stopped) run reports.
@@ -34,25 +35,26 @@ pub struct RunSummary {
     pub stopped: bool,
     pub step: u64,
     pub final_eval: Option<Metrics>,
+    /// 0, or 128 + signal for a run stopped by one.
+    pub exit_code: i32,
 }
 
 /// Fraction of the corpus' documents held out for evaluation.
 pub(crate) const HELDOUT_FRACTION: f64 = 0.1;
 /// Contexts per model forward when activations are produced on the fly.
 const BATCH_CONTEXTS: usize = 8;
+/// What a resume may change; every other key must be as the run was started.
+const RESUMABLE: &[&str] = &[
+    "train.steps",
+    "train.checkpoint_every",
+    "device",
+    "log",
+    "eval",
+];
 
 pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
-    let text = std::fs::read_to_string(&opts.config).map_err(|e| Error::io(&opts.config, e))?;
-    let cfg = Config::from_path(&opts.config)?;
-    let device = match cfg.device {
-        DeviceKind::Cpu => Device::Cpu,
-        DeviceKind::Cuda => activations::models::open_cuda(0).map_err(|why| {
-            Error::config(
-                "device",
-                format!("\"cuda\": {why} (valid: \"cpu\", \"cuda\")"),
-            )
-        })?,
-    };
+    let (cfg, source) = Config::load(&opts.config, &opts.overrides)?;
+    let device = activations::models::open_device("device", cfg.device)?;
     set_precision(cfg.train.precision);
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
@@ -72,63 +74,48 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
             "note: data.held_out_tokens = 0: no held-out FVU / L0 (CE-loss recovered follows eval.ce_contexts)"
         );
     }
-    let run = match (&opts.out, opts.resume) {
-        (Some(out), true) => RunDir::open_existing(out)?,
-        (None, true) => {
-            return Err(Error::config(
-                "--resume",
-                "needs --out DIR naming the run to continue",
-            ))
+    let launch = eval::Launch::open(eval::LaunchSpec {
+        command: "train-sae".into(),
+        task: "sae".into(),
+        resolved: serde_json::to_value(&cfg)
+            .map_err(|e| Error::config("<config>", e.to_string()))?,
+        source,
+        name: cfg.name.clone(),
+        selector: cfg.selector.kind.name().into(),
+        resumable: RESUMABLE.iter().map(|k| k.to_string()).collect(),
+        out: opts.out.clone(),
+        resume: opts.resume,
+        runs_root: PathBuf::from("runs"),
+        log: cfg.log.clone(),
+    })?;
+    let (trainer, start, pending) = match launch.resume_from() {
+        Some(ckpt) => {
+            let trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
+            skip(data.train.as_mut(), trainer.tokens, cfg.train.batch_size)?;
+            (trainer, ckpt.progress, None)
         }
-        (Some(out), false) => RunDir::create_at(out)?,
-        (None, false) => RunDir::create(
-            Path::new("runs"),
-            &format!("{}-{}", cfg.name, cfg.selector.kind.name()),
-        )?,
-    };
-    let (trainer, start, pending) = if opts.resume {
-        let ckpt = eval::train_loop::resume_point(&run)?;
-        let trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
-        skip(data.train.as_mut(), trainer.tokens, cfg.train.batch_size)?;
-        (trainer, ckpt.progress, None)
-    } else {
-        let meta = RunMeta {
-            config_name: cfg.name.clone(),
-            selector: cfg.selector.kind.name().into(),
-            task: "sae".into(),
-            ..RunMeta::default()
-        };
-        run.write_meta(&meta)?;
-        run.write_config(&text, &cfg)?;
-        let first = data.next_train(cfg.train.batch_size)?;
-        (
-            Trainer::new(cfg.clone(), &first, &device)?,
-            Progress::default(),
-            Some(first),
-        )
-    };
-    let meta = run.read_meta()?;
-    let sink_opts = SinkOptions::for_run(&run, &meta, &cfg.log);
-    let sink = if opts.resume {
-        MetricsSink::resume(&run, start.step, sink_opts)?
-    } else {
-        MetricsSink::create(&run, sink_opts)?
+        None => {
+            let first = data.next_train(cfg.train.batch_size)?;
+            (
+                Trainer::new(cfg.clone(), &first, &device)?,
+                Progress::default(),
+                Some(first),
+            )
+        }
     };
     let mut loop_cfg = LoopConfig::new(cfg.train.steps, &cfg.log);
     loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
     loop_cfg.final_eval = cfg.eval.enabled;
     loop_cfg.progress_metrics = vec!["loss".into(), "fvu".into(), "l0".into()];
-    let stop = eval::StopSignal::ctrl_c().unwrap_or_default();
     let mut job = SaeJob {
         trainer,
         data,
         pending,
     };
-    let summary = eval::train_loop::run(&mut job, &run, &sink, &loop_cfg, start, &stop)?;
-    sink.finish()?;
-    let stopped = summary.outcome == eval::Outcome::Stopped;
-    if !stopped {
-        let sae_dir = run.path().join("sae");
+    let run_dir = launch.run_dir().clone();
+    let finished = launch.train(&mut job, &loop_cfg, start, details(&cfg), &opts.stop)?;
+    if !finished.stopped() {
+        let sae_dir = run_dir.path().join("sae");
         std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
         let t = &job.trainer;
         write_saelens(&sae_dir, &t.cfg, &t.sae, t.threshold, &t.scales)?;
@@ -136,16 +123,32 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
             let sae = crate::features::InferenceSae::from_trained(&t.sae, t.threshold, &t.scales)?;
             let opts = crate::features::FeatureOptions::default();
             crate::features::build_from_model(&sae, &t.cfg, &splice.model, &opts)?
-                .write(run.path())?;
+                .write(run_dir.path())?;
         }
-        eval::report::write_report(std::slice::from_ref(&run), &run.report_path())?;
+        // The report the launcher wrote, again with the dashboards.
+        eval::report::write_report(std::slice::from_ref(&run_dir), &run_dir.report_path())?;
     }
     Ok(RunSummary {
-        run_dir: run.path().to_path_buf(),
-        stopped,
-        step: summary.progress.step,
-        final_eval: summary.final_eval,
+        run_dir: finished.run_dir.clone(),
+        stopped: finished.stopped(),
+        step: finished.summary.progress.step,
+        exit_code: finished.exit_code(),
+        final_eval: finished.summary.final_eval,
     })
+}
+
+/// Facts shown in the report beside the run.
+fn details(cfg: &Config) -> serde_json::Map<String, serde_json::Value> {
+    let mut d = serde_json::Map::new();
+    d.insert("device".into(), cfg.device.to_string().into());
+    d.insert(
+        "arch".into(),
+        format!("{:?}", cfg.sae.arch).to_lowercase().into(),
+    );
+    d.insert("latents".into(), cfg.sae.latents.into());
+    d.insert("k".into(), cfg.sae.k.into());
+    d.insert("batch_size".into(), cfg.train.batch_size.into());
+    d
 }
 
 #[cfg(feature = "cuda")]
@@ -250,19 +253,10 @@ impl Data {
                 shuffle_contexts,
                 prefetch,
             } => {
-                let dtype = activations::models::parse_dtype("data.dtype", dtype)?;
+                let dtype = activations::models::candle_dtype(*dtype);
                 let model = Arc::new(activations::models::load_model(model, dtype, device)?);
                 check_model_fit(layers, *context, model.config())?;
-                let hooks: Vec<HookPoint> = layers
-                    .iter()
-                    .map(|&l| {
-                        if hook == "resid_pre" {
-                            HookPoint::ResidPre(l)
-                        } else {
-                            HookPoint::ResidPost(l)
-                        }
-                    })
-                    .collect();
+                let hooks: Vec<HookPoint> = layers.iter().map(|&l| hook.at(l)).collect();
                 let corpus = Corpus::load(corpus)?;
                 let tokenizer = Gpt2Tokenizer::new()?;
                 let pack = |split| -> Result<Contexts> {

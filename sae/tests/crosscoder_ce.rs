@@ -58,6 +58,7 @@ fn crosscoder_run_reports_ce_loss_recovered() {
         config: cfg,
         out: Some(dir.path().join("run")),
         resume: false,
+        ..Default::default()
     })
     .unwrap();
     let m = s.final_eval.unwrap();

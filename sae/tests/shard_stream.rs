@@ -67,6 +67,7 @@ fn run(dir: &Path, text: &str, resume: bool) -> sae::run::RunSummary {
         config: cfg,
         out: Some(dir.join("run")),
         resume,
+        ..Default::default()
     })
     .unwrap()
 }

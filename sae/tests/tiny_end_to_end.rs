@@ -21,6 +21,7 @@ fn tiny_model_run_end_to_end() {
         config: cfg,
         out: Some(dir.path().join("run")),
         resume: false,
+        ..Default::default()
     })
     .unwrap();
     let m = s.final_eval.unwrap();

@@ -13,6 +13,7 @@ fn run(dir: &Path, text: &str, resume: bool) -> sae::run::RunSummary {
         config: cfg,
         out: Some(dir.join("run")),
         resume,
+        ..Default::default()
     })
     .unwrap()
 }

@@ -10,20 +10,15 @@ use super::shard_file::{self, shard_file_name, st_dtype_name, ShardLayout, Shard
 use crate::corpus::{Contexts, Corpus, Split};
 use crate::error::{Error, Result};
 use crate::gpt2::{Gpt2, HookPoint};
-use crate::models::{load_model, parse_device, parse_dtype};
+use crate::models::{candle_dtype, load_model, open_device};
 use crate::{fsutil, Gpt2Tokenizer};
 use candle_core::DType;
+use eval::{ConfigSource, DeviceSpec, Dtype};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-fn default_f32() -> String {
-    "f32".into()
-}
-fn default_cpu() -> String {
-    "cpu".into()
-}
 fn default_true() -> bool {
     true
 }
@@ -33,15 +28,29 @@ fn default_batch() -> usize {
 fn default_writers() -> usize {
     2
 }
-fn default_corpus_path() -> String {
+fn default_corpus() -> String {
     "default".into()
 }
 fn default_split() -> Split {
     Split::Train
 }
-fn default_heldout() -> f64 {
+fn default_held_out() -> f64 {
     0.1
 }
+
+/// Keys renamed when the commands' configs took one vocabulary (old → new); the whole `[corpus]`
+/// section became `[data]`.
+pub const RENAMED: &[(&str, &str)] = &[
+    ("corpus.path", "data.corpus"),
+    ("corpus.context_len", "data.context"),
+    ("corpus.heldout_fraction", "data.held_out_fraction"),
+    ("corpus.split", "data.split"),
+    ("corpus.prepend_bos", "data.prepend_bos"),
+    ("corpus.max_tokens", "data.max_tokens"),
+    ("corpus.repeat", "data.repeat"),
+    ("corpus", "data"),
+    ("model.device", "device"),
+];
 
 /// `extract`'s TOML config.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,16 +59,16 @@ pub struct ExtractConfig {
     /// `tiny`, `random:<size>[:seed]`, a model directory or a Hugging Face hub id.
     pub model: String,
     /// dtype the model runs in.
-    #[serde(default = "default_f32")]
-    pub model_dtype: String,
+    #[serde(default)]
+    pub model_dtype: Dtype,
     /// `cpu`, `cuda` or `cuda:N`.
-    #[serde(default = "default_cpu")]
-    pub device: String,
+    #[serde(default)]
+    pub device: DeviceSpec,
     pub out_dir: PathBuf,
     pub hook_points: Vec<HookPoint>,
     /// dtype of the stored activations.
-    #[serde(default = "default_f32")]
-    pub dtype: String,
+    #[serde(default)]
+    pub dtype: Dtype,
     pub tokens_per_shard: usize,
     /// Contexts per forward pass.
     #[serde(default = "default_batch")]
@@ -76,21 +85,24 @@ pub struct ExtractConfig {
     /// Threads that hash and write shards while the model runs.
     #[serde(default = "default_writers")]
     pub writer_threads: usize,
-    pub corpus: ExtractCorpus,
+    pub data: ExtractData,
 }
 
+/// `[data]`: the corpus and how it is cut into contexts, with the keys train-sae and finetune use.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ExtractCorpus {
+pub struct ExtractData {
     /// `default` (the shipped Shakespeare), a .txt/.jsonl file or a directory.
-    #[serde(default = "default_corpus_path")]
-    pub path: String,
+    #[serde(default = "default_corpus")]
+    pub corpus: String,
     /// `train`, `heldout` or `all`.
     #[serde(default = "default_split")]
     pub split: Split,
-    #[serde(default = "default_heldout")]
-    pub heldout_fraction: f64,
-    pub context_len: usize,
+    /// Fraction of the documents in the held-out split.
+    #[serde(default = "default_held_out")]
+    pub held_out_fraction: f64,
+    /// Tokens per context.
+    pub context: usize,
     /// Start every context with `<|endoftext|>`.
     #[serde(default = "default_true")]
     pub prepend_bos: bool,
@@ -104,25 +116,33 @@ pub struct ExtractCorpus {
 
 impl ExtractConfig {
     pub fn from_toml(text: &str, origin: &Path) -> Result<Self> {
-        let cfg: Self = toml::from_str(text)
-            .map_err(|e| Error::config(origin.display().to_string(), e.to_string()))?;
+        Self::from_source(&ConfigSource::from_text(origin, text.into(), &[])?)
+    }
+
+    pub fn from_file(path: &Path) -> Result<Self> {
+        Self::load(path, &[])
+    }
+
+    /// Reads `path` and applies `--set section.key=value` overrides before checking it.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self> {
+        Self::from_source(&ConfigSource::load(path, overrides)?)
+    }
+
+    pub fn from_source(source: &ConfigSource) -> Result<Self> {
+        let cfg: Self = source.parse(RENAMED).map_err(|e| match e {
+            eval::Error::Config { key, message } => Error::Config { key, message },
+            other => Error::config(source.path.display().to_string(), other.to_string()),
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
 
-    pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::from_toml(&text, path)
-    }
-
     pub fn validate(&self) -> Result<()> {
-        parse_dtype("model_dtype", &self.model_dtype)?;
-        parse_dtype("dtype", &self.dtype)?;
         let positive = [
             ("tokens_per_shard", self.tokens_per_shard),
             ("batch_contexts", self.batch_contexts),
             ("writer_threads", self.writer_threads),
-            ("corpus.context_len", self.corpus.context_len),
+            ("data.context", self.data.context),
         ];
         for (key, v) in positive {
             if v == 0 {
@@ -135,20 +155,17 @@ impl ExtractConfig {
                 "at least one hook point is needed",
             ));
         }
-        if self.corpus.context_len <= usize::from(self.drop_bos) {
+        if self.data.context <= usize::from(self.drop_bos) {
             return Err(Error::config(
-                "corpus.context_len",
+                "data.context",
                 "must exceed 1 when drop_bos = true",
             ));
         }
-        if !(0.0..1.0).contains(&self.corpus.heldout_fraction) {
-            return Err(Error::config(
-                "corpus.heldout_fraction",
-                "must be in [0, 1)",
-            ));
+        if !(0.0..1.0).contains(&self.data.held_out_fraction) {
+            return Err(Error::config("data.held_out_fraction", "must be in [0, 1)"));
         }
-        if self.corpus.repeat && self.corpus.max_tokens.is_none() {
-            return Err(Error::config("corpus.repeat", "needs corpus.max_tokens"));
+        if self.data.repeat && self.data.max_tokens.is_none() {
+            return Err(Error::config("data.repeat", "needs data.max_tokens"));
         }
         Ok(())
     }
@@ -158,6 +175,9 @@ impl ExtractConfig {
 #[derive(Debug, Clone, Default)]
 pub struct ExtractOptions {
     pub progress: bool,
+    /// Stop after the shard being cut when this is requested (SIGINT / SIGTERM in the binary); the
+    /// report then says `complete: false` and a rerun continues.
+    pub stop: eval::StopSignal,
     /// Stop (without a manifest, as a killed run would) after writing this many new shards.
     pub stop_after_new_shards: Option<usize>,
 }
@@ -282,9 +302,9 @@ fn check_existing_shards(
 /// Runs (or resumes) an extraction described by `cfg`.
 pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractReport> {
     cfg.validate()?;
-    let model_dtype = parse_dtype("model_dtype", &cfg.model_dtype)?;
-    let dtype = parse_dtype("dtype", &cfg.dtype)?;
-    let device = parse_device(&cfg.device)?;
+    let model_dtype = candle_dtype(cfg.model_dtype);
+    let dtype = candle_dtype(cfg.dtype);
+    let device = open_device("device", cfg.device)?;
     candle_core::cuda::set_gemm_reduced_precision_f32(cfg.allow_tf32);
     let mut model = load_model(&cfg.model, model_dtype, &device)?;
     if let Some(chunk) = cfg.attention_chunk {
@@ -295,10 +315,10 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         h.validate(mcfg.n_layer)
             .map_err(|e| Error::config("hook_points", e.to_string()))?;
     }
-    let t = cfg.corpus.context_len;
+    let t = cfg.data.context;
     if t > mcfg.n_positions {
         return Err(Error::config(
-            "corpus.context_len",
+            "data.context",
             format!(
                 "{t} exceeds the model's n_positions; valid: 2..={}",
                 mcfg.n_positions
@@ -306,23 +326,22 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         ));
     }
 
-    let corpus =
-        Corpus::load(&cfg.corpus.path)?.split(cfg.corpus.split, cfg.corpus.heldout_fraction);
+    let corpus = Corpus::load(&cfg.data.corpus)?.split(cfg.data.split, cfg.data.held_out_fraction);
     let stream = corpus.tokenize(&Gpt2Tokenizer::new()?)?;
-    let contexts = Contexts::pack(&stream, t, cfg.corpus.prepend_bos)?;
+    let contexts = Contexts::pack(&stream, t, cfg.data.prepend_bos)?;
     if contexts.is_empty() {
         return Err(Error::config(
-            "corpus",
+            "data.corpus",
             format!(
                 "`{}` gives no complete context of {t} tokens",
-                cfg.corpus.path
+                cfg.data.corpus
             ),
         ));
     }
     let kept = t - usize::from(cfg.drop_bos);
     let available = contexts.len() * kept;
-    let total = match cfg.corpus.max_tokens {
-        Some(m) if cfg.corpus.repeat => m,
+    let total = match cfg.data.max_tokens {
+        Some(m) if cfg.data.repeat => m,
         Some(m) => m.min(available),
         None => available,
     };
@@ -330,17 +349,17 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     let n_shards = total.div_ceil(per_shard);
 
     let corpus_info = CorpusInfo {
-        spec: cfg.corpus.path.clone(),
-        split: cfg.corpus.split,
-        heldout_fraction: cfg.corpus.heldout_fraction,
+        spec: cfg.data.corpus.clone(),
+        split: cfg.data.split,
+        heldout_fraction: cfg.data.held_out_fraction,
         fingerprint: corpus.fingerprint(),
         documents: corpus.documents.len(),
     };
     let decisive = serde_json::json!({
-        "model": cfg.model, "model_dtype": cfg.model_dtype, "weights": model_fingerprint(&model)?,
+        "model": cfg.model, "model_dtype": cfg.model_dtype.name(), "weights": model_fingerprint(&model)?,
         "device": if device.is_cpu() { "cpu" } else { "cuda" }, "hooks": cfg.hook_points,
-        "dtype": cfg.dtype, "tokens_per_shard": per_shard, "batch_contexts": cfg.batch_contexts,
-        "drop_bos": cfg.drop_bos, "attention_chunk": cfg.attention_chunk, "tf32": cfg.allow_tf32, "context_len": t, "prepend_bos": cfg.corpus.prepend_bos,
+        "dtype": cfg.dtype.name(), "tokens_per_shard": per_shard, "batch_contexts": cfg.batch_contexts,
+        "drop_bos": cfg.drop_bos, "attention_chunk": cfg.attention_chunk, "tf32": cfg.allow_tf32, "context_len": t, "prepend_bos": cfg.data.prepend_bos,
         "total": total, "corpus": corpus_info,
     });
     let fingerprint = hex::encode(Sha256::digest(decisive.to_string().as_bytes()));
@@ -353,7 +372,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         d_model: mcfg.n_embd,
         dtype: dtype_name(dtype).into(),
         context_len: t,
-        prepend_bos: cfg.corpus.prepend_bos,
+        prepend_bos: cfg.data.prepend_bos,
         drop_bos: cfg.drop_bos,
         tokens_per_shard: per_shard,
         total_tokens: total,
@@ -365,6 +384,8 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     // What a previous run left.
     let dir = cfg.out_dir.as_path();
     fsutil::create_dir_all(dir)?;
+    // One extraction per directory for the whole run; the lock names the process holding it.
+    let _lock = eval::DirLock::acquire(dir)?;
     remove_stale_temps(dir)?;
     let old_manifest = if dir.join(MANIFEST_FILE).is_file() {
         let old = Manifest::read(dir)?;
@@ -445,6 +466,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         &model,
         &contexts,
         opts.stop_after_new_shards,
+        &opts.stop,
         &progress,
     )?;
     if outcome.complete {

@@ -7,7 +7,7 @@ mod reader;
 mod shard_file;
 mod verified;
 
-pub use extract::{extract, ExtractConfig, ExtractCorpus, ExtractOptions, ExtractReport};
+pub use extract::{extract, ExtractConfig, ExtractData, ExtractOptions, ExtractReport};
 pub use manifest::{
     dtype_name, CorpusInfo, Manifest, ShardInfo, ACTIVATIONS_TENSOR, FORMAT, MANIFEST_FILE,
     TOKENS_TENSOR,

@@ -194,7 +194,7 @@ fn cut_shards(
     rows: mpsc::Receiver<(Rows, Vec<u32>)>,
     (host_copy, buffers): (&HostCopy, Buffers),
     jobs: mpsc::SyncSender<Job>,
-    stop_after: Option<usize>,
+    (stop_after, stop): (Option<usize>, &eval::StopSignal),
     progress: &indicatif::ProgressBar,
 ) -> Result<(usize, bool)> {
     let stopped = || Error::shard(plan.dir, "writer threads stopped");
@@ -236,7 +236,7 @@ fn cut_shards(
             pending_tokens.drain(..off + len);
             pending_start = start + len;
             shard += 1;
-            if stop_after.is_some_and(|n| written >= n) {
+            if stop_after.is_some_and(|n| written >= n) || stop.is_requested() {
                 return Ok((written, false));
             }
         }
@@ -250,6 +250,7 @@ pub(super) fn run(
     model: &Gpt2,
     contexts: &Contexts,
     stop_after: Option<usize>,
+    stop: &eval::StopSignal,
     progress: &indicatif::ProgressBar,
 ) -> Result<Outcome> {
     let (b, t, kept) = (
@@ -316,7 +317,7 @@ pub(super) fn run(
                 row_rx,
                 (host_copy, buffers),
                 job_tx,
-                stop_after,
+                (stop_after, stop),
                 progress,
             )
         });

@@ -97,7 +97,7 @@ pub fn render(runs: &[RunData]) -> Result<String> {
     html::page(runs, &labels(runs))
 }
 
-/// The run table and Prof-K's speed-ups as plain text (what `eval report` prints).
+/// The run table and Prof-K's speed-ups as plain text (what `sparsetrain-report` prints).
 pub fn summary_text(runs: &[RunData]) -> String {
     text::summary_text(runs, &labels(runs))
 }

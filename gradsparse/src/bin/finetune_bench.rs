@@ -49,10 +49,10 @@ struct Args {
 /// Trains the tiny model a few steps on the CPU and on `device` from the same weights and prints the
 /// losses and the largest parameter difference.
 fn check(device_name: &str) -> anyhow::Result<()> {
-    let toml = "name = \"check\"\n[data]\nsynthetic = true\nbatch = 2\ncontext = 32\n[sparsify]\ndensity = 0.01\nmomentum_correction = true\n[selector]\ncompare = true";
+    let toml = "name = \"check\"\n[data]\nsynthetic = true\ncontext = 32\n[train]\nbatch_size = 2\n[sparsify]\ndensity = 0.01\nmomentum_correction = true\n[selector]\ncompare = true";
     let cfg = FinetuneConfig::from_toml(toml)?;
     let base = build_model(&cfg, &candle_core::Device::Cpu)?;
-    let device = device_of(device_name)?;
+    let device = device_of(device_name.parse().map_err(anyhow::Error::msg)?)?;
     let mut out = Vec::new();
     for dev in [candle_core::Device::Cpu, device] {
         let model = base.converted(candle_core::DType::F32, &dev)?;
@@ -109,11 +109,11 @@ fn ef_only(args: &Args) -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|---|---|---|");
     for model_name in &args.models {
         let toml = format!(
-            "name = \"bench\"\n[model]\nname = \"{model_name}\"\ndevice = \"{}\"\n[data]\nsynthetic = true\nbatch = 1\ncontext = 8\n[sparsify]\ndensity = {}\n[train]\nlr = 1e-4\nweight_decay = 0.0",
+            "name = \"bench\"\ndevice = \"{}\"\n[model]\nname = \"{model_name}\"\n[data]\nsynthetic = true\ncontext = 8\n[sparsify]\ndensity = {}\n[train]\nbatch_size = 1\nlr = 1e-4\nweight_decay = 0.0",
             args.device, args.density
         );
         let cfg = FinetuneConfig::from_toml(&toml).context("bench config")?;
-        let device = device_of(&cfg.model.device)?;
+        let device = device_of(cfg.device)?;
         let model = build_model(&cfg, &device)?;
         let (batches, _) = Batches::from_config(&cfg, model.config().vocab_size)?;
         let trainer = Trainer::new(cfg.clone(), &model, batches)?;
@@ -324,7 +324,7 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|---|---|---|---|");
     for model_name in &args.models {
         let toml = format!(
-            "name = \"bench\"\n[model]\nname = \"{model_name}\"\ndevice = \"{}\"\ntf32 = {}\n[data]\nsynthetic = true\nbatch = {}\ncontext = {}\n[sparsify]\ndensity = {}\n[train]\nlr = 1e-4\nweight_decay = 0.0\nsteps = {}",
+            "name = \"bench\"\ndevice = \"{0}\"\n[model]\nname = \"{model_name}\"\ntf32 = {1}\n[data]\nsynthetic = true\ncontext = {3}\n[sparsify]\ndensity = {4}\n[train]\nbatch_size = {2}\nlr = 1e-4\nweight_decay = 0.0\nsteps = {5}",
             args.device,
             args.tf32,
             args.batch,
@@ -333,7 +333,7 @@ fn main() -> anyhow::Result<()> {
             args.steps + args.warmup
         );
         let cfg = FinetuneConfig::from_toml(&toml).context("bench config")?;
-        let device = device_of(&cfg.model.device)?;
+        let device = device_of(cfg.device)?;
         let model = build_model(&cfg, &device)?;
         let (batches, _) = Batches::from_config(&cfg, model.config().vocab_size)?;
         let mut trainer = Trainer::new(cfg, &model, batches)?;

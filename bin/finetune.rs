@@ -1,8 +1,9 @@
-//! `finetune CONFIG [--out DIR] [--resume]`: fine-tune GPT-2 with error-feedback top-k sparsified AdamW.
+//! `finetune CONFIG [--set KEY=VALUE]... [--out DIR] [--resume]`: fine-tune GPT-2 with error-feedback
+//! top-k sparsified AdamW.
 use anyhow::Context;
 use clap::Parser;
 use gradsparse::run::{finetune, RunOptions};
-use std::path::PathBuf;
+use sparsetrain::RunArgs;
 
 // glibc serves the logits-sized buffers of each step (tens of MB) with fresh mmaps and unmaps them
 // on free, so every step pays page faults for them; mimalloc without purging keeps them for reuse.
@@ -16,18 +17,13 @@ const SPIN_LIMIT_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
 
 #[derive(Parser)]
 #[command(
+    name = "finetune",
     version,
     about = "Fine-tune GPT-2 with error-feedback top-k gradient sparsification"
 )]
 struct Args {
-    /// TOML config, e.g. configs/tiny-finetune.toml.
-    config: PathBuf,
-    /// Run directory (default: runs/<name>-<selector>-<timestamp>).
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// Continue the run in --out from its latest checkpoint.
-    #[arg(long, requires = "out")]
-    resume: bool,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,23 +35,19 @@ fn main() -> anyhow::Result<()> {
     if std::env::var_os(SPIN_LIMIT_VAR).is_none() {
         std::env::set_var(SPIN_LIMIT_VAR, "100");
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    sparsetrain::init_tracing();
     let args = Args::parse();
-    let stop = eval::StopSignal::ctrl_c().map_err(anyhow::Error::msg)?;
     let opts = RunOptions {
-        out: args.out,
-        resume: args.resume,
+        overrides: args.run.set,
+        out: args.run.out,
+        resume: args.run.resume,
         runs_root: None,
-        stop,
+        stop: eval::StopSignal::install()?,
         progress_bar: true,
     };
-    let result = finetune(&args.config, &opts)
-        .with_context(|| format!("finetune {}", args.config.display()))?;
+    let config = &args.run.config;
+    let result =
+        finetune(config, &opts).with_context(|| format!("finetune {}", config.display()))?;
     let s = &result.summary;
     println!("run directory: {}", result.run_dir.display());
     println!(
@@ -80,5 +72,5 @@ fn main() -> anyhow::Result<()> {
     if let Some(dir) = &result.installed_tiny {
         println!("installed as the default tiny model: {}", dir.display());
     }
-    Ok(())
+    sparsetrain::exit_with(result.exit_code)
 }

@@ -1,22 +1,30 @@
-//! `extract CONFIG [--out DIR]`: write a model's residual-stream activations into safetensors shards.
-//! Rerunning with the same config and output directory resumes a killed run.
+//! `extract CONFIG [--set KEY=VALUE]... [--out DIR]`: write a model's residual-stream activations into
+//! safetensors shards. Rerunning with the same config and output directory resumes a stopped or killed
+//! run; SIGINT / SIGTERM stop it after the shard being written (exit status 128 + signal).
 use activations::shards::{extract, ExtractConfig, ExtractOptions};
 use anyhow::Context;
 use clap::Parser;
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(about = "Extract GPT-2 residual-stream activations into safetensors shards")]
+#[command(
+    name = "extract",
+    version,
+    about = "Extract GPT-2 residual-stream activations into safetensors shards"
+)]
 struct Args {
     /// TOML config (see configs/tiny-extract.toml).
     config: PathBuf,
+    /// Override a config value, e.g. `--set data.max_tokens=65536` (repeatable), checked like the file.
+    #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
+    set: Vec<String>,
     /// Output directory (overrides `out_dir`).
     #[arg(long)]
     out: Option<PathBuf>,
     /// Device (overrides `device`): cpu, cuda, cuda:N.
     #[arg(long)]
     device: Option<String>,
-    /// Stored tokens (overrides `corpus.max_tokens`).
+    /// Stored tokens (overrides `data.max_tokens`).
     #[arg(long)]
     max_tokens: Option<usize>,
     /// No progress bar.
@@ -25,27 +33,36 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    sparsetrain::init_tracing();
     let args = Args::parse();
-    let mut cfg = ExtractConfig::from_file(&args.config)?;
+    let mut cfg = ExtractConfig::load(&args.config, &args.set)?;
     if let Some(out) = args.out {
         cfg.out_dir = out;
     }
     if let Some(device) = args.device {
-        cfg.device = device;
+        cfg.device = device.parse().map_err(anyhow::Error::msg)?;
     }
     if args.max_tokens.is_some() {
-        cfg.corpus.max_tokens = args.max_tokens;
+        cfg.data.max_tokens = args.max_tokens;
     }
+    let stop = eval::StopSignal::install()?;
     let opts = ExtractOptions {
         progress: !args.quiet,
+        stop: stop.clone(),
         ..Default::default()
     };
     let report = extract(&cfg, &opts)
         .with_context(|| format!("extracting with {}", args.config.display()))?;
+    if !report.complete && stop.is_requested() {
+        eprintln!(
+            "{}: stopped after {} new shard(s) in {}; rerun the same command to continue:\n{}",
+            stop.describe(),
+            report.shards_written,
+            cfg.out_dir.display(),
+            eval::lock::command_line()
+        );
+        sparsetrain::exit_with(stop.exit_code());
+    }
     let m = &report.manifest;
     println!(
         "{} tokens x {} hook point(s) x d_model {} ({}) in {} shard(s) at {}",

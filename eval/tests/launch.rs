@@ -1,0 +1,89 @@
+//! The launcher: a fresh run that fails before its first step leaves no directory; a resume with a
+//! changed config is refused naming the key; a second launcher on a locked directory is refused.
+mod common;
+
+use common::FakeTrainer;
+use eval::{ConfigSource, Launch, LaunchSpec, LogConfig, LoopConfig, StopSignal};
+use std::path::Path;
+
+fn spec(root: &Path, lr: f64, steps: u64, resume: bool) -> LaunchSpec {
+    let text = format!("name = \"fake\"\n[train]\nsteps = {steps}\nlr = {lr}\n");
+    let source = ConfigSource::from_text(&root.join("fake.toml"), text.clone(), &[]).unwrap();
+    let resolved: toml::Table = toml::from_str(&text).unwrap();
+    LaunchSpec {
+        command: "fake".into(),
+        task: "fake".into(),
+        source,
+        resolved: serde_json::to_value(resolved).unwrap(),
+        name: "fake".into(),
+        selector: "profk".into(),
+        resumable: vec!["train.steps".into()],
+        out: Some(root.join("run")),
+        resume,
+        runs_root: root.join("runs"),
+        log: LogConfig {
+            progress: false,
+            ..LogConfig::default()
+        },
+    }
+}
+
+fn train(launch: Launch, trainer: &mut FakeTrainer, steps: u64) -> eval::Result<eval::Finished> {
+    let mut cfg = LoopConfig::new(steps, &LogConfig::default());
+    cfg.progress_bar = false;
+    let start = launch.resume_from().map(|c| c.progress).unwrap_or_default();
+    launch.train(trainer, &cfg, start, Default::default(), &StopSignal::new())
+}
+
+#[test]
+fn a_failed_start_leaves_no_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    // Failing while building the trainer: the launch is dropped unused.
+    drop(Launch::open(spec(tmp.path(), 0.1, 4, false)).unwrap());
+    assert!(!run.exists());
+    // Failing in the first step.
+    let launch = Launch::open(spec(tmp.path(), 0.1, 4, false)).unwrap();
+    let mut trainer = FakeTrainer::new(0.1);
+    trainer.fail_at = Some(0);
+    assert!(train(launch, &mut trainer, 4).is_err());
+    assert!(!run.exists());
+    // An --out that existed before stays, emptied of the run's files.
+    std::fs::create_dir(&run).unwrap();
+    drop(Launch::open(spec(tmp.path(), 0.1, 4, false)).unwrap());
+    assert!(run.is_dir());
+    assert_eq!(std::fs::read_dir(&run).unwrap().count(), 0);
+    // And the rerun goes ahead.
+    let launch = Launch::open(spec(tmp.path(), 0.1, 4, false)).unwrap();
+    let done = train(launch, &mut FakeTrainer::new(0.1), 4).unwrap();
+    assert_eq!((done.exit_code(), done.summary.progress.step), (0, 4));
+}
+
+#[test]
+fn resumes_check_the_config_and_the_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let launch = Launch::open(spec(tmp.path(), 0.1, 4, false)).unwrap();
+    train(launch, &mut FakeTrainer::new(0.1), 4).unwrap();
+
+    let err = Launch::open(spec(tmp.path(), 0.2, 8, true))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("train.lr") && err.contains("differs"), "{err}");
+    let err = Launch::open(spec(tmp.path(), 0.1, 8, false))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("already holds a run"), "{err}");
+
+    let launch = Launch::open(spec(tmp.path(), 0.1, 8, true)).unwrap();
+    let second = Launch::open(spec(tmp.path(), 0.1, 8, true))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        second.contains(&format!("pid {}", std::process::id())),
+        "{second}"
+    );
+    let ckpt = launch.resume_from().unwrap().dir.clone();
+    let mut trainer = FakeTrainer::load(&ckpt, 0.1);
+    let done = train(launch, &mut trainer, 8).unwrap();
+    assert_eq!(done.summary.progress.step, 8);
+}

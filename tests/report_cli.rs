@@ -1,0 +1,73 @@
+//! `sparsetrain-report RUN... --out FILE.html` (the report tool, named so no shell built-in shadows it).
+use eval::{Metrics, Record, RunDir, RunMeta};
+use std::path::Path;
+use std::process::Command;
+
+fn synthetic_run(root: &Path, config: &str, selector: &str, select_ms: f64, steps: u64) -> RunDir {
+    let run = RunDir::create_at(&root.join(format!("{config}-{selector}"))).unwrap();
+    run.write_meta(&RunMeta {
+        config_name: config.into(),
+        selector: selector.into(),
+        task: "sae".into(),
+        ..RunMeta::default()
+    })
+    .unwrap();
+    let lines: String = (1..=steps)
+        .map(|step| {
+            let m = Metrics::from([
+                ("step_ms".to_string(), 10.0 + select_ms),
+                ("select_ms".to_string(), select_ms),
+                ("loss".to_string(), 1.0 / step as f64),
+            ]);
+            Record::train(step, step * 4096, step as f64 * 0.01, m).to_json_line()
+        })
+        .collect();
+    std::fs::write(run.metrics_path(), lines).unwrap();
+    run
+}
+
+#[test]
+fn cli_writes_a_report_and_names_a_missing_run_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 20);
+    let out = tmp.path().join("r.html");
+    let ok = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
+        .arg(profk.path())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(out.exists());
+
+    let missing = tmp.path().join("no-such-run");
+    let bad = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
+        .arg(profk.path())
+        .arg(&missing)
+        .arg("--out")
+        .arg(tmp.path().join("x.html"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("no-such-run") && stderr.contains("no such run directory"),
+        "{stderr}"
+    );
+    assert!(!tmp.path().join("x.html").exists(), "no partial report");
+
+    let no_metrics = tmp.path().join("empty");
+    std::fs::create_dir(&no_metrics).unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
+        .arg(&no_metrics)
+        .arg("--out")
+        .arg(tmp.path().join("y.html"))
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a run directory"));
+}
