@@ -46,10 +46,10 @@ dtype = "bf16"
 tokens_per_shard = 262144
 batch_contexts = 16
 writer_threads = 4
-[corpus]
-path = "default"
+[data]
+corpus = "default"
 split = "train"
-context_len = 1024
+context = 1024
 max_tokens = $TOKENS
 repeat = true
 TOML

@@ -5,5 +5,5 @@
 set -euo pipefail
 . bench/pack.sh
 pack .devbin/data "-p sparsetrain -p activations -p sae --bins --tests --examples" \
-  sparsetrain/train-sae activations/extract activations/hash_rate activations/shards activations/prefetch \
+  sparsetrain/train-sae sparsetrain/extract activations/hash_rate activations/shards activations/prefetch \
   sae/shard_stream

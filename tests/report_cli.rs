@@ -71,3 +71,36 @@ fn cli_writes_a_report_and_names_a_missing_run_dir() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a run directory"));
 }
+
+#[test]
+fn report_refuses_to_overwrite_its_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run_dir = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 5);
+    let metrics = run_dir.metrics_path();
+    let before = std::fs::read(&metrics).unwrap();
+    for name in ["metrics.jsonl", "run.json", "./metrics.jsonl"] {
+        let out = run_dir.path().join(name);
+        let bad = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
+            .arg(run_dir.path())
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&bad.stderr);
+        assert!(!bad.status.success(), "--out {name} succeeded");
+        assert!(
+            stderr.contains("also an input") && stderr.contains(name.trim_start_matches("./")),
+            "{stderr}"
+        );
+    }
+    assert_eq!(std::fs::read(&metrics).unwrap(), before, "metrics intact");
+    let bad = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
+        .arg(run_dir.path())
+        .args(["--out", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("device node"));
+    // The run's own report is fine.
+    eval::report::write_run_report(&run_dir).unwrap();
+}

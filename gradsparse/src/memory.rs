@@ -34,7 +34,7 @@ pub fn parameters(m: &Gpt2Config) -> u128 {
 pub fn estimate(cfg: &FinetuneConfig, model: &Gpt2Config, cuda: bool) -> Vec<Need> {
     let f32s = |n: u128| n.saturating_mul(4);
     let copies = 5 + u128::from(cfg.sparsify.momentum_correction);
-    let (b, t) = (cfg.data.batch as u128, cfg.data.context as u128);
+    let (b, t) = (cfg.train.batch_size as u128, cfg.data.context as u128);
     let (d, l, heads, v) = (
         model.n_embd as u128,
         model.n_layer as u128,

@@ -585,16 +585,7 @@ pub fn hook_names(cfg: &Config) -> Vec<String> {
 /// The hook points of a model-backed config.
 pub fn hook_points(cfg: &Config) -> Vec<HookPoint> {
     match &cfg.data {
-        DataConfig::Model { hook, layers, .. } => layers
-            .iter()
-            .map(|&l| {
-                if hook == "resid_pre" {
-                    HookPoint::ResidPre(l)
-                } else {
-                    HookPoint::ResidPost(l)
-                }
-            })
-            .collect(),
+        DataConfig::Model { hook, layers, .. } => layers.iter().map(|&l| hook.at(l)).collect(),
         _ => Vec::new(),
     }
 }

@@ -24,6 +24,7 @@ fn resume(cfg: &Path, out: &Path) -> sae::Result<sae::run::RunSummary> {
         config: cfg.to_path_buf(),
         out: Some(out.to_path_buf()),
         resume: true,
+        ..Default::default()
     })
 }
 
@@ -66,6 +67,7 @@ fn a_full_disk_during_a_checkpoint_loses_nothing() {
         config: short,
         out: Some(out.clone()),
         resume: false,
+        ..Default::default()
     })
     .unwrap();
 

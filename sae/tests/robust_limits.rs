@@ -14,6 +14,7 @@ fn run(text: &str, tmp: &Path) -> (Result<sae::run::RunSummary, String>, PathBuf
         config: cfg,
         out: Some(out.clone()),
         resume: false,
+        ..Default::default()
     })
     .map_err(|e| e.to_string());
     (r, out)
@@ -135,6 +136,7 @@ fn a_missing_config_file_is_reported_once() {
         config: "no/such/config.toml".into(),
         out: None,
         resume: false,
+        ..Default::default()
     })
     .err()
     .expect("a missing config is an error");

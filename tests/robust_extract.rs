@@ -49,10 +49,10 @@ hook_points = ["resid_pre.1", "resid_post.1"]
 tokens_per_shard = 500
 batch_contexts = 4
 writer_threads = 2
-[corpus]
-path = "{}"
+[data]
+corpus = "{}"
 split = "all"
-context_len = 16
+context = 16
 max_tokens = 2000
 "#,
         f.root.join("model").display(),
