@@ -55,7 +55,9 @@ pub fn open_device(key: &str, spec: eval::DeviceSpec) -> Result<Device> {
         eval::DeviceSpec::Cuda(_) if !candle_core::utils::cuda_is_available() => {
             Err(Error::config(
                 key,
-                format!("{spec}: this build has no CUDA support (build with --features cuda)"),
+                format!(
+                    "{spec}: this build has no CUDA support (build with --features cuda, or use \"cpu\")"
+                ),
             ))
         }
         eval::DeviceSpec::Cuda(n) => {

@@ -24,6 +24,16 @@ fn finished(chunk: Option<Tensor>) -> Result<Option<Tensor>> {
     Ok(chunk)
 }
 
+/// The queue depth that keeps a producer a whole refill ahead: a shuffle buffer of `buffer_rows` takes
+/// half its capacity at once when it refills, so `requested` chunks of `chunk_rows` are raised to cover
+/// that (0 stays 0: inline).
+pub fn refill_depth(requested: usize, buffer_rows: usize, chunk_rows: usize) -> usize {
+    if requested == 0 {
+        return 0;
+    }
+    requested.max((buffer_rows / 2).div_ceil(chunk_rows.max(1)) + 1)
+}
+
 /// A [`ChunkSource`] run ahead of its consumer.
 pub struct Prefetch {
     mode: Mode,
@@ -77,7 +87,7 @@ impl Prefetch {
     }
 
     /// The next chunk in source order; waits only when the producer is behind.
-    pub fn next(&mut self) -> Result<Option<Tensor>> {
+    pub fn pull(&mut self) -> Result<Option<Tensor>> {
         match &mut self.mode {
             Mode::Inline(source) => source.next_chunk(),
             Mode::Ahead { queue, ended, .. } => {

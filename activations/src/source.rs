@@ -3,7 +3,7 @@
 use crate::corpus::Contexts;
 use crate::error::Result;
 use crate::gpt2::{Gpt2, HookPoint};
-use crate::prefetch::{ChunkSource, Prefetch};
+use crate::prefetch::{refill_depth, ChunkSource, Prefetch};
 use candle_core::{DType, Device, Tensor};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -139,7 +139,8 @@ pub struct OnTheFlyOptions {
     /// Visit the contexts in a random order, reshuffled every epoch, rather than in corpus order: each
     /// forward batch then mixes distant parts of the corpus, which a bounded shuffle buffer alone cannot.
     pub shuffle_contexts: bool,
-    /// Forward batches the producer thread may run ahead of training; 0 runs the model inline.
+    /// Forward batches the producer thread may run ahead of training (at least a refill of the shuffle
+    /// buffer); 0 runs the model inline.
     pub prefetch: usize,
 }
 
@@ -199,6 +200,11 @@ impl OnTheFly {
         if opts.shuffle_contexts {
             order.shuffle(&mut rng);
         }
+        let kept = contexts
+            .context_len
+            .saturating_sub(usize::from(opts.drop_bos))
+            .max(1);
+        let chunk_rows = opts.batch_contexts.max(1) * kept;
         let producer = ModelChunks {
             model,
             contexts,
@@ -208,7 +214,8 @@ impl OnTheFly {
             rng,
             opts: opts.clone(),
         };
-        let chunks = Prefetch::new(Box::new(producer), opts.prefetch, "model-forward")?;
+        let depth = refill_depth(opts.prefetch, opts.buffer_tokens, chunk_rows);
+        let chunks = Prefetch::new(Box::new(producer), depth, "model-forward")?;
         Ok(Self {
             device,
             d_model,
@@ -263,7 +270,7 @@ impl ActivationSource for OnTheFly {
     fn next_batch(&mut self, n_tokens: usize) -> Result<Option<Tensor>> {
         let chunks = &mut self.chunks;
         self.buffer
-            .next(n_tokens, || chunks.next())?
+            .next(n_tokens, || chunks.pull())?
             .map(squeeze_single_hook)
             .transpose()
     }

@@ -32,11 +32,11 @@ fn run(depth: usize, read: Duration, step: Duration, steps: u32) -> (Vec<u32>, D
     };
     let mut p = Prefetch::new(Box::new(source), depth, "test").unwrap();
     let mut seen = Vec::new();
-    while let Some(c) = p.next().unwrap() {
+    while let Some(c) = p.pull().unwrap() {
         seen.push(c.to_vec1::<u32>().unwrap()[0]);
         std::thread::sleep(step);
     }
-    assert!(p.next().unwrap().is_none(), "the end is sticky");
+    assert!(p.pull().unwrap().is_none(), "the end is sticky");
     (seen, t0.elapsed())
 }
 
@@ -77,9 +77,9 @@ fn a_failing_producer_reports_its_error_and_stops() {
         }
     }
     let mut p = Prefetch::new(Box::new(Failing(0)), 4, "test").unwrap();
-    assert!(p.next().unwrap().is_some());
-    assert!(p.next().unwrap().is_some());
-    let err = p.next().unwrap_err().to_string();
+    assert!(p.pull().unwrap().is_some());
+    assert!(p.pull().unwrap().is_some());
+    let err = p.pull().unwrap_err().to_string();
     assert!(err.contains("shard-00007"), "{err}");
-    assert!(p.next().unwrap().is_none());
+    assert!(p.pull().unwrap().is_none());
 }

@@ -53,7 +53,7 @@ pub fn estimate(cfg: &FinetuneConfig, model: &Gpt2Config, cuda: bool) -> Vec<Nee
         },
         Need {
             what: "a step's activations for the backward pass and the logits",
-            key: "data.batch",
+            key: "train.batch_size",
             bytes: f32s(
                 tokens
                     .saturating_mul(l.saturating_mul(per_layer))

@@ -9,7 +9,7 @@ fn a_batch_too_large_for_memory_is_refused_with_the_numbers() {
     std::fs::write(
         &cfg,
         "name = \"big\"\n[model]\nname = \"tiny\"\ninit = \"random\"\n\
-         [data]\nsynthetic = true\ncontext = 64\nbatch = 1000000\n[train]\nsteps = 1\n",
+         [data]\nsynthetic = true\ncontext = 64\n[train]\nbatch_size = 1000000\nsteps = 1\n",
     )
     .unwrap();
     let out = tmp.path().join("run");
@@ -22,7 +22,7 @@ fn a_batch_too_large_for_memory_is_refused_with_the_numbers() {
         .expect("must be refused")
         .to_string();
     assert!(
-        err.contains("data.batch") && err.contains("available") && err.contains("TiB"),
+        err.contains("train.batch_size") && err.contains("available") && err.contains("TiB"),
         "{err}"
     );
     assert!(!out.exists(), "a refused start left {}", out.display());

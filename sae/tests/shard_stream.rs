@@ -16,10 +16,10 @@ out_dir = "{}"
 hook_points = ["resid_post.1"]
 tokens_per_shard = 500
 batch_contexts = 8
-[corpus]
-path = "default"
+[data]
+corpus = "default"
 split = "train"
-context_len = 32
+context = 32
 max_tokens = 2400
 "#,
         out.display()

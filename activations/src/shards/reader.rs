@@ -13,7 +13,7 @@ use super::manifest::{Manifest, ACTIVATIONS_TENSOR, TOKENS_TENSOR};
 use super::verified;
 use crate::error::{Error, Result};
 use crate::gpt2::HookPoint;
-use crate::prefetch::{ChunkSource, Prefetch};
+use crate::prefetch::{refill_depth, ChunkSource, Prefetch};
 use crate::source::{squeeze_single_hook, ActivationSource, ShuffleBuffer};
 use crate::upload::Uploader;
 use candle_core::{DType, Device, Tensor};
@@ -42,7 +42,8 @@ pub struct ReaderOptions {
     /// Shards whose blocks are mixed together: the larger, the closer to a global shuffle (and the more
     /// host memory, see the module doc).
     pub mix_shards: usize,
-    /// Chunks the producer thread may hold ready; 0 runs it inline on the caller's thread.
+    /// Chunks the producer thread may hold ready (at least a refill of the shuffle buffer); 0 runs it
+    /// inline on the caller's thread.
     pub prefetch: usize,
     /// Rows per chunk handed to the device.
     pub chunk_tokens: usize,
@@ -185,7 +186,8 @@ impl ShardReader {
         }
         let (hooks, hook_index) = select_hooks(dir, &manifest, opts.hook_points.as_deref())?;
         let row_bytes = hooks.len() * manifest.d_model * opts.dtype.size_in_bytes();
-        let buffer = ShuffleBuffer::new(opts.buffer_bytes / row_bytes.max(1), opts.seed);
+        let buffer_rows = opts.buffer_bytes / row_bytes.max(1);
+        let buffer = ShuffleBuffer::new(buffer_rows, opts.seed);
         let block = (manifest.context_len - usize::from(manifest.drop_bos)).max(1);
         let set = Arc::new(ShardSet {
             dir: dir.to_path_buf(),
@@ -214,7 +216,8 @@ impl ShardReader {
             current: None,
             ahead: None,
         };
-        let chunks = Prefetch::new(Box::new(producer), opts.prefetch, "shard-reader")?;
+        let depth = refill_depth(opts.prefetch, buffer_rows, opts.chunk_tokens);
+        let chunks = Prefetch::new(Box::new(producer), depth, "shard-reader")?;
         Ok(Self {
             set,
             hooks,
@@ -299,7 +302,7 @@ impl ActivationSource for ShardReader {
     fn next_batch(&mut self, n_tokens: usize) -> Result<Option<Tensor>> {
         let chunks = &mut self.chunks;
         self.buffer
-            .next(n_tokens, || chunks.next())?
+            .next(n_tokens, || chunks.pull())?
             .map(squeeze_single_hook)
             .transpose()
     }
