@@ -11,7 +11,7 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(1024);
     let data: Vec<u8> = (0..mib << 20)
-        .map(|i| (i * 2654435761usize >> 13) as u8)
+        .map(|i| ((i * 2654435761usize) >> 13) as u8)
         .collect();
     let t = Instant::now();
     let one = Sha256::digest(&data);

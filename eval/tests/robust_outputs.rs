@@ -85,7 +85,7 @@ fn a_failed_checkpoint_leaves_no_temp_and_latest_on_a_complete_one() {
         &run_dir,
         &sink,
         &loop_config(8),
-        first.progress.clone(),
+        first.progress,
         &stop,
     )
     .unwrap_err()

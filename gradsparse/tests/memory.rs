@@ -18,8 +18,7 @@ fn a_batch_too_large_for_memory_is_refused_with_the_numbers() {
         ..RunOptions::default()
     };
     let err = finetune(&cfg, &opts)
-        .err()
-        .expect("must be refused")
+        .expect_err("must be refused")
         .to_string();
     assert!(
         err.contains("train.batch_size") && err.contains("available") && err.contains("TiB"),

@@ -458,8 +458,10 @@ fn sample_ranks(alive: usize, want: usize) -> Vec<usize> {
     }
 }
 
-/// For each chosen latent (a column of W_enc) and each of its hits: (context, start, activations of the
-/// window around the hit).
+/// A hit's context, the start of its window and the activations over that window.
+type Window = (usize, usize, Vec<f32>);
+
+/// For each chosen latent (a column of W_enc) and each of its hits, its [`Window`].
 fn example_windows(
     sae: &InferenceSae,
     data: &HeldoutContexts,
@@ -467,7 +469,7 @@ fn example_windows(
     hits: &[Vec<Hit>],
     opts: &FeatureOptions,
     device: &Device,
-) -> Result<Vec<Vec<(usize, usize, Vec<f32>)>>> {
+) -> Result<Vec<Vec<Window>>> {
     let t = data.context_len;
     let mut wanted: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
     for (j, latent_hits) in hits.iter().enumerate() {
