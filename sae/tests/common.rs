@@ -54,3 +54,23 @@ progress = false
 "#
     )
 }
+
+/// Runs train-sae on `text` written to `dir/cfg.toml`, into `dir/run` (resumed with `resume`).
+pub fn run(dir: &std::path::Path, text: &str, resume: bool) -> sae::run::RunSummary {
+    let cfg = dir.join("cfg.toml");
+    std::fs::write(&cfg, text).unwrap();
+    sae::run::train_sae(&sae::run::RunOptions {
+        config: cfg,
+        out: Some(dir.join("run")),
+        resume,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// The exported SAELens weights of the run in `dir/run`.
+pub fn weights(dir: &std::path::Path) -> std::collections::HashMap<String, Tensor> {
+    sae::checkpoint::read_saelens(&dir.join("run/sae"))
+        .unwrap()
+        .1
+}

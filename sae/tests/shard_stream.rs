@@ -2,9 +2,7 @@
 //! producer thread on or off, and a run resumed from its checkpoint matches an uninterrupted one.
 mod common;
 use activations::shards::{extract, ExtractConfig, ExtractOptions};
-use common::max_abs_diff;
-use sae::checkpoint::read_saelens;
-use sae::run::{train_sae, RunOptions};
+use common::{max_abs_diff, run, weights};
 use std::path::Path;
 
 fn shards(root: &Path) -> std::path::PathBuf {
@@ -58,22 +56,6 @@ progress = false
 "#,
         dir.display()
     )
-}
-
-fn run(dir: &Path, text: &str, resume: bool) -> sae::run::RunSummary {
-    let cfg = dir.join("cfg.toml");
-    std::fs::write(&cfg, text).unwrap();
-    train_sae(&RunOptions {
-        config: cfg,
-        out: Some(dir.join("run")),
-        resume,
-        ..Default::default()
-    })
-    .unwrap()
-}
-
-fn weights(dir: &Path) -> std::collections::HashMap<String, candle_core::Tensor> {
-    read_saelens(&dir.join("run/sae")).unwrap().1
 }
 
 fn assert_same(a: &Path, b: &Path, what: &str) {

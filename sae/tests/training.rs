@@ -1,26 +1,8 @@
 //! Training runs on synthetic data: the loss falls, a killed run resumed from its checkpoint reaches the
 //! same weights as an uninterrupted one, checkpoints load back, and the selector cross-check passes.
 mod common;
-use common::{max_abs_diff, synthetic_config};
+use common::{max_abs_diff, run, synthetic_config, weights};
 use sae::checkpoint::read_saelens;
-use sae::run::{train_sae, RunOptions};
-use std::path::Path;
-
-fn run(dir: &Path, text: &str, resume: bool) -> sae::run::RunSummary {
-    let cfg = dir.join("cfg.toml");
-    std::fs::write(&cfg, text).unwrap();
-    train_sae(&RunOptions {
-        config: cfg,
-        out: Some(dir.join("run")),
-        resume,
-        ..Default::default()
-    })
-    .unwrap()
-}
-
-fn weights(dir: &Path) -> std::collections::HashMap<String, candle_core::Tensor> {
-    read_saelens(&dir.join("run/sae")).unwrap().1
-}
 
 #[test]
 fn resume_reaches_the_same_weights() {
