@@ -12,6 +12,7 @@ pub mod config;
 pub mod cuda;
 pub mod data;
 pub mod error;
+pub mod heldout;
 pub mod init;
 pub mod metrics;
 pub mod model;

@@ -5,11 +5,12 @@
 use crate::checkpoint::{load_state, save_state, write_saelens};
 use crate::config::{Config, DataConfig, DeviceKind, Precision};
 use crate::data::{skip, with_layer_axis, Synthetic};
+use crate::heldout::heldout_rows;
 use crate::trainer::Trainer;
 use crate::{Error, Result};
-use activations::corpus::{Contexts, Corpus, Split};
+use activations::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use activations::gpt2::Patch;
-use activations::{ActivationSource, Gpt2, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions};
+use activations::{ActivationSource, Gpt2, HookPoint, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
 use eval::{
     LoopConfig, Metrics, MetricsSink, Progress, RunDir, RunMeta, SinkOptions, StepContext,
@@ -209,6 +210,8 @@ impl Data {
                 hook,
                 layers,
                 corpus,
+                text_column,
+                token_column,
                 context,
                 dtype,
                 held_out_tokens,
@@ -226,16 +229,27 @@ impl Data {
                         }
                     })
                     .collect();
-                let corpus = Corpus::load(corpus)?;
-                let tokenizer = Gpt2Tokenizer::new()?;
-                let pack = |split| -> Result<Contexts> {
-                    Ok(Contexts::pack(
-                        &corpus.split(split, HELDOUT_FRACTION).tokenize(&tokenizer)?,
-                        *context,
-                        true,
-                    )?)
+                let source = CorpusSource::open(&CorpusSpec {
+                    corpus: corpus.clone(),
+                    text_column: text_column.clone(),
+                    token_column: token_column.clone(),
+                })?;
+                // A streamed corpus is read only as far as the run needs (rows per context: context − 1).
+                let rows = context.saturating_sub(1).max(1);
+                let bound = |tokens: usize| source.is_streamed().then(|| tokens.div_ceil(rows));
+                let train_tokens = cfg.train.steps as usize * cfg.train.batch_size;
+                let held_need = bound(*held_out_tokens).map(|n| n.max(cfg.eval.ce_contexts));
+                let pack = |split, max| {
+                    let opts = PackOptions {
+                        split,
+                        heldout_fraction: HELDOUT_FRACTION,
+                        context_len: *context,
+                        prepend_bos: true,
+                    };
+                    source.contexts(opts, max)
                 };
-                let (train_ctx, held_ctx) = (pack(Split::Train)?, pack(Split::Heldout)?);
+                let train_ctx = pack(Split::Train, bound(train_tokens))?;
+                let held_ctx = pack(Split::Heldout, held_need)?;
                 let ce_n = cfg.eval.ce_contexts.min(held_ctx.len());
                 let ce_tokens = Tensor::from_vec(
                     held_ctx.tokens[..ce_n * context].to_vec(),
@@ -250,13 +264,13 @@ impl Data {
                     repeat,
                     dtype: DType::F32,
                 };
-                let mut held = OnTheFly::new(
-                    model.clone(),
-                    held_ctx,
-                    hooks.clone(),
-                    opts(false, *held_out_tokens),
+                let heldout = heldout_rows(
+                    &model,
+                    &held_ctx,
+                    &hooks,
+                    *held_out_tokens,
+                    BATCH_CONTEXTS,
                 )?;
-                let heldout = held.next_batch(*held_out_tokens)?;
                 let train = OnTheFly::new(
                     model.clone(),
                     train_ctx,

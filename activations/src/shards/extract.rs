@@ -6,11 +6,11 @@
 use super::manifest::{dtype_name, CorpusInfo, Manifest, FORMAT, MANIFEST_FILE};
 use super::pipeline::{self, Plan};
 use super::shard_file::{self, shard_file_name};
-use crate::corpus::{Contexts, Corpus, Split};
+use crate::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use crate::error::{Error, Result};
 use crate::gpt2::{Gpt2, HookPoint};
 use crate::models::{load_model, parse_device, parse_dtype};
-use crate::{fsutil, Gpt2Tokenizer};
+use crate::fsutil;
 use candle_core::DType;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -81,9 +81,16 @@ pub struct ExtractConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExtractCorpus {
-    /// `default` (the shipped Shakespeare), a .txt/.jsonl file or a directory.
+    /// `default` (the shipped Shakespeare), a .txt / .jsonl / .jsonl.gz / .jsonl.zst / .parquet
+    /// file, a directory of them, or a hub dataset `hf:OWNER/NAME[/SUBDIR][@REVISION]`.
     #[serde(default = "default_corpus_path")]
     pub path: String,
+    /// The column (JSON field) holding the text; default `text`.
+    #[serde(default)]
+    pub text_column: Option<String>,
+    /// A column of token ids (a list of integers per row) used as they are, instead of text.
+    #[serde(default)]
+    pub token_column: Option<String>,
     /// `train`, `heldout` or `all`.
     #[serde(default = "default_split")]
     pub split: Split,
@@ -99,6 +106,17 @@ pub struct ExtractCorpus {
     /// Cycle through the corpus until `max_tokens` (for benchmarks on a small corpus).
     #[serde(default)]
     pub repeat: bool,
+}
+
+impl ExtractCorpus {
+    /// The corpus and its columns, as [`CorpusSource::open`] takes them.
+    pub fn spec(&self) -> CorpusSpec {
+        CorpusSpec {
+            corpus: self.path.clone(),
+            text_column: self.text_column.clone(),
+            token_column: self.token_column.clone(),
+        }
+    }
 }
 
 impl ExtractConfig {
@@ -234,10 +252,30 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         ));
     }
 
-    let corpus =
-        Corpus::load(&cfg.corpus.path)?.split(cfg.corpus.split, cfg.corpus.heldout_fraction);
-    let stream = corpus.tokenize(&Gpt2Tokenizer::new()?)?;
-    let contexts = Contexts::pack(&stream, t, cfg.corpus.prepend_bos)?;
+    let source = CorpusSource::open(&cfg.corpus.spec())?;
+    let kept = t - usize::from(cfg.drop_bos);
+    // A streamed corpus is read only as far as `max_tokens` needs.
+    let needed = cfg
+        .corpus
+        .max_tokens
+        .filter(|_| source.is_streamed())
+        .map(|m| m.div_ceil(kept));
+    if source.is_streamed() && needed.is_none() {
+        return Err(Error::config(
+            "corpus.max_tokens",
+            format!(
+                "`{}` is streamed: say how many tokens to extract",
+                cfg.corpus.path
+            ),
+        ));
+    }
+    let pack = PackOptions {
+        split: cfg.corpus.split,
+        heldout_fraction: cfg.corpus.heldout_fraction,
+        context_len: t,
+        prepend_bos: cfg.corpus.prepend_bos,
+    };
+    let contexts = source.contexts(pack, needed)?;
     if contexts.is_empty() {
         return Err(Error::config(
             "corpus",
@@ -247,7 +285,6 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
             ),
         ));
     }
-    let kept = t - usize::from(cfg.drop_bos);
     let available = contexts.len() * kept;
     let total = match cfg.corpus.max_tokens {
         Some(m) if cfg.corpus.repeat => m,
@@ -261,8 +298,10 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         spec: cfg.corpus.path.clone(),
         split: cfg.corpus.split,
         heldout_fraction: cfg.corpus.heldout_fraction,
-        fingerprint: corpus.fingerprint(),
-        documents: corpus.documents.len(),
+        fingerprint: source.fingerprint(cfg.corpus.split, cfg.corpus.heldout_fraction)?,
+        documents: source
+            .documents(cfg.corpus.split, cfg.corpus.heldout_fraction)
+            .unwrap_or(0),
     };
     let decisive = serde_json::json!({
         "model": cfg.model, "model_dtype": cfg.model_dtype, "weights": model_fingerprint(&model)?,
