@@ -43,7 +43,10 @@ fn main() -> anyhow::Result<()> {
     let rows: Vec<Vec<f32>> = acts.reshape((n * t, d))?.to_vec2()?;
     let norm = |r: &[f32]| r.iter().map(|v| v * v).sum::<f32>().sqrt() as f64;
 
-    println!("model {} layer {} ({n} held-out contexts of {t})", args.model, args.layer);
+    println!(
+        "model {} layer {} ({n} held-out contexts of {t})",
+        args.model, args.layer
+    );
     let wte: Vec<Vec<f32>> = model
         .named_tensors()
         .into_iter()
@@ -80,7 +83,8 @@ fn main() -> anyhow::Result<()> {
     let eot: Vec<usize> = (0..n * t)
         .filter(|&i| i % t != 0 && contexts.tokens[i] == END_OF_TEXT)
         .collect();
-    let avg = |ids: &[usize]| ids.iter().map(|&i| norm(&rows[i])).sum::<f64>() / ids.len().max(1) as f64;
+    let avg =
+        |ids: &[usize]| ids.iter().map(|&i| norm(&rows[i])).sum::<f64>() / ids.len().max(1) as f64;
     println!(
         "mean norm: positions 1.. without <|endoftext|> {:.2} ({} rows), <|endoftext|> inside contexts {:.2} ({} rows)",
         avg(&body),
@@ -88,7 +92,41 @@ fn main() -> anyhow::Result<()> {
         avg(&eot),
         eot.len()
     );
-    for (label, ids) in [("all positions", (0..n * t).collect::<Vec<_>>()), ("positions 1.., no special tokens", body)] {
+    // Between-position variance: how much of the stream is explained by the position alone.
+    let pos_ids: Vec<usize> = (0..n * t).filter(|&i| i % t != 0).collect();
+    let grand: Vec<f64> = (0..d)
+        .map(|k| pos_ids.iter().map(|&i| rows[i][k] as f64).sum::<f64>() / pos_ids.len() as f64)
+        .collect();
+    let total_var: f64 = pos_ids
+        .iter()
+        .map(|&i| {
+            (0..d)
+                .map(|k| (rows[i][k] as f64 - grand[k]).powi(2))
+                .sum::<f64>()
+        })
+        .sum::<f64>()
+        / pos_ids.len() as f64;
+    let between: f64 = (1..t)
+        .map(|p| {
+            (0..d)
+                .map(|k| {
+                    let m = (0..n).map(|c| rows[c * t + p][k] as f64).sum::<f64>() / n as f64;
+                    (m - grand[k]).powi(2)
+                })
+                .sum::<f64>()
+        })
+        .sum::<f64>()
+        / (t - 1) as f64;
+    println!(
+        "share of the variance (positions 1..) explained by the position alone: {:.3}",
+        between / total_var
+    );
+    let late: Vec<usize> = body.iter().copied().filter(|&i| i % t >= 8).collect();
+    for (label, ids) in [
+        ("all positions", (0..n * t).collect::<Vec<_>>()),
+        ("positions 1.., no special tokens", body),
+        ("positions 8.., no special tokens", late),
+    ] {
         let (eig, dims) = spectrum(&rows, &ids, d);
         let total: f64 = eig.iter().sum();
         let cum = |k: usize| eig.iter().take(k).sum::<f64>() / total;
@@ -119,7 +157,11 @@ fn spectrum(rows: &[Vec<f32>], ids: &[usize], d: usize) -> (Vec<f64>, Vec<(f64, 
     }
     let mut cov = vec![vec![0f64; d]; d];
     for &i in ids {
-        let x: Vec<f64> = rows[i].iter().zip(&mean).map(|(v, mu)| *v as f64 - mu).collect();
+        let x: Vec<f64> = rows[i]
+            .iter()
+            .zip(&mean)
+            .map(|(v, mu)| *v as f64 - mu)
+            .collect();
         for a in 0..d {
             for b in a..d {
                 cov[a][b] += x[a] * x[b] / m;

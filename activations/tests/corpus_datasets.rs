@@ -1,8 +1,6 @@
 //! Parquet, compressed JSONL and hub-cache corpora: read in order, in the right column, split
 //! reproducibly, packed exactly as the in-memory path packs text, with errors that say where.
-use activations::corpus::{
-    Contexts, CorpusSource, CorpusSpec, PackOptions, Split,
-};
+use activations::corpus::{Contexts, CorpusSource, CorpusSpec, PackOptions, Split};
 use activations::tokenizer::END_OF_TEXT;
 use activations::Gpt2Tokenizer;
 use arrow_array::types::Int32Type;
@@ -28,7 +26,12 @@ fn write_parquet(path: &Path, columns: Vec<(&str, ArrayRef)>, rows_per_group: us
 
 fn texts(n: usize) -> Vec<String> {
     (0..n)
-        .map(|i| format!("Document {i}: the quality of mercy is not strained, {}.", i * 7))
+        .map(|i| {
+            format!(
+                "Document {i}: the quality of mercy is not strained, {}.",
+                i * 7
+            )
+        })
         .collect()
 }
 
@@ -84,7 +87,10 @@ fn parquet_text_column_over_row_groups_and_files_packs_like_memory() {
     assert!(source.is_streamed());
     assert_eq!(all_contexts(&spec, opts(Split::All, 32)), packed(&t, 32));
     let one = CorpusSpec::new(dir.path().join("a.parquet").to_str().unwrap());
-    assert_eq!(all_contexts(&one, opts(Split::All, 32)), packed(&t[..70], 32));
+    assert_eq!(
+        all_contexts(&one, opts(Split::All, 32)),
+        packed(&t[..70], 32)
+    );
     // A bounded read stops after the contexts asked for.
     let first = source.contexts(opts(Split::All, 32), Some(3)).unwrap();
     assert_eq!(first.tokens, packed(&t, 32)[..3 * 32]);
@@ -96,11 +102,7 @@ fn custom_text_column_and_errors_that_name_file_and_column() {
     let path = dir.path().join("train.parquet");
     let t = texts(10);
     let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..10));
-    write_parquet(
-        &path,
-        vec![("content", text_column(&t)), ("id", ids)],
-        4,
-    );
+    write_parquet(&path, vec![("content", text_column(&t)), ("id", ids)], 4);
     let name = path.to_str().unwrap();
     let spec = CorpusSpec {
         corpus: name.into(),
@@ -129,12 +131,18 @@ fn custom_text_column_and_errors_that_name_file_and_column() {
         token_column: Some("content".into()),
         ..CorpusSpec::new(name)
     });
-    assert!(e.contains("column `content`") && e.contains("token ids"), "{e}");
+    assert!(
+        e.contains("column `content`") && e.contains("token ids"),
+        "{e}"
+    );
 
     let bad = dir.path().join("broken.parquet");
     std::fs::write(&bad, b"not a parquet file at all").unwrap();
     let e = err(CorpusSpec::new(bad.to_str().unwrap()));
-    assert!(e.contains("broken.parquet") && e.contains("unreadable parquet"), "{e}");
+    assert!(
+        e.contains("broken.parquet") && e.contains("unreadable parquet"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -187,7 +195,11 @@ fn fake_hub(root: &Path, t: &[String]) -> std::path::PathBuf {
     std::fs::write(repo.join("refs/main"), hash).unwrap();
     let data = repo.join("snapshots").join(hash).join("data");
     std::fs::create_dir_all(&data).unwrap();
-    std::fs::write(repo.join("snapshots").join(hash).join("README.md"), "# card").unwrap();
+    std::fs::write(
+        repo.join("snapshots").join(hash).join("README.md"),
+        "# card",
+    )
+    .unwrap();
     write_parquet(
         &data.join("train-00000-of-00002.parquet"),
         vec![("text", text_column(&t[..5]))],
@@ -227,11 +239,16 @@ fn hub_datasets_resolve_offline_in_the_cache() {
     let e = contexts("hf:other/name").unwrap_err().to_string();
     assert!(e.contains("datasets--other--name/refs/main"), "{e}");
 
-    for f in std::fs::read_dir(repo.join("snapshots/0123456789abcdef0123456789abcdef01234567/data")).unwrap() {
+    for f in std::fs::read_dir(repo.join("snapshots/0123456789abcdef0123456789abcdef01234567/data"))
+        .unwrap()
+    {
         std::fs::remove_file(f.unwrap().path()).unwrap();
     }
     let e = contexts("hf:owner/name").unwrap_err().to_string();
-    assert!(e.contains("hf:owner/name@main") && e.contains("no parquet files"), "{e}");
+    assert!(
+        e.contains("hf:owner/name@main") && e.contains("no parquet files"),
+        "{e}"
+    );
 }
 
 /// The cache roots come from HF_HUB_CACHE: checked in a child process, so no test shares the
@@ -247,13 +264,18 @@ fn hub_cache_root_comes_from_hf_hub_cache() {
     let hub = tempfile::tempdir().unwrap();
     fake_hub(hub.path(), &texts(12));
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "hub_cache_root_comes_from_hf_hub_cache", "--nocapture"])
+        .args([
+            "--exact",
+            "hub_cache_root_comes_from_hf_hub_cache",
+            "--nocapture",
+        ])
         .env("SPARSETRAIN_TEST_HUB_CHILD", hub.path())
         .env("HF_HUB_CACHE", hub.path())
         .env_remove("HF_HOME")
         .output()
         .unwrap();
-    let log = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let log =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && log.contains("1 passed"), "{log}");
 }
 
@@ -284,7 +306,11 @@ fn heldout_split_is_disjoint_reproducible_and_thread_independent() {
 
     let text_dir = tempfile::tempdir().unwrap();
     let t = texts(300);
-    write_parquet(&text_dir.path().join("t.parquet"), vec![("text", text_column(&t))], 50);
+    write_parquet(
+        &text_dir.path().join("t.parquet"),
+        vec![("text", text_column(&t))],
+        50,
+    );
     let spec = CorpusSpec::new(text_dir.path().to_str().unwrap());
     let with_threads = |threads| {
         rayon::ThreadPoolBuilder::new()
@@ -334,7 +360,11 @@ fn compressed_jsonl_reads_like_plain_jsonl() {
 fn streams_repeat_and_in_memory_streams_match_contexts() {
     let dir = tempfile::tempdir().unwrap();
     let t = texts(30);
-    write_parquet(&dir.path().join("a.parquet"), vec![("text", text_column(&t))], 8);
+    write_parquet(
+        &dir.path().join("a.parquet"),
+        vec![("text", text_column(&t))],
+        8,
+    );
     let source = CorpusSource::open(&CorpusSpec::new(dir.path().to_str().unwrap())).unwrap();
     let all = packed(&t, 16);
     let n = all.len() / 16;

@@ -53,5 +53,9 @@ pub fn heldout_rows(
         return Ok(None);
     }
     let rows = Tensor::cat(&parts, 0)?;
-    Ok(Some(if rows.dim(1)? == 1 { rows.squeeze(1)? } else { rows }))
+    Ok(Some(if rows.dim(1)? == 1 {
+        rows.squeeze(1)?
+    } else {
+        rows
+    }))
 }

@@ -56,6 +56,13 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     }
     // The model and data load before the run directory exists: a missing model leaves nothing behind.
     let mut data = Data::open(&cfg, &device)?;
+    let random_weights = match &cfg.data {
+        DataConfig::Model { model, .. } => activations::models::random_weights_warning(model),
+        _ => None,
+    };
+    if let Some(w) = &random_weights {
+        eprintln!("warning: {w}");
+    }
     let run = match (&opts.out, opts.resume) {
         (Some(out), true) => RunDir::open_existing(out)?,
         (None, true) => {
@@ -76,12 +83,15 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         skip(data.train.as_mut(), trainer.tokens, cfg.train.batch_size)?;
         (trainer, ckpt.progress, None)
     } else {
-        let meta = RunMeta {
+        let mut meta = RunMeta {
             config_name: cfg.name.clone(),
             selector: cfg.selector.kind.name().into(),
             task: "sae".into(),
             ..RunMeta::default()
         };
+        if let Some(w) = &random_weights {
+            meta.details.insert("warning".into(), w.clone().into());
+        }
         run.write_meta(&meta)?;
         run.write_config(&text, &cfg)?;
         let first = data.next_train(cfg.train.batch_size)?;
@@ -107,6 +117,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         trainer,
         data,
         pending,
+        random_weights: random_weights.is_some(),
     };
     let summary = eval::train_loop::run(&mut job, &run, &sink, &loop_cfg, start, &stop)?;
     sink.finish()?;
@@ -264,13 +275,8 @@ impl Data {
                     repeat,
                     dtype: DType::F32,
                 };
-                let heldout = heldout_rows(
-                    &model,
-                    &held_ctx,
-                    &hooks,
-                    *held_out_tokens,
-                    BATCH_CONTEXTS,
-                )?;
+                let heldout =
+                    heldout_rows(&model, &held_ctx, &hooks, *held_out_tokens, BATCH_CONTEXTS)?;
                 let train = OnTheFly::new(
                     model.clone(),
                     train_ctx,
@@ -308,6 +314,8 @@ struct SaeJob {
     data: Data,
     /// The batch drawn for initialization, trained on first.
     pending: Option<Tensor>,
+    /// The model has random weights: its CE-loss recovered means nothing (recorded beside it).
+    random_weights: bool,
 }
 
 impl eval::Trainer for SaeJob {
@@ -369,6 +377,9 @@ impl eval::Trainer for SaeJob {
             m.insert("ce_sae".into(), ce.all.spliced);
             m.insert("ce_zero_ablation".into(), ce.all.zero);
             m.insert("ce_loss_recovered".into(), ce.all.recovered());
+            if self.random_weights {
+                m.insert("model_random_weights".into(), 1.0);
+            }
             for (l, layer) in ce.per_layer.iter().enumerate() {
                 m.insert(format!("ce_sae_layer{l}"), layer.spliced);
                 m.insert(format!("ce_zero_ablation_layer{l}"), layer.zero);

@@ -206,9 +206,9 @@ impl DocumentReader {
                 let raw = open()?;
                 let lines: Box<dyn BufRead + Send> = match c {
                     Compression::None => Box::new(BufReader::new(raw)),
-                    Compression::Gzip => Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(
-                        BufReader::new(raw),
-                    ))),
+                    Compression::Gzip => Box::new(BufReader::new(
+                        flate2::read::MultiGzDecoder::new(BufReader::new(raw)),
+                    )),
                     Compression::Zstd => Box::new(BufReader::new(
                         zstd::stream::read::Decoder::new(raw).map_err(|e| Error::io(&f.path, e))?,
                     )),

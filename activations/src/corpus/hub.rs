@@ -86,10 +86,7 @@ impl HubDataset {
                     dataset: self.spec(),
                     file: snapshot,
                     column: None,
-                    message: format!(
-                        "{} names this snapshot, which is missing",
-                        refs.display()
-                    ),
+                    message: format!("{} names this snapshot, which is missing", refs.display()),
                 });
             }
             let dir = match &self.subdir {

@@ -49,7 +49,9 @@ impl ParquetDocuments {
         };
         if !fits {
             let want = match field {
-                Field::Text(_) => "a string column (set `text_column`, or `token_column` for token ids)",
+                Field::Text(_) => {
+                    "a string column (set `text_column`, or `token_column` for token ids)"
+                }
                 Field::Tokens(_) => "a list of integer token ids (set `text_column` for text)",
             };
             return Err(err(Some(column), format!("is {dtype}, expected {want}")));
