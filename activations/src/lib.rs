@@ -6,10 +6,12 @@ pub mod fsutil;
 pub mod gpt2;
 pub mod models;
 pub mod ops;
+pub mod prefetch;
 pub mod shards;
 pub mod source;
 pub mod tiny;
 pub mod tokenizer;
+pub mod upload;
 
 pub use error::{Error, Result};
 pub use gpt2::{Gpt2, Gpt2Config, HookPoint};
