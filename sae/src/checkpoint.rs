@@ -119,6 +119,14 @@ pub fn saelens_cfg(cfg: &Config, shape: &Shape) -> serde_json::Value {
         DataConfig::Model { layers, .. } => layers.first().copied().unwrap_or(0),
         _ => 0,
     };
+    // Every hook point, in the order of the weights' layer axis (a crosscoder has several).
+    let (hook_names, hook_layers): (Vec<String>, Vec<usize>) = match &cfg.data {
+        DataConfig::Model { hook, layers, .. } => layers
+            .iter()
+            .map(|l| (format!("blocks.{l}.hook_{hook}"), *l))
+            .unzip(),
+        _ => (vec![hook.clone()], vec![layer]),
+    };
     let architecture = if shape.arch == Arch::Crosscoder {
         "crosscoder_jumprelu"
     } else {
@@ -140,10 +148,13 @@ pub fn saelens_cfg(cfg: &Config, shape: &Shape) -> serde_json::Value {
             "prepend_bos": true,
             "context_size": context,
             "dataset_path": dataset,
+            "hook_names": hook_names,
         },
         "model_name": model_name,
         "hook_name": hook,
         "hook_layer": layer,
+        "hook_names": hook_names,
+        "hook_layers": hook_layers,
         "hook_head_index": null,
         "context_size": context,
         "dataset_path": dataset,
@@ -315,4 +326,32 @@ pub fn read_saelens(dir: &Path) -> Result<(serde_json::Value, HashMap<String, Te
         cfg,
         candle_core::safetensors::load(dir.join("sae_weights.safetensors"), &Device::Cpu)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crosscoder_cfg_records_every_hook_point() {
+        let cfg = Config::from_toml(
+            "name = \"cc\"\n[data]\nsource = \"model\"\nmodel = \"tiny\"\nlayers = [1, 3]\n\
+             [sae]\narch = \"crosscoder\"\nlatents = 64\nk = 4\n",
+        )
+        .unwrap();
+        let shape = Shape {
+            arch: Arch::Crosscoder,
+            d_model: 128,
+            layers: 2,
+            n: 64,
+            k: 4,
+            groups: Vec::new(),
+        };
+        let j = saelens_cfg(&cfg, &shape);
+        let names = serde_json::json!(["blocks.1.hook_resid_post", "blocks.3.hook_resid_post"]);
+        assert_eq!(j["hook_names"], names);
+        assert_eq!(j["metadata"]["hook_names"], names);
+        assert_eq!(j["hook_layers"], serde_json::json!([1, 3]));
+        assert_eq!(j["hook_name"], "blocks.1.hook_resid_post");
+    }
 }
