@@ -336,7 +336,8 @@ mod tests {
     fn crosscoder_cfg_records_every_hook_point() {
         let cfg = Config::from_toml(
             "name = \"cc\"\n[data]\nsource = \"model\"\nmodel = \"tiny\"\nlayers = [1, 3]\n\
-             [sae]\narch = \"crosscoder\"\nlatents = 64\nk = 4\n",
+             [sae]\narch = \"crosscoder\"\nlatents = 64\nk = 4\n\
+             [train]\nbatch_size = 16\nsteps = 1\n",
         )
         .unwrap();
         let shape = Shape {

@@ -11,7 +11,6 @@ use crate::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::gpt2::{Gpt2, HookPoint};
-use crate::fsutil;
 use crate::models::{candle_dtype, load_model, open_device};
 use candle_core::DType;
 use eval::{ConfigSource, DeviceSpec, Dtype};
