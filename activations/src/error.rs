@@ -15,6 +15,9 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    #[error(transparent)]
+    Write(#[from] runtime::fs::Error),
+
     #[error("{path}: invalid JSON: {source}")]
     Json {
         path: PathBuf,

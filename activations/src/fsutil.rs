@@ -1,25 +1,11 @@
-//! Atomic file writes: write a temporary sibling, flush it to disk, rename it over the target.
+//! File writes of the data pipeline, through the workspace's one atomic write (`runtime::fs`).
 use crate::error::{Error, Result};
 use std::io::Write;
-use std::path::{Path, PathBuf};
-
-/// The temporary name used while `path` is being written.
-pub fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{}.tmp", std::process::id()));
-    path.with_file_name(name)
-}
+use std::path::Path;
 
 /// Writes `bytes` to `path` so that a reader sees either the old file or the whole new one.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = temp_path(path);
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    };
-    write().map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    Ok(runtime::fs::write_atomic(path, bytes)?)
 }
 
 /// [`atomic_write`] of the concatenation of `parts`, each also handed to `visit` (e.g. a hasher)
@@ -29,17 +15,13 @@ pub fn atomic_write_parts(
     parts: &[&[u8]],
     mut visit: impl FnMut(&[u8]),
 ) -> Result<()> {
-    let tmp = temp_path(path);
-    let mut write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+    Ok(runtime::fs::write_atomic_with(path, |f| {
         for part in parts {
             visit(part);
             f.write_all(part)?;
         }
-        f.sync_all()
-    };
-    write().map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+        Ok(())
+    })?)
 }
 
 pub fn create_dir_all(dir: &Path) -> Result<()> {

@@ -16,11 +16,9 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+/// Writes `bytes` to `path` atomically (`runtime::fs`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    Ok(runtime::fs::write_atomic(path, bytes)?)
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -190,9 +188,9 @@ pub fn write_saelens(
 }
 
 fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    candle_core::safetensors::save(tensors, &tmp)?;
-    std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
+    Ok(runtime::fs::write_atomic_via(path, |tmp| {
+        candle_core::safetensors::save(tensors, tmp)
+    })?)
 }
 
 /// Writes the SAELens pair, `training_state.safetensors` and `trainer_state.json` into `dir` (an empty

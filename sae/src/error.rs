@@ -14,6 +14,8 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Write(#[from] runtime::fs::Error),
     #[error("checkpoint {path}: {msg}")]
     Checkpoint { path: PathBuf, msg: String },
     #[error("data: {0}")]

@@ -282,9 +282,9 @@ impl Gpt2 {
         let tensors: std::collections::HashMap<String, Tensor> =
             self.named_tensors().into_iter().collect();
         let weights = dir.join("model.safetensors");
-        let tmp = fsutil::temp_path(&weights);
-        candle_core::safetensors::save(&tensors, &tmp)?;
-        std::fs::rename(&tmp, &weights).map_err(|e| Error::io(&weights, e))?;
+        runtime::fs::write_atomic_via(&weights, |tmp| {
+            candle_core::safetensors::save(&tensors, tmp)
+        })?;
         let config = serde_json::to_vec_pretty(&self.config().to_hf_json()).map_err(|source| {
             Error::Json {
                 path: dir.join("config.json"),

@@ -168,17 +168,9 @@ pub(crate) fn topk(
 /// tensors on candle's stream; read the status when (and if) the statistics or the NaN check matter.
 pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferred> {
     let spec = RowsSpec::new(x.dims(), k, opts.mode)?;
-    let eps = row_budget(opts, spec.rows);
+    let eps = opts.row_budget(spec.rows);
     let plan = crate::select::gpu_plan_for(spec.n, k, eps, spec.rows)?;
     topk_deferred_spec(x, &spec, opts, plan, None)
-}
-
-/// The failure budget of one row: row-wise mode splits ε over the rows.
-fn row_budget(opts: &TopKOptions, rows: usize) -> f64 {
-    match opts.mode {
-        crate::Mode::Flat => opts.eps,
-        crate::Mode::Rowwise => opts.eps / rows.max(1) as f64,
-    }
 }
 
 pub(crate) fn suffix(dtype: DType) -> Result<(&'static str, u32)> {

@@ -4,8 +4,12 @@ use super::{address, alloc, drv, function};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::{CudaStorage, DType, Layout, Result, Shape};
+use runtime::cuda::Fatbin;
 
-const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attention.fatbin"));
+static FATBIN: Fatbin = Fatbin::new(
+    "attention",
+    include_bytes!(concat!(env!("OUT_DIR"), "/attention.fatbin")),
+);
 /// Query rows per block (both kernels).
 const QUERY_TILE: usize = 64;
 
@@ -45,7 +49,7 @@ pub fn forward(
     if b * t * h == 0 {
         return Ok((out, Shape::from((b, t, h * hd))));
     }
-    let f = function(storage, "attention", FATBIN, name)?;
+    let f = function(storage, &FATBIN, name)?;
     let (t_len, n_head) = (t as i32, h as i32);
     let scale_log2 = std::f32::consts::LOG2_E / (hd as f32).sqrt();
     let cfg = LaunchConfig {

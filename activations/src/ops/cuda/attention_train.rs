@@ -13,9 +13,13 @@ use candle_core::cuda::cudarc::driver::{
     CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::{CudaStorage, DType, Layout, Result, Shape};
+use runtime::cuda::Fatbin;
 use std::ffi::c_void;
 
-const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/attention_train.fatbin"));
+static FATBIN: Fatbin = Fatbin::new(
+    "attention_train",
+    include_bytes!(concat!(env!("OUT_DIR"), "/attention_train.fatbin")),
+);
 /// Score rows per block of the row kernels (one warp each).
 const ROWS_PER_BLOCK: usize = 8;
 const F32_BYTES: usize = 4;
@@ -200,7 +204,7 @@ fn pointer_arrays(
     }
     let entries = operands.len() * seqs * heads;
     let (arrays, ptr) = alloc_u64(storage, entries)?;
-    let f = function(storage, "attention_train", FATBIN, "attn_train_pointers")?;
+    let f = function(storage, &FATBIN, "attn_train_pointers")?;
     let stream = storage.device.cuda_stream();
     let (b, h) = (seqs as i32, heads as i32);
     let cfg = LaunchConfig {
@@ -337,7 +341,7 @@ fn rows_kernel(
     t: usize,
     rows: usize,
 ) -> Result<()> {
-    let f = function(storage, "attention_train", FATBIN, name)?;
+    let f = function(storage, &FATBIN, name)?;
     let stream = storage.device.cuda_stream();
     let (t_len, n_rows) = (t as i32, rows as i64);
     let cfg = LaunchConfig {

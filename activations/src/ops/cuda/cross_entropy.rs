@@ -3,8 +3,12 @@ use super::{drv, function};
 use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, Layout, Result, Storage, Tensor};
+use runtime::cuda::Fatbin;
 
-const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/cross_entropy.fatbin"));
+static FATBIN: Fatbin = Fatbin::new(
+    "cross_entropy",
+    include_bytes!(concat!(env!("OUT_DIR"), "/cross_entropy.fatbin")),
+);
 const THREADS: u32 = 512;
 
 fn slice<'a, T: candle_core::cuda::CudaDType>(
@@ -43,7 +47,7 @@ pub fn forward(
         mean.device_ptr(&stream).0,
     );
     let (t_i, v_i, rows_i) = (t as i32, v as i32, rows as i32);
-    let f = function(logits, "cross_entropy", FATBIN, "ce_rows")?;
+    let f = function(logits, &FATBIN, "ce_rows")?;
     let mut args = stream.launch_builder(&f);
     args.arg(&x_ptr)
         .arg(&tok_ptr)
@@ -61,7 +65,7 @@ pub fn forward(
         // B T, lse and loss `rows`; all stay alive until the stream reaches the launch.
         unsafe { args.launch(cfg(rows)) }.map_err(|e| drv("ce_rows launch", e))?;
     }
-    let f = function(logits, "cross_entropy", FATBIN, "ce_mean")?;
+    let f = function(logits, &FATBIN, "ce_mean")?;
     let mut args = stream.launch_builder(&f);
     args.arg(&loss_ptr).arg(&mean_ptr).arg(&rows_i);
     // SAFETY: as above; `mean` holds one element.
@@ -104,7 +108,7 @@ pub fn grad(logits: &Tensor, tokens: &Tensor, lse: &Tensor, upstream: &Tensor) -
     let out_ptr = out.device_ptr(&stream).0;
     if b * t > 0 {
         let (t_i, v_i) = (t as i32, v as i32);
-        let f = function(xs, "cross_entropy", FATBIN, "ce_grad")?;
+        let f = function(xs, &FATBIN, "ce_grad")?;
         let mut args = stream.launch_builder(&f);
         args.arg(&x_ptr)
             .arg(&tok_ptr)

@@ -5,8 +5,12 @@ use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Result, Storage, Tensor};
+use runtime::cuda::Fatbin;
 
-const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/layer_norm.fatbin"));
+static FATBIN: Fatbin = Fatbin::new(
+    "layer_norm",
+    include_bytes!(concat!(env!("OUT_DIR"), "/layer_norm.fatbin")),
+);
 const ROWS_PER_BLOCK: usize = 8;
 
 /// `x` [rows, d], `weight` and `bias` [d], all contiguous with one dtype.
@@ -27,7 +31,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f32) -> Resul
     let (out, y_ptr) = alloc(cs, cs.dtype(), rows * d)?;
     if rows > 0 {
         let stream = cs.device.cuda_stream();
-        let f = function(cs, "layer_norm", FATBIN, &name)?;
+        let f = function(cs, &FATBIN, &name)?;
         let (rows_i, d_i) = (rows as i32, d as i32);
         let cfg = LaunchConfig {
             grid_dim: (rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
@@ -97,12 +101,7 @@ pub fn forward_with_stats(
     let (mean, mean_ptr) = alloc(x.0, DType::F32, rows)?;
     let (rstd, rstd_ptr) = alloc(x.0, DType::F32, rows)?;
     if rows > 0 {
-        let f = function(
-            x.0,
-            "layer_norm",
-            FATBIN,
-            &format!("layer_norm_stats_{name}_{cpt}"),
-        )?;
+        let f = function(x.0, &FATBIN, &format!("layer_norm_stats_{name}_{cpt}"))?;
         let d_i = d as i32;
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, 1, 1),
@@ -160,12 +159,7 @@ pub fn backward(
     let (rows_i, d_i, per_chunk_i, chunks_i) =
         (rows as i32, d as i32, rows_per_chunk as i32, chunks as i32);
     if rows > 0 {
-        let f = function(
-            cs,
-            "layer_norm",
-            FATBIN,
-            &format!("layer_norm_bwd_{name}_{cpt}"),
-        )?;
+        let f = function(cs, &FATBIN, &format!("layer_norm_bwd_{name}_{cpt}"))?;
         let cfg = LaunchConfig {
             grid_dim: (chunks as u32, 1, 1),
             block_dim: (threads, 1, 1),
@@ -187,12 +181,7 @@ pub fn backward(
         // the stream reaches the launch (`_partial` is freed in stream order after it).
         unsafe { args.launch(cfg) }.map_err(|e| drv("layer_norm_train backward launch", e))?;
     }
-    let f = function(
-        cs,
-        "layer_norm",
-        FATBIN,
-        &format!("layer_norm_bwd_reduce_{name}"),
-    )?;
+    let f = function(cs, &FATBIN, &format!("layer_norm_bwd_reduce_{name}"))?;
     let cfg = LaunchConfig {
         grid_dim: (d.div_ceil(32) as u32, 2, 1),
         block_dim: (32, 8, 1),

@@ -13,9 +13,13 @@ use candle_core::cuda::cudarc::cublaslt::sys::cublasLtEpilogue_t as Epilogue;
 use candle_core::cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
 use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
+use runtime::cuda::Fatbin;
 use std::sync::Arc;
 
-const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/linear_train.fatbin"));
+static FATBIN: Fatbin = Fatbin::new(
+    "linear_train",
+    include_bytes!(concat!(env!("OUT_DIR"), "/linear_train.fatbin")),
+);
 /// Rows per partial column sum (`ROWS_PER_CHUNK` in the kernel).
 const ROWS_PER_CHUNK: usize = 64;
 
@@ -91,7 +95,7 @@ fn gelu(
     y: u64,
     len: usize,
 ) -> Result<()> {
-    let f = function(like, "linear_train", FATBIN, &format!("gelu_forward_{sfx}"))?;
+    let f = function(like, &FATBIN, &format!("gelu_forward_{sfx}"))?;
     let cfg = LaunchConfig {
         grid_dim: (len.div_ceil(256).min(8192) as u32, 1, 1),
         block_dim: (256, 1, 1),
@@ -159,12 +163,7 @@ pub fn backward(
     let z_ptr = z.map(tensor_address).transpose()?.unwrap_or(0);
     let dz_out = if dz.is_some() { dz_ptr } else { 0 };
     let (rows, cols) = (n as i32, m as i32);
-    let f = function(
-        like,
-        "linear_train",
-        FATBIN,
-        &format!("column_partials_{sfx}"),
-    )?;
+    let f = function(like, &FATBIN, &format!("column_partials_{sfx}"))?;
     let mut args = stream.launch_builder(&f);
     args.arg(&dy_ptr)
         .arg(&z_ptr)
@@ -181,7 +180,7 @@ pub fn backward(
     // the partials chunks x m, all alive until the stream reaches the launch.
     unsafe { args.launch(cfg) }.map_err(|e| drv("column-sum kernel launch", e))?;
     let (db, db_ptr) = alloc(like, dtype, m)?;
-    let f = function(like, "linear_train", FATBIN, &format!("sum_partials_{sfx}"))?;
+    let f = function(like, &FATBIN, &format!("sum_partials_{sfx}"))?;
     let chunk_count = chunks as i32;
     let mut args = stream.launch_builder(&f);
     args.arg(&partial_ptr)

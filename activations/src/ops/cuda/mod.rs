@@ -10,14 +10,10 @@ pub mod linear_train;
 pub mod pool;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{
-    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
-};
-use candle_core::cuda::cudarc::nvrtc::Ptx;
+use candle_core::cuda::cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr};
 use candle_core::{CudaStorage, DType, Layout, Result};
-use std::collections::HashMap;
+use runtime::cuda::Fatbin;
 use std::sync::Arc;
-use std::sync::{Mutex, OnceLock};
 
 pub(super) fn drv(what: &str, e: impl std::fmt::Debug) -> candle_core::Error {
     candle_core::Error::Msg(format!("{what}: CUDA: {e:?}"))
@@ -94,32 +90,7 @@ pub(super) fn alloc(
     }
 }
 
-/// Loaded fatbins by kernel family and device ordinal.
-type Modules = HashMap<(&'static str, usize), Arc<CudaModule>>;
-
-/// Kernel `name` of the fatbin of one kernel family, loaded once per device.
-pub(super) fn function(
-    storage: &CudaStorage,
-    family: &'static str,
-    fatbin: &'static [u8],
-    name: &str,
-) -> Result<CudaFunction> {
-    static MODULES: OnceLock<Mutex<Modules>> = OnceLock::new();
-    let ctx = storage.device.cuda_stream().context().clone();
-    let mut modules = MODULES
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let key = (family, ctx.ordinal());
-    let module = match modules.get(&key) {
-        Some(m) => m.clone(),
-        None => {
-            let m = ctx
-                .load_module(Ptx::from_binary(fatbin.to_vec()))
-                .map_err(|e| drv(family, e))?;
-            modules.insert(key, m.clone());
-            m
-        }
-    };
-    module.load_function(name).map_err(|e| drv(family, e))
+/// Kernel `name` of `fatbin` in the context of `storage`'s device.
+pub(super) fn function(storage: &CudaStorage, fatbin: &Fatbin, name: &str) -> Result<CudaFunction> {
+    Ok(fatbin.function(storage.device.cuda_stream().context(), name)?)
 }
