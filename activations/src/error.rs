@@ -18,6 +18,9 @@ pub enum Error {
     #[error(transparent)]
     Write(#[from] runtime::fs::Error),
 
+    #[error(transparent)]
+    Gpt2(#[from] gpt2::Error),
+
     #[error("{path}: invalid JSON: {source}")]
     Json {
         path: PathBuf,

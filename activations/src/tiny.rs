@@ -31,7 +31,7 @@ pub fn default_model(device: &Device) -> Result<Gpt2> {
 pub fn default_model_as(dtype: DType, device: &Device) -> Result<Gpt2> {
     let dir = model_dir();
     if dir.join("config.json").is_file() && dir.join("model.safetensors").is_file() {
-        return Gpt2::load(&dir.to_string_lossy(), dtype, device);
+        return Ok(Gpt2::load(&dir.to_string_lossy(), dtype, device)?);
     }
     let model = Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?;
     if let Err(e) = model.save_hf(&dir) {
@@ -40,23 +40,10 @@ pub fn default_model_as(dtype: DType, device: &Device) -> Result<Gpt2> {
     if dtype == DType::F32 && device.is_cpu() {
         return Ok(model);
     }
-    Gpt2::load(&dir.to_string_lossy(), dtype, device).or_else(|_| {
-        Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?
-            .converted(dtype, device)
-    })
-}
-
-impl Gpt2 {
-    /// The same weights in another dtype or on another device.
-    pub fn converted(&self, dtype: DType, device: &Device) -> Result<Gpt2> {
-        let tensors = self
-            .named_tensors()
-            .into_iter()
-            .map(|(n, t)| Ok((n, t.to_dtype(dtype)?.to_device(device)?)))
-            .collect::<Result<std::collections::HashMap<_, _>>>()?;
-        Gpt2::new(
-            self.config().clone(),
-            candle_nn::VarBuilder::from_tensors(tensors, dtype, device),
-        )
-    }
+    Ok(
+        Gpt2::load(&dir.to_string_lossy(), dtype, device).or_else(|_| {
+            Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?
+                .converted(dtype, device)
+        })?,
+    )
 }

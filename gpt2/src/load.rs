@@ -1,7 +1,6 @@
 //! Finding, loading, generating and saving GPT-2 weights in the Hugging Face layout.
 use super::{Gpt2, Gpt2Config};
 use crate::error::{Error, Result};
-use crate::fsutil;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{VarBuilder, VarMap};
 use rand::SeedableRng;
@@ -276,9 +275,22 @@ impl Gpt2 {
         )
     }
 
+    /// The same weights in another dtype or on another device.
+    pub fn converted(&self, dtype: DType, device: &Device) -> Result<Gpt2> {
+        let tensors = self
+            .named_tensors()
+            .into_iter()
+            .map(|(n, t)| Ok((n, t.to_dtype(dtype)?.to_device(device)?)))
+            .collect::<Result<std::collections::HashMap<_, _>>>()?;
+        Gpt2::new(
+            self.config().clone(),
+            VarBuilder::from_tensors(tensors, dtype, device),
+        )
+    }
+
     /// Writes `config.json` and `model.safetensors` with Hugging Face names into `dir`, atomically.
     pub fn save_hf(&self, dir: &Path) -> Result<()> {
-        fsutil::create_dir_all(dir)?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let tensors: std::collections::HashMap<String, Tensor> =
             self.named_tensors().into_iter().collect();
         let weights = dir.join("model.safetensors");
@@ -291,6 +303,9 @@ impl Gpt2 {
                 source,
             }
         })?;
-        fsutil::atomic_write(&dir.join("config.json"), &config)
+        Ok(runtime::fs::write_atomic(
+            &dir.join("config.json"),
+            &config,
+        )?)
     }
 }

@@ -2,9 +2,9 @@
 //! on the CPU and, in a CUDA build with a GPU, on the GPU.
 mod common;
 
-use activations::ops::next_token_cross_entropy;
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{devices, max_abs, max_abs_diff, randn};
+use gpt2::ops::next_token_cross_entropy;
 
 fn tokens(b: usize, t: usize, v: usize, seed: u64) -> Tensor {
     let ids: Vec<u32> = (0..b * t)

@@ -2,14 +2,14 @@
 //! loading from every supported layout.
 mod common;
 
-use activations::gpt2::{locate, Gpt2, Gpt2Config, HookPoint};
 use candle_core::{DType, Device, Tensor};
 use common::{devices, randn};
+use gpt2::{locate, Gpt2, Gpt2Config, HookPoint};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt2-ref")
+    runtime::workspace_file("gpt2/tests/fixtures/gpt2-ref")
 }
 
 fn reference() -> HashMap<String, Tensor> {

@@ -7,9 +7,9 @@
 //! with head size 64 (so CUDA takes the fused path), written with
 //! `python3 -c "import sys; sys.path.insert(0, 'tools'); import gpt2_reference as g;
 //! g.CFG.update(n_embd=64, n_head=1, n_positions=72, vocab_size=96); g.SEQ = 70;
-//! g.main('activations/tests/fixtures/gpt2-ref-hd64')"`.
-use activations::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
-use activations::{Gpt2, Gpt2Config, HookPoint};
+//! g.main('gpt2/tests/fixtures/gpt2-ref-hd64')"`.
+use gpt2::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
+use gpt2::{Gpt2, Gpt2Config, HookPoint};
 mod common;
 
 use candle_core::{DType, Device, Tensor, D};
@@ -230,7 +230,7 @@ fn max_rel_err(a: &Tensor, b: &Tensor) -> f64 {
 
 #[test]
 fn fused_forward_matches_float64_reference() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt2-ref-hd64");
+    let dir = runtime::workspace_file("gpt2/tests/fixtures/gpt2-ref-hd64");
     let r =
         candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu).unwrap();
     let hooks = [

@@ -1,12 +1,11 @@
 //! `forward_logits_patched_many`: identity patches leave the forward unchanged, two patches act as the
 //! same patches applied one after the other, and a bad hook point is refused.
-use activations::gpt2::{Gpt2, HookPoint};
 use candle_core::{DType, Device, Tensor};
+use gpt2::{Gpt2, HookPoint};
 use std::cell::RefCell;
-use std::path::Path;
 
 fn model(device: &Device) -> Gpt2 {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gpt2-ref");
+    let dir = runtime::workspace_file("gpt2/tests/fixtures/gpt2-ref");
     Gpt2::load(dir.to_str().unwrap(), DType::F32, device).unwrap()
 }
 
@@ -46,7 +45,7 @@ fn identity_patches_equal_the_clean_forward() {
         let (m, t) = (model(&device), tokens(&device));
         let clean = m.forward_logits(&t).unwrap();
         let id = |x: &Tensor| Ok(x.clone());
-        let patches: Vec<(HookPoint, activations::gpt2::Patch)> = vec![
+        let patches: Vec<(HookPoint, gpt2::Patch)> = vec![
             (HookPoint::ResidPre(0), &id),
             (HookPoint::ResidPost(0), &id),
             (HookPoint::ResidPre(1), &id),

@@ -3,9 +3,9 @@
 //! with candle's TF32 flag off and on for CUDA.
 mod common;
 
-use activations::ops::causal_attention_train;
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{devices, max_abs, max_abs_diff, randn};
+use gpt2::ops::causal_attention_train;
 use std::sync::Mutex;
 
 /// candle's TF32 flag is process-wide: every test that runs the op holds this lock.

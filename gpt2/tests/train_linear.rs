@@ -4,7 +4,7 @@
 //! kernel, and output widths that are not multiples of 4, 8 or 16 (the CUDA forward then takes its
 //! elementwise GELU path instead of cuBLASLt's auxiliary-output epilogue). On CUDA, f32 runs with
 //! TF32 products off and on. Inputs that track no gradient take the forward-only path, checked too.
-use activations::ops::{linear_train, Activation};
+use gpt2::ops::{linear_train, Activation};
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
@@ -213,7 +213,7 @@ fn linear_train_rejects_bad_shapes() {
 /// the sink is gone with its guard. f32, TF32 off (the sink's slice is compared to 1e-5 relative).
 #[test]
 fn gradient_sink_adds_the_weight_gradient_in_place() {
-    use activations::ops::{sink_gradients, GradSink};
+    use gpt2::ops::{sink_gradients, GradSink};
     for device in devices() {
         #[cfg(feature = "cuda")]
         candle_core::cuda::set_gemm_reduced_precision_f32(false);
@@ -288,7 +288,7 @@ fn gradient_sink_adds_the_weight_gradient_in_place() {
 
 #[test]
 fn gradient_sink_rejects_a_bad_target() {
-    use activations::ops::{sink_gradients, GradSink};
+    use gpt2::ops::{sink_gradients, GradSink};
     let w = Tensor::zeros((4, 3), DType::F32, &Device::Cpu).unwrap();
     let cases = [
         (

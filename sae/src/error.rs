@@ -37,6 +37,8 @@ pub enum Error {
     #[error(transparent)]
     Activations(#[from] activations::Error),
     #[error(transparent)]
+    Model(#[from] activations::gpt2::Error),
+    #[error(transparent)]
     Run(#[from] eval::Error),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
