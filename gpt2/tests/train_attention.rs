@@ -5,7 +5,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{devices, max_abs, max_abs_diff, randn};
-use gpt2::ops::causal_attention_train;
+use gpt2::ops::{causal_attention_train, causal_attention_train_with, AttentionGemms};
 use std::sync::Mutex;
 
 /// candle's TF32 flag is process-wide: every test that runs the op holds this lock.
@@ -124,8 +124,19 @@ fn reference(qkv: &Tensor, w: &Tensor, h: usize) -> candle_core::Result<(Tensor,
 
 /// (out, d qkv) of the op on `dev` in f32.
 fn ours(qkv: &Tensor, w: &Tensor, h: usize, dev: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+    ours_with(qkv, w, h, dev, AttentionGemms::PerSequence)
+}
+
+/// [`ours`] with the CUDA products batched as `gemms` says.
+fn ours_with(
+    qkv: &Tensor,
+    w: &Tensor,
+    h: usize,
+    dev: &Device,
+    gemms: AttentionGemms,
+) -> candle_core::Result<(Tensor, Tensor)> {
     let var = Var::from_tensor(&qkv.to_dtype(DType::F32)?.to_device(dev)?)?;
-    let y = causal_attention_train(var.as_tensor(), h)?;
+    let y = causal_attention_train_with(var.as_tensor(), h, gemms)?;
     let w = w.to_dtype(DType::F32)?.to_device(dev)?;
     let grads = (&y * w)?.sum_all()?.backward()?;
     let dx = grads.get(var.as_tensor()).expect("gradient of qkv").clone();
@@ -141,6 +152,15 @@ fn tf32_states(dev: &Device) -> Vec<bool> {
     }
 }
 
+/// The GEMM batchings to run on `dev`: the CPU ignores them.
+fn gemm_states(dev: &Device) -> Vec<AttentionGemms> {
+    if dev.is_cuda() {
+        vec![AttentionGemms::PerSequence, AttentionGemms::PointerArrays]
+    } else {
+        vec![AttentionGemms::PerSequence]
+    }
+}
+
 #[test]
 fn matches_the_f64_reference_forward_and_backward() {
     let _guard = lock();
@@ -152,9 +172,12 @@ fn matches_the_f64_reference_forward_and_backward() {
         let (y_ref, dx_ref) = reference(&qkv, &w, c.h).unwrap();
         let (y_scale, dx_scale) = (max_abs(&y_ref), max_abs(&dx_ref));
         for dev in devices() {
-            for tf32 in tf32_states(&dev) {
+            for (tf32, gemms) in tf32_states(&dev)
+                .into_iter()
+                .flat_map(|tf32| gemm_states(&dev).into_iter().map(move |g| (tf32, g)))
+            {
                 candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
-                let (y, dx) = ours(&qkv, &w, c.h, &dev).unwrap();
+                let (y, dx) = ours_with(&qkv, &w, c.h, &dev, gemms).unwrap();
                 candle_core::cuda::set_gemm_reduced_precision_f32(false);
                 assert_eq!(y.dims(), [c.b, c.t, d]);
                 assert_eq!(dx.dims(), [c.b, c.t, 3 * d]);
@@ -162,12 +185,12 @@ fn matches_the_f64_reference_forward_and_backward() {
                 let ey = max_abs_diff(&y, &y_ref) / y_scale;
                 let edx = max_abs_diff(&dx, &dx_ref) / dx_scale;
                 println!(
-                    "{dev:?} tf32={tf32} b={} t={} h={} hd={} std={}: out {ey:.2e}, d qkv {edx:.2e} (relative to the largest)",
+                    "{dev:?} tf32={tf32} {gemms:?} b={} t={} h={} hd={} std={}: out {ey:.2e}, d qkv {edx:.2e} (relative to the largest)",
                     c.b, c.t, c.h, c.hd, c.std
                 );
                 if ey > tol || edx > tol {
                     failures.push(format!(
-                        "{dev:?} tf32={tf32} case {n}: out error {ey:.3e}, d qkv error {edx:.3e} > {tol:.1e}"
+                        "{dev:?} tf32={tf32} {gemms:?} case {n}: out error {ey:.3e}, d qkv error {edx:.3e} > {tol:.1e}"
                     ));
                 }
             }

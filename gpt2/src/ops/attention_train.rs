@@ -16,10 +16,29 @@ use std::sync::Mutex;
 /// Causal multi-head attention: `qkv` [b, t, 3d] (q, k, v packed as GPT-2's `c_attn` writes them)
 /// -> [b, t, d], scores scaled by 1/sqrt(d / n_head); differentiable with respect to `qkv`.
 /// f32 only; on CUDA the GEMMs use TF32 when `candle_core::cuda::gemm_reduced_precision_f32()`.
-/// The environment variable `ATTENTION_TRAIN_GEMM=pointers` issues each CUDA product as one
-/// pointer-array batched GEMM over all (sequence, head) pairs instead of one strided-batched GEMM
-/// per sequence.
 pub fn causal_attention_train(qkv: &Tensor, n_head: usize) -> Result<Tensor> {
+    causal_attention_train_with(qkv, n_head, AttentionGemms::PerSequence)
+}
+
+/// How the CUDA products over the (sequence, head) blocks reach cuBLAS (the CPU ignores it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AttentionGemms {
+    /// One strided-batched GEMM per sequence over its heads. The default: the pointer arrays were
+    /// slower per op on the H200 (XL heads, TF32: 1.502 against 0.983 ms forward + backward) and
+    /// within noise inside a whole XL step (docs/perf/activations-train.md).
+    #[default]
+    PerSequence,
+    /// One pointer-array batched GEMM over all blocks, the arrays filled by one kernel; taken where
+    /// every block is 16-byte aligned, else per sequence.
+    PointerArrays,
+}
+
+/// [`causal_attention_train`] with the CUDA products issued as `gemms` says.
+pub fn causal_attention_train_with(
+    qkv: &Tensor,
+    n_head: usize,
+    gemms: AttentionGemms,
+) -> Result<Tensor> {
     let (b, t, three_d) = qkv.dims3().map_err(|_| {
         candle_core::Error::Msg(format!(
             "causal_attention_train: qkv must be [batch, seq, 3 d], got {:?}",
@@ -45,22 +64,19 @@ pub fn causal_attention_train(qkv: &Tensor, n_head: usize) -> Result<Tensor> {
         )));
     }
     qkv.contiguous()?.apply_op1(CausalAttentionTrain {
-        dims: Dims::new(n_head),
+        dims: Dims { n_head, gemms },
         probs: Mutex::new(None),
     })
 }
 
-/// Heads of the packed input; everything else follows from its shape.
+/// Heads of the packed input (everything else follows from its shape) and the CUDA batching.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Dims {
     pub n_head: usize,
+    pub gemms: AttentionGemms,
 }
 
 impl Dims {
-    fn new(n_head: usize) -> Self {
-        Self { n_head }
-    }
-
     /// (batch, sequence length, heads, head size) of a [B, T, 3 d] input.
     pub fn of(&self, shape: &Shape) -> Result<(usize, usize, usize, usize)> {
         let (b, t, three_d) = shape.dims3()?;

@@ -13,7 +13,7 @@ mod linear;
 mod linear_train;
 
 pub use attention::{causal_attention, causal_attention_with, AttentionKernel, FUSED_HEAD_DIM};
-pub use attention_train::causal_attention_train;
+pub use attention_train::{causal_attention_train, causal_attention_train_with, AttentionGemms};
 pub use cross_entropy::next_token_cross_entropy;
 #[cfg(feature = "cuda")]
 pub use cuda::host_copy::{PendingCopy, PinnedCopier};

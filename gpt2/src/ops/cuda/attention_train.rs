@@ -1,11 +1,11 @@
 //! The differentiable causal attention on CUDA: cuBLAS GEMMs reading q, k, v straight from the
 //! packed [B, T, 3, H, hd] input and writing d(qkv) in that layout, around the two row kernels of
 //! `kernels/attention_train.cu`. Each product is one strided-batched call per sequence over its
-//! heads, or (`ATTENTION_TRAIN_GEMM=pointers`) one pointer-array batched call over all of them.
+//! heads, or (`AttentionGemms::PointerArrays`) one pointer-array batched call over all of them.
 //!
 //! Row-major X [r, c] with leading dimension ld is column-major Xᵀ to cuBLAS, so each product is
 //! issued transposed: S = Q Kᵀ as Sᵀ = K Qᵀ, O = P V as Oᵀ = Vᵀ Pᵀ, and so on.
-use super::super::attention_train::Dims;
+use super::super::attention_train::{AttentionGemms, Dims};
 use super::{address, alloc, drv, function};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::cublas::{result as blas, sys};
@@ -83,23 +83,6 @@ struct Product {
     c: Operand,
 }
 
-/// How the b x h blocks of one product reach cuBLAS.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Batching {
-    /// One strided-batched call per sequence over its heads (the default).
-    PerSequence,
-    /// One pointer-array batched call over all b x h blocks, the arrays filled by one kernel;
-    /// `ATTENTION_TRAIN_GEMM=pointers` selects it where every block is 16-byte aligned.
-    PointerArray,
-}
-
-fn batching() -> Batching {
-    match std::env::var("ATTENTION_TRAIN_GEMM").as_deref() {
-        Ok("pointers") => Batching::PointerArray,
-        _ => Batching::PerSequence,
-    }
-}
-
 /// The `PointerPlan` of `kernels/attention_train.cu`: block address = base + sequence x seq_stride
 /// + head x head_stride, in bytes.
 #[repr(C)]
@@ -131,6 +114,7 @@ impl<'a> Gemms<'a> {
         products: &'a [Product],
         seqs: usize,
         heads: usize,
+        gemms: AttentionGemms,
     ) -> Result<Self> {
         // cuBLAS cannot see the alignment of the blocks a pointer array names: take that route
         // only when every block and leading dimension is 16-byte aligned.
@@ -140,8 +124,8 @@ impl<'a> Gemms<'a> {
                     .iter()
                     .all(|e| (e * F32_BYTES).is_multiple_of(16))
         });
-        let arrays = match batching() {
-            Batching::PointerArray if aligned => {
+        let arrays = match gemms {
+            AttentionGemms::PointerArrays if aligned => {
                 Some(pointer_arrays(storage, products, seqs, heads)?)
             }
             _ => None,
@@ -408,7 +392,7 @@ pub fn forward(
             c: o,
         },
     ];
-    let gemms = Gemms::new(storage, &products, b, h)?;
+    let gemms = Gemms::new(storage, &products, b, h, dims.gemms)?;
     gemms.run(0)?;
     rows_kernel(storage, "attn_train_softmax_f32", &[p_ptr], t, b * h * t)?;
     gemms.run(1)?;
@@ -491,7 +475,7 @@ pub fn backward(
             c: dk,
         },
     ];
-    let gemms = Gemms::new(s_qkv, &products, b, h)?;
+    let gemms = Gemms::new(s_qkv, &products, b, h, dims.gemms)?;
     gemms.run(0)?;
     gemms.run(1)?;
     rows_kernel(
