@@ -10,11 +10,9 @@
 # Run on the GPU machine from the repo root: bash bench/activations_final.sh  (logs: $OUT/activations/)
 # A subset: ACT_BIN=.devbin/act2 ACT_TESTS="ops" ACT_RUNS="f32_24" bash bench/activations_final.sh
 set -uo pipefail
-LOG=${OUT:-/tmp}/activations; mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/actbin; unpack "${ACT_BIN:-.devbin/act}" "$B"
+begin activations "${ACT_BIN:-.devbin/act}"
 SCRATCH=/dev/shm/act-final; mkdir -p "$SCRATCH"
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
 for t in ${ACT_TESTS:-ops gpt2}; do run_test "$t" 60 "$B/$t" --test-threads 4; done
 extract() { # dtype hook tokens -> tokens/s
   cat > "$SCRATCH/cfg.toml" <<TOML

@@ -10,10 +10,8 @@
 #   bash bench/attention_train_pack.sh     # builds, strips + xz's both into .devbin/attn/
 # Run on the GPU machine from the repo root: bash bench/attention_train_final.sh  (logs: $OUT/attention_train/)
 set -uo pipefail
-LOG=${OUT:-/tmp}/attention_train; mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/attnbin; unpack "${ATTN_BIN:-.devbin/attn}" "$B"
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
+begin attention_train "${ATTN_BIN:-.devbin/attn}"
 SHAPES="4x512x16x64 4x512x25x64"
 # The tests cover both GEMM batchings; the benchmark runs once per batching: per-sequence strided
 # (the default) and pointer arrays (one batched call over all sequences and heads).

@@ -9,13 +9,8 @@
 #   bash bench/gradsparse_final.sh            # tests, XL overhead and whole Medium/XL steps, each beside PyTorch
 #   FULL=0 bash bench/gradsparse_final.sh     # without the whole steps (forward + backward)
 set -uo pipefail
-LOG=${OUT:-/tmp/out}/gradsparse
-mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/efbin
-unpack .devbin/ef "$B"
-START=$SECONDS
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+begin gradsparse .devbin/ef
 step "profk accumulate tests (cpu + cuda)" 60 accumulate-tests "$B/accumulate"
 # Optional (not packed by default, to keep the carried binaries small): profk's selection tests on CUDA.
 [ -x "$B/selection" ] && step "profk selection tests (cuda)" 45 selection-tests "$B/selection" cuda

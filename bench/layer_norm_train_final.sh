@@ -7,10 +7,8 @@
 # Binaries (built on the development machine, from the repo root): bash bench/layer_norm_train_pack.sh
 # Run on the GPU machine from the repo root: bash bench/layer_norm_train_final.sh  (logs: $OUT/layer_norm/)
 set -uo pipefail
-LOG=${OUT:-/tmp}/layer_norm; mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/lnbin; unpack "${LN_BIN:-.devbin/ln}" "$B"
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
+begin layer_norm "${LN_BIN:-.devbin/ln}"
 run_test train_layer_norm 60 "$B/train_layer_norm" --test-threads 1 --nocapture
 for dt in f32 bf16; do
   timeout 30 "$B/layer_norm_train_bench" --device cuda --dtype $dt > "$LOG/ours-$dt.md" 2> "$LOG/ours-$dt.err"

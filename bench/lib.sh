@@ -52,3 +52,14 @@ ef_overhead_table() {
   awk -F'|' '/^\| torch/ {printf "| %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", $2, $3, $4, $5, $8, $9, $8 + $9, $10, $11}' "$2" || true
   grep -q '^| torch' "$2" || tail -3 "$2"
 }
+
+# begin NAME PACKED: the start of every *_final.sh: LOG=$OUT/NAME (created), the packed binaries of
+# the folder PACKED unpacked into B, START and GPU (name, driver) set.
+begin() {
+  LOG=${OUT:-/tmp/out}/$1
+  mkdir -p "$LOG"
+  B=/tmp/$1-bin
+  unpack "$2" "$B"
+  START=$SECONDS
+  GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+}

@@ -8,10 +8,8 @@
 # Binaries (built on the development machine, from the repo root): bash bench/linear_train_pack.sh
 # Run on the GPU machine from the repo root: bash bench/linear_train_final.sh  (logs: $OUT/linear_train/)
 set -uo pipefail
-LOG=${OUT:-/tmp}/linear_train; mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/linbin; unpack "${LIN_BIN:-.devbin/lin}" "$B"
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
+begin linear_train "${LIN_BIN:-.devbin/lin}"
 for t in train_linear ops; do run_test "$t" 60 "$B/$t" --test-threads 4; done
 timeout 40 "$B/linear_train_bench" --device cuda --iters 30 > "$LOG/ours.md" 2> "$LOG/ours.err"
 timeout 40 python3 bench/peers/linear_train_torch.py --iters 30 > "$LOG/torch.md" 2> "$LOG/torch.err"

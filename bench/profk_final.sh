@@ -6,13 +6,8 @@
 # .devbin/pk/ (profk, selection, accumulate, statistics, finetune-bench; see docs/perf/profk-cuda.md,
 # "Reproduce"). Logs go to $OUT/profk/.
 set -uo pipefail
-LOG=${OUT:-/tmp/out}/profk
-mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/pkbin
-unpack .devbin/pk "$B"
-START=$SECONDS
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+begin profk .devbin/pk
 step "profk selection tests (cuda)" 20 selection "$B/selection" cuda
 step "profk accumulate tests (cpu + cuda)" 15 accumulate "$B/accumulate"
 step "profk statistics test (cuda)" 10 statistics "$B/statistics" cuda

@@ -15,44 +15,39 @@ set -uo pipefail
 QUICK=${SAE_QUICK:-0}
 # Keep every JIT-compiled PTX module of candle's in the driver's cache for the later processes.
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
-OUT=${OUT:-/tmp/out}
-LOG=$OUT/sae
-BIN=/tmp/sae-bin
-mkdir -p "$LOG"
 . bench/lib.sh
-unpack .devbin/sae "$BIN"
+begin sae .devbin/sae
 SHAPES=${SAE_SHAPES:-65536x4096,131072x8192}
-START=$(date +%s)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/tests.log" 2>&1
 COMMON=(--device cuda --d 1600 --shapes "$SHAPES" --k 32 --selectors profk --warmup 2 --steps 5)
 if [ "$QUICK" = 1 ]; then
   # A fresh machine JIT-compiles candle's PTX modules first (~15 s).
-  timeout 70 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+  timeout 70 "$B/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
   TESTS_RC=$?
-  timeout 26 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes auto \
+  timeout 26 "$B/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes auto \
     --profile >"$LOG/ours.md" 2>&1
   OURS_RC=$?
   : >"$LOG/peer.md"
   PEER_RC="not run (SAE_QUICK)"
 else
   # On a fresh machine the first CUDA process JIT-compiles candle's PTX modules (tens of seconds).
-  timeout 120 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+  timeout 120 "$B/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
   TESTS_RC=$?
-  timeout 45 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
+  timeout 45 "$B/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
     --profile >"$LOG/ours.md" 2>&1
   OURS_RC=$?
   PYTHONUNBUFFERED=1 timeout 70 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
     --precisions tf32,bf16 --dead 0,0.05,1 --warmup 2 --steps 5 >"$LOG/peer.md" 2>&1
   PEER_RC=$?
-  timeout 25 "$BIN/sae-bench" "${COMMON[@]}" --precisions f32 --dead 0,1 >>"$LOG/ours.md" 2>&1
+  timeout 25 "$B/sae-bench" "${COMMON[@]}" --precisions f32 --dead 0,1 >>"$LOG/ours.md" 2>&1
   OURS_RC="$OURS_RC/$?"
   PYTHONUNBUFFERED=1 timeout 45 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
     --precisions f32 --dead 0,1 --warmup 2 --steps 5 >>"$LOG/peer.md" 2>&1
   PEER_RC="$PEER_RC/$?"
 fi
 
-python3 - "$LOG" "$TESTS_RC" "$OURS_RC" "$PEER_RC" "$(( $(date +%s) - START ))" <<'PY'
+python3 - "$LOG" "$TESTS_RC" "$OURS_RC" "$PEER_RC" "$((SECONDS - START))" <<'PY'
 import re, sys
 log, tests_rc, ours_rc, peer_rc, secs = sys.argv[1:]
 def rows(path):

@@ -12,7 +12,8 @@ use activations::models::parse_device;
 use activations::ops::{causal_attention_train_with, AttentionGemms};
 use candle_core::{Device, Tensor, Var, D};
 use clap::Parser;
-use std::time::Instant;
+
+mod common;
 
 #[derive(Parser)]
 struct Args {
@@ -34,19 +35,7 @@ struct Args {
 
 /// Median seconds of `f` over `iters` runs after two warm-ups, synchronizing the device.
 fn time(dev: &Device, iters: usize, f: impl Fn() -> anyhow::Result<()>) -> anyhow::Result<f64> {
-    for _ in 0..2 {
-        f()?;
-    }
-    dev.synchronize()?;
-    let mut v = Vec::with_capacity(iters);
-    for _ in 0..iters.max(1) {
-        let t0 = Instant::now();
-        f()?;
-        dev.synchronize()?;
-        v.push(t0.elapsed().as_secs_f64());
-    }
-    v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
+    common::median_secs(dev, 2, iters, f)
 }
 
 /// The composed-op attention of the GPT-2 training path.

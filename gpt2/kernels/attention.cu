@@ -9,8 +9,7 @@
 // attn_mma_*: bf16/f16, tensor cores (mma.sync m16n8k16, f32 accumulation), 4 warps x 16 query
 // rows per block, 64-key tiles. attn_scalar_*: one thread per query row, f32 arithmetic, for f32
 // (and as a plain reference path for the half types). Both need HD = 64 (every GPT-2 size).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "convert.cuh"
 #include <stdint.h>
 
 namespace {
@@ -19,15 +18,6 @@ constexpr int HD = 64;
 constexpr int BQ = 64;         // query rows per block
 constexpr int BK = 64;         // keys per tile
 constexpr int LDS = HD + 8;    // shared-memory row length in elements (padding against bank conflicts)
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 
 // Two floats packed as two 16-bit values, the first in the low half (the lower column index).
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);

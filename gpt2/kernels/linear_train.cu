@@ -3,19 +3,9 @@
 // dZ = dY * gelu'(Z), and the bias gradient as deterministic column sums (fixed-order partial
 // sums per row chunk, then one fixed-order pass over the chunks; no atomics).
 // All matrices are row-major [rows, cols] and contiguous.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "convert.cuh"
 
 namespace {
-
-__device__ __forceinline__ float to_f(float x) { return x; }
-__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
-
-template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 
 constexpr float SQRT_2_OVER_PI = 0.7978845608028654f;
 constexpr float GELU_A = 0.044715f;

@@ -13,7 +13,7 @@ use gpt2::{Gpt2, Gpt2Config, HookPoint};
 mod common;
 
 use candle_core::{DType, Device, Tensor, D};
-use common::{devices, max_abs_diff, randn};
+use common::{devices, gelu_tanh, host_f64, max_abs_diff, randn};
 
 /// Causal attention in float64 from candle's composite ops: [B, T, 3 H hd] -> [B, T, H hd].
 fn attention_reference(qkv: &Tensor, h: usize) -> Tensor {
@@ -104,12 +104,6 @@ fn causal_attention_rejects_a_bad_shape() {
             causal_attention_with(&x.narrow(2, 0, 192).unwrap(), 0, AttentionKernel::Auto).is_err()
         );
     }
-}
-
-fn gelu_tanh(y: &Tensor) -> Tensor {
-    let c = (2.0 / std::f64::consts::PI).sqrt();
-    let inner = ((y + (y.powf(3.0).unwrap() * 0.044715).unwrap()).unwrap() * c).unwrap();
-    ((y * 0.5).unwrap() * (inner.tanh().unwrap() + 1.0).unwrap()).unwrap()
 }
 
 #[test]
@@ -212,12 +206,7 @@ fn layer_norm_matches_float64_reference() {
 /// Largest |a - b| / (1 + |b|).
 fn max_rel_err(a: &Tensor, b: &Tensor) -> f64 {
     assert_eq!(a.dims(), b.dims());
-    let a = a
-        .to_device(&Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
-    let b = b.to_dtype(DType::F64).unwrap();
+    let (a, b) = (host_f64(a), host_f64(b));
     let den = (b.abs().unwrap() + 1.0).unwrap();
     let err = ((a - &b).unwrap().abs().unwrap() / den).unwrap();
     err.flatten_all()

@@ -1,6 +1,9 @@
 //! `forward_logits_patched_many`: identity patches leave the forward unchanged, two patches act as the
 //! same patches applied one after the other, and a bad hook point is refused.
+mod common;
+
 use candle_core::{DType, Device, Tensor};
+use common::{devices, max_abs_diff};
 use gpt2::{Gpt2, HookPoint};
 use std::cell::RefCell;
 
@@ -13,30 +16,6 @@ fn model(device: &Device) -> Gpt2 {
 fn tokens(device: &Device) -> Tensor {
     let t: Vec<u32> = (0..24u32).map(|i| (i * 37 + 5) % 96).collect();
     Tensor::from_vec(t, (2, 12), device).unwrap()
-}
-
-fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
-}
-
-/// The CPU, and the first GPU when the build has one.
-fn devices() -> Vec<Device> {
-    let mut v = vec![Device::Cpu];
-    if let Ok(d) = Device::cuda_if_available(0) {
-        if !d.is_cpu() {
-            v.push(d);
-        }
-    }
-    v
 }
 
 #[test]

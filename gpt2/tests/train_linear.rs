@@ -8,7 +8,7 @@ use gpt2::ops::{linear_train, Activation};
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use common::{devices, randn, rel_err};
+use common::{devices, gelu_tanh, randn, rel_err};
 
 /// Output and gradients (x, W, b) of `sum(act(x W + b) * dy)`.
 struct Outcome {
@@ -44,7 +44,7 @@ fn run(
             .unwrap();
         let y = match activation {
             Activation::Identity => z,
-            Activation::Gelu => gelu_reference(&z),
+            Activation::Gelu => gelu_tanh(&z),
         };
         y.reshape(out_dims).unwrap()
     } else {
@@ -58,14 +58,6 @@ fn run(
         db: grad(&bv),
         y,
     }
-}
-
-/// GELU (tanh form) from elementary ops, whose backprop is exact (candle's `gelu` backward
-/// rounds its constants to six digits).
-fn gelu_reference(z: &Tensor) -> Tensor {
-    let c = (2.0 / std::f64::consts::PI).sqrt();
-    let inner = ((z + (z.powf(3.0).unwrap() * 0.044715).unwrap()).unwrap() * c).unwrap();
-    ((z * 0.5).unwrap() * (inner.tanh().unwrap() + 1.0).unwrap()).unwrap()
 }
 
 #[test]

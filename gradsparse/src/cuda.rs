@@ -11,7 +11,7 @@ use candle_core::{Storage, Tensor};
 use runtime::cuda::Fatbin;
 use std::sync::{Arc, Mutex, OnceLock};
 
-static FATBIN: Fatbin = Fatbin::new("ef", include_bytes!(concat!(env!("OUT_DIR"), "/ef.fatbin")));
+static FATBIN: Fatbin = runtime::fatbin!("ef");
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]

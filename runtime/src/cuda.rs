@@ -6,6 +6,17 @@ use candle_core::cuda::cudarc::nvrtc::Ptx;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// `fatbin!("name")`: the [`Fatbin`] that the calling crate's build script made of `kernels/name.cu`.
+#[macro_export]
+macro_rules! fatbin {
+    ($name:literal) => {
+        $crate::cuda::Fatbin::new(
+            $name,
+            include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fatbin")),
+        )
+    };
+}
+
 /// One kernel family: the fatbin of one `kernels/<name>.cu`.
 pub struct Fatbin {
     name: &'static str,
@@ -45,7 +56,7 @@ struct Loaded {
 type Cache = HashMap<(usize, usize), Loaded>;
 
 impl Fatbin {
-    /// `name` names the family in errors; `image` is `include_bytes!` of the built fatbin.
+    /// `name` names the family in errors; `image` is `include_bytes!` of the built fatbin ([`fatbin!`]).
     pub const fn new(name: &'static str, image: &'static [u8]) -> Self {
         Fatbin { name, image }
     }

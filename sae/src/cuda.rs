@@ -14,21 +14,10 @@ enum Family {
     Optim,
 }
 
-static SPARSE: Fatbin = Fatbin::new(
-    "sparse",
-    include_bytes!(concat!(env!("OUT_DIR"), "/sparse.fatbin")),
-);
-static OPTIM: Fatbin = Fatbin::new(
-    "optim",
-    include_bytes!(concat!(env!("OUT_DIR"), "/optim.fatbin")),
-);
-
 impl Family {
     fn fatbin(self) -> &'static Fatbin {
-        match self {
-            Family::Sparse => &SPARSE,
-            Family::Optim => &OPTIM,
-        }
+        static FATBINS: [Fatbin; 2] = [runtime::fatbin!("sparse"), runtime::fatbin!("optim")];
+        &FATBINS[self as usize]
     }
 }
 

@@ -13,20 +13,23 @@ pub fn devices() -> Vec<Device> {
     v
 }
 
+/// `t` on the CPU in f64.
+pub fn host_f64(t: &Tensor) -> Tensor {
+    t.to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+}
+
 /// Largest |a - b| (both moved to the CPU as f64).
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f64 {
     assert_eq!(a.dims(), b.dims());
-    let a = a
-        .to_device(&Device::Cpu)
+    let d = (host_f64(a) - host_f64(b))
         .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
-    let b = b
-        .to_device(&Device::Cpu)
+        .abs()
         .unwrap()
-        .to_dtype(DType::F64)
+        .flatten_all()
         .unwrap();
-    let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap();
     let v = d.to_vec1::<f64>().unwrap();
     assert!(v.iter().all(|x| x.is_finite()), "non-finite output");
     v.into_iter().fold(0.0, f64::max)
@@ -55,10 +58,7 @@ pub fn randn(shape: &[usize], std: f64, seed: u64) -> Tensor {
 
 /// Largest |t| (moved to the CPU as f64).
 pub fn max_abs(t: &Tensor) -> f64 {
-    t.to_device(&Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap()
+    host_f64(t)
         .abs()
         .unwrap()
         .flatten_all()
@@ -72,4 +72,12 @@ pub fn max_abs(t: &Tensor) -> f64 {
 /// Largest |ours - reference| over the reference's largest magnitude.
 pub fn rel_err(ours: &Tensor, reference: &Tensor) -> f64 {
     max_abs_diff(ours, reference) / max_abs(reference).max(1e-30)
+}
+
+/// GELU (tanh form) from elementary ops, whose backprop is exact (candle's `gelu` backward
+/// rounds its constants to six digits).
+pub fn gelu_tanh(z: &Tensor) -> Tensor {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    let inner = ((z + (z.powf(3.0).unwrap() * 0.044715).unwrap()).unwrap() * c).unwrap();
+    ((z * 0.5).unwrap() * (inner.tanh().unwrap() + 1.0).unwrap()).unwrap()
 }

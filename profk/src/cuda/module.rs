@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::{Error, Result};
 
-/// A kernel family: one `.cu` file.
+/// A kernel family: one `.cu` file (the order of `fatbin`'s table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Family {
     Sample,
@@ -15,36 +15,16 @@ pub enum Family {
     Accumulate,
 }
 
-static SAMPLE: Fatbin = Fatbin::new(
-    "sample",
-    include_bytes!(concat!(env!("OUT_DIR"), "/sample.fatbin")),
-);
-static FILTER: Fatbin = Fatbin::new(
-    "filter",
-    include_bytes!(concat!(env!("OUT_DIR"), "/filter.fatbin")),
-);
-static SELECT: Fatbin = Fatbin::new(
-    "select",
-    include_bytes!(concat!(env!("OUT_DIR"), "/select.fatbin")),
-);
-static BASELINES: Fatbin = Fatbin::new(
-    "baselines",
-    include_bytes!(concat!(env!("OUT_DIR"), "/baselines.fatbin")),
-);
-static ACCUMULATE: Fatbin = Fatbin::new(
-    "accumulate",
-    include_bytes!(concat!(env!("OUT_DIR"), "/accumulate.fatbin")),
-);
-
 impl Family {
     fn fatbin(self) -> &'static Fatbin {
-        match self {
-            Family::Sample => &SAMPLE,
-            Family::Filter => &FILTER,
-            Family::Select => &SELECT,
-            Family::Baselines => &BASELINES,
-            Family::Accumulate => &ACCUMULATE,
-        }
+        static FATBINS: [Fatbin; 5] = [
+            runtime::fatbin!("sample"),
+            runtime::fatbin!("filter"),
+            runtime::fatbin!("select"),
+            runtime::fatbin!("baselines"),
+            runtime::fatbin!("accumulate"),
+        ];
+        &FATBINS[self as usize]
     }
 }
 

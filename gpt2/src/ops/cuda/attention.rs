@@ -6,10 +6,7 @@ use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::{CudaStorage, DType, Layout, Result, Shape};
 use runtime::cuda::Fatbin;
 
-static FATBIN: Fatbin = Fatbin::new(
-    "attention",
-    include_bytes!(concat!(env!("OUT_DIR"), "/attention.fatbin")),
-);
+static FATBIN: Fatbin = runtime::fatbin!("attention");
 /// Query rows per block (both kernels).
 const QUERY_TILE: usize = 64;
 

@@ -16,10 +16,7 @@ use candle_core::{CudaStorage, DType, Layout, Result, Shape};
 use runtime::cuda::Fatbin;
 use std::ffi::c_void;
 
-static FATBIN: Fatbin = Fatbin::new(
-    "attention_train",
-    include_bytes!(concat!(env!("OUT_DIR"), "/attention_train.fatbin")),
-);
+static FATBIN: Fatbin = runtime::fatbin!("attention_train");
 /// Score rows per block of the row kernels (one warp each).
 const ROWS_PER_BLOCK: usize = 8;
 const F32_BYTES: usize = 4;

@@ -5,10 +5,7 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, Layout, Result, Storage, Tensor};
 use runtime::cuda::Fatbin;
 
-static FATBIN: Fatbin = Fatbin::new(
-    "cross_entropy",
-    include_bytes!(concat!(env!("OUT_DIR"), "/cross_entropy.fatbin")),
-);
+static FATBIN: Fatbin = runtime::fatbin!("cross_entropy");
 const THREADS: u32 = 512;
 
 fn slice<'a, T: candle_core::cuda::CudaDType>(

@@ -7,10 +7,7 @@ use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, DType, Layout, Result, Storage, Tensor};
 use runtime::cuda::Fatbin;
 
-static FATBIN: Fatbin = Fatbin::new(
-    "layer_norm",
-    include_bytes!(concat!(env!("OUT_DIR"), "/layer_norm.fatbin")),
-);
+static FATBIN: Fatbin = runtime::fatbin!("layer_norm");
 const ROWS_PER_BLOCK: usize = 8;
 
 /// `x` [rows, d], `weight` and `bias` [d], all contiguous with one dtype.

@@ -16,10 +16,7 @@ use candle_core::{CudaStorage, DType, Layout, Result, Shape, Storage, Tensor};
 use runtime::cuda::Fatbin;
 use std::sync::Arc;
 
-static FATBIN: Fatbin = Fatbin::new(
-    "linear_train",
-    include_bytes!(concat!(env!("OUT_DIR"), "/linear_train.fatbin")),
-);
+static FATBIN: Fatbin = runtime::fatbin!("linear_train");
 /// Rows per partial column sum (`ROWS_PER_CHUNK` in the kernel).
 const ROWS_PER_CHUNK: usize = 64;
 
