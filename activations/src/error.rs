@@ -31,6 +31,16 @@ pub enum Error {
     #[error("config: `{key}`: {message}")]
     Config { key: String, message: String },
 
+    #[error("model `{name}` not found; looked in:\n  {}\n{hint}", looked.join("\n  "))]
+    ModelNotFound {
+        name: String,
+        looked: Vec<String>,
+        hint: String,
+    },
+
+    #[error("model {path}: {message}")]
+    Model { path: PathBuf, message: String },
+
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 
@@ -39,6 +49,9 @@ pub enum Error {
 
     #[error("shard {path}: {message}")]
     Shard { path: PathBuf, message: String },
+
+    #[error("hook point `{0}`: expected e.g. `blocks.6.hook_resid_post`, `blocks.0.hook_resid_pre`, `resid_post.6`, `ln_final`")]
+    HookPoint(String),
 }
 
 impl Error {

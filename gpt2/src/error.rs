@@ -38,6 +38,9 @@ pub enum Error {
     #[error("model {path}: {message}")]
     Model { path: PathBuf, message: String },
 
+    #[error("hook point `{point}` is past the model's depth: it has {n_layer} layers, valid layers are 0..={}", n_layer.saturating_sub(1))]
+    HookLayer { point: String, n_layer: usize },
+
     #[error("hook point `{0}`: expected e.g. `blocks.6.hook_resid_post`, `blocks.0.hook_resid_pre`, `resid_post.6`, `ln_final`")]
     HookPoint(String),
 }
