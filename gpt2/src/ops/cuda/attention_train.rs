@@ -6,12 +6,10 @@
 //! Row-major X [r, c] with leading dimension ld is column-major Xᵀ to cuBLAS, so each product is
 //! issued transposed: S = Q Kᵀ as Sᵀ = K Qᵀ, O = P V as Oᵀ = Vᵀ Pᵀ, and so on.
 use super::super::attention_train::{AttentionGemms, Dims};
-use super::{address, alloc, drv, function};
+use super::{address, alloc, blocks, drv, function};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::cublas::{result as blas, sys};
-use candle_core::cuda::cudarc::driver::{
-    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
-};
+use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, PushKernelArg};
 use candle_core::{CudaStorage, DType, Layout, Result, Shape};
 use runtime::cuda::Fatbin;
 use std::ffi::c_void;
@@ -188,11 +186,7 @@ fn pointer_arrays(
     let f = function(storage, &FATBIN, "attn_train_pointers")?;
     let stream = storage.device.cuda_stream();
     let (b, h) = (seqs as i32, heads as i32);
-    let cfg = LaunchConfig {
-        grid_dim: (entries.div_ceil(256) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = blocks(entries.div_ceil(256), 256);
     let mut args = stream.launch_builder(&f);
     args.arg(&plan).arg(&ptr).arg(&b).arg(&h);
     // SAFETY: the arguments match the kernel's parameters; `arrays` holds `entries` u64 values.
@@ -325,11 +319,7 @@ fn rows_kernel(
     let f = function(storage, &FATBIN, name)?;
     let stream = storage.device.cuda_stream();
     let (t_len, n_rows) = (t as i32, rows as i64);
-    let cfg = LaunchConfig {
-        grid_dim: (rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
-        block_dim: (32 * ROWS_PER_BLOCK as u32, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = blocks(rows.div_ceil(ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK as u32);
     let mut args = stream.launch_builder(&f);
     for p in ptrs {
         args.arg(p);

@@ -1,6 +1,6 @@
 //! Launches of the next-token cross-entropy kernels (`kernels/cross_entropy.cu`).
-use super::{drv, function};
-use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use super::{blocks, drv, function};
+use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
 use candle_core::op::BackpropOp;
 use candle_core::{CudaStorage, Layout, Result, Storage, Tensor};
 use runtime::cuda::Fatbin;
@@ -52,11 +52,7 @@ pub fn forward(
         .arg(&loss_ptr)
         .arg(&t_i)
         .arg(&v_i);
-    let cfg = |blocks: usize| LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = |count: usize| blocks(count, THREADS);
     if rows > 0 {
         // SAFETY: the arguments match the kernel's parameters; logits hold B T V elements, tokens
         // B T, lse and loss `rows`; all stay alive until the stream reaches the launch.
@@ -114,11 +110,7 @@ pub fn grad(logits: &Tensor, tokens: &Tensor, lse: &Tensor, upstream: &Tensor) -
             .arg(&out_ptr)
             .arg(&t_i)
             .arg(&v_i);
-        let cfg = LaunchConfig {
-            grid_dim: ((b * t) as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks(b * t, THREADS);
         // SAFETY: the arguments match the kernel's parameters; logits and the output hold B T V
         // elements, tokens B T, lse B (T - 1), the upstream gradient one; all alive until the
         // stream reaches the launch.

@@ -1,6 +1,6 @@
 //! Launch of the layer-norm kernel (`kernels/layer_norm.cu`): one warp per row, one read and one
 //! write of the row from memory (candle's kernel ran at about a tenth of the bandwidth here).
-use super::{address, alloc, drv, dtype_suffix, function, tensor_address};
+use super::{address, alloc, blocks, drv, dtype_suffix, function, tensor_address};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::op::BackpropOp;
@@ -30,11 +30,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f32) -> Resul
         let stream = cs.device.cuda_stream();
         let f = function(cs, &FATBIN, &name)?;
         let (rows_i, d_i) = (rows as i32, d as i32);
-        let cfg = LaunchConfig {
-            grid_dim: (rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
-            block_dim: (32 * ROWS_PER_BLOCK as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks(rows.div_ceil(ROWS_PER_BLOCK), 32 * ROWS_PER_BLOCK as u32);
         let mut args = stream.launch_builder(&f);
         args.arg(&x_ptr)
             .arg(&w_ptr)
@@ -100,11 +96,7 @@ pub fn forward_with_stats(
     if rows > 0 {
         let f = function(x.0, &FATBIN, &format!("layer_norm_stats_{name}_{cpt}"))?;
         let d_i = d as i32;
-        let cfg = LaunchConfig {
-            grid_dim: (rows as u32, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks(rows, threads);
         let mut args = stream.launch_builder(&f);
         args.arg(&x_ptr)
             .arg(&w_ptr)
@@ -157,11 +149,7 @@ pub fn backward(
         (rows as i32, d as i32, rows_per_chunk as i32, chunks as i32);
     if rows > 0 {
         let f = function(cs, &FATBIN, &format!("layer_norm_bwd_{name}_{cpt}"))?;
-        let cfg = LaunchConfig {
-            grid_dim: (chunks as u32, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = blocks(chunks, threads);
         let mut args = stream.launch_builder(&f);
         args.arg(&x_ptr)
             .arg(&w_ptr)

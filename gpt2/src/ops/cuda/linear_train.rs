@@ -7,7 +7,7 @@
 use super::super::grad_sink::GradSink;
 use super::super::linear_train::{Activation, LinearTrain};
 use super::linear::{gemm, Gemm};
-use super::{address, alloc, drv, dtype_suffix, function, tensor_address};
+use super::{address, alloc, blocks, drv, dtype_suffix, function, tensor_address};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::cublaslt::sys::cublasLtEpilogue_t as Epilogue;
 use candle_core::cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
@@ -93,11 +93,7 @@ fn gelu(
     len: usize,
 ) -> Result<()> {
     let f = function(like, &FATBIN, &format!("gelu_forward_{sfx}"))?;
-    let cfg = LaunchConfig {
-        grid_dim: (len.div_ceil(256).min(8192) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = blocks(len.div_ceil(256).min(8192), 256);
     let mut args = stream.launch_builder(&f);
     args.arg(&z).arg(&y).arg(&len);
     // SAFETY: the arguments match the kernel's parameters; both buffers hold `len` elements and
@@ -184,11 +180,7 @@ pub fn backward(
         .arg(&db_ptr)
         .arg(&chunk_count)
         .arg(&cols);
-    let cfg = LaunchConfig {
-        grid_dim: (m.div_ceil(256) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cfg = blocks(m.div_ceil(256), 256);
     // SAFETY: as above; the bias gradient holds m elements.
     unsafe { args.launch(cfg) }.map_err(|e| drv("column-sum kernel launch", e))?;
     drop(partials);

@@ -10,7 +10,9 @@ pub mod linear_train;
 pub mod pool;
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda::cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr};
+use candle_core::cuda::cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+};
 use candle_core::{CudaStorage, DType, Layout, Result};
 use runtime::cuda::Fatbin;
 use std::sync::Arc;
@@ -87,6 +89,15 @@ pub(super) fn alloc(
         DType::BF16 => wrap::<half::bf16>(&dev, &stream, len),
         DType::F16 => wrap::<half::f16>(&dev, &stream, len),
         other => Err(candle_core::Error::UnsupportedDTypeForOp(other, "fused op")),
+    }
+}
+
+/// A launch of `count` one-dimensional blocks of `threads` threads, without dynamic shared memory.
+pub(super) fn blocks(count: usize, threads: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (count as u32, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
     }
 }
 
