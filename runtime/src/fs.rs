@@ -40,7 +40,16 @@ pub fn write_atomic_with(
     write: impl FnOnce(&mut File) -> io::Result<()>,
 ) -> Result<()> {
     write_atomic_via(path, |tmp| {
-        let mut file = OpenOptions::new().write(true).create_new(true).open(tmp)?;
+        let create = || OpenOptions::new().write(true).create_new(true).open(tmp);
+        // Never through a link planted at the temporary name; a leftover of an earlier process with
+        // the same id is replaced.
+        let mut file = match create() {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(tmp)?;
+                create()?
+            }
+            other => other?,
+        };
         write(&mut file)
     })
 }
