@@ -592,23 +592,18 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
             );
             let same = match (&want, &got) {
                 (Ok(w), Ok(g)) => {
-                    w.indices.to_vec1_flat()?
-                        == g.indices.to_device(&Device::Cpu)?.to_vec1_flat()?
-                        && w.values
-                            .to_dtype(DType::F64)?
-                            .flatten_all()?
+                    // Bit patterns, so that NaNs and signed zeros compare too.
+                    let bits = |t: &Tensor| -> Result<Vec<u64>> {
+                        let v = t.to_device(&Device::Cpu)?.to_dtype(DType::F64)?;
+                        Ok(v.flatten_all()?
                             .to_vec1::<f64>()?
                             .iter()
                             .map(|v| v.to_bits())
-                            .collect::<Vec<_>>()
-                            == g.values
-                                .to_device(&Device::Cpu)?
-                                .to_dtype(DType::F64)?
-                                .flatten_all()?
-                                .to_vec1::<f64>()?
-                                .iter()
-                                .map(|v| v.to_bits())
-                                .collect::<Vec<_>>()
+                            .collect())
+                    };
+                    w.indices.to_vec1_flat()?
+                        == g.indices.to_device(&Device::Cpu)?.to_vec1_flat()?
+                        && bits(&w.values)? == bits(&g.values)?
                 }
                 (Err(w), Err(g)) => w.to_string() == g.to_string(),
                 _ => false,
