@@ -2,8 +2,8 @@
 //! (`ops::causal_attention_train`) beside the composed candle ops the GPT-2 training path used
 //! (permute + copy, scale, q·kᵀ, mask add, `candle_nn::ops::softmax`, ·v, transpose + copy).
 //!
-//!     cargo run --release -p activations --example attention_train_bench -- --device cpu
-//!     cargo run --release -p activations --features cuda --example attention_train_bench -- --device cuda
+//!     cargo run --release -p activations --features bench --example attention_train_bench -- --device cpu
+//!     cargo run --release -p activations --features cuda,bench --example attention_train_bench -- --device cuda
 //!
 //! Shapes are `BxTxHxHD`; f32, TF32 GEMMs on CUDA unless `--no-tf32`; `--gemm pointers` selects the
 //! op's pointer-array batched GEMMs. Prints a markdown table of

@@ -1,6 +1,6 @@
 //! Forward-pass and per-op timings of GPT-2 on one device, for docs/perf/activations.md.
 //!
-//!     cargo run --release -p activations --features cuda --example forward_bench -- --device cuda
+//!     cargo run --release -p activations --features cuda,bench --example forward_bench -- --device cuda
 //!
 //! Prints a markdown table: tokens/s of `forward_hooks` to the given depth (with and without
 //! chunked attention) and milliseconds of the ops one block is made of, at the model's shapes.

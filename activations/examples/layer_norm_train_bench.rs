@@ -2,8 +2,8 @@
 //! ops the training path used before (`candle_nn::ops::layer_norm_slow`), for
 //! docs/perf/activations-train.md.
 //!
-//!     cargo run --release -p activations --example layer_norm_train_bench -- --device cpu
-//!     cargo run --release -p activations --features cuda --example layer_norm_train_bench -- --device cuda
+//!     cargo run --release -p activations --features bench --example layer_norm_train_bench -- --device cpu
+//!     cargo run --release -p activations --features cuda,bench --example layer_norm_train_bench -- --device cuda
 //!
 //! CUDA: 2048 rows (batch 4 x 512) at GPT-2 Medium and XL widths; CPU: the tiny model's width at
 //! its training batch (2 x 256 rows). "fwd" is the op on variables (the CUDA path also saves the

@@ -1,8 +1,8 @@
 //! Forward + backward of GPT-2's linear layers: `linear_train` against the composed candle ops the
 //! training path used before (matmul, bias add, `gelu`), for docs/perf/activations-train.md.
 //!
-//!     cargo run --release -p activations --example linear_train_bench -- --device cpu
-//!     cargo run --release -p activations --features cuda --example linear_train_bench -- --device cuda
+//!     cargo run --release -p activations --features bench --example linear_train_bench -- --device cpu
+//!     cargo run --release -p activations --features cuda,bench --example linear_train_bench -- --device cuda
 //!
 //! CUDA: n = 2048 tokens (GPT-2 XL widths), f32 with TF32 products; CPU: the tiny model's widths
 //! at its training batch (2 x 256 tokens). On CUDA the driver's memory pool keeps freed memory
