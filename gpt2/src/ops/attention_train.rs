@@ -73,6 +73,8 @@ pub fn causal_attention_train_with(
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Dims {
     pub n_head: usize,
+    /// Read by the CUDA products only.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gemms: AttentionGemms,
 }
 
