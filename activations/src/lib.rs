@@ -4,10 +4,12 @@ pub mod corpus;
 pub mod error;
 pub mod fsutil;
 pub mod models;
+pub mod prefetch;
 pub mod shards;
 pub mod source;
 pub mod tiny;
 pub mod tokenizer;
+pub mod upload;
 
 pub use error::{Error, Result};
 // The model and its ops lived here; their old paths keep working.

@@ -3,6 +3,7 @@
 use crate::corpus::Contexts;
 use crate::error::Result;
 use crate::gpt2::{Gpt2, HookPoint};
+use crate::prefetch::{ChunkSource, Prefetch};
 use candle_core::{DType, Device, Tensor};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -135,6 +136,11 @@ pub struct OnTheFlyOptions {
     pub repeat: bool,
     /// dtype of the emitted activations.
     pub dtype: DType,
+    /// Visit the contexts in a random order, reshuffled every epoch, rather than in corpus order: each
+    /// forward batch then mixes distant parts of the corpus, which a bounded shuffle buffer alone cannot.
+    pub shuffle_contexts: bool,
+    /// Forward batches the producer thread may run ahead of training; 0 runs the model inline.
+    pub prefetch: usize,
 }
 
 impl Default for OnTheFlyOptions {
@@ -146,18 +152,20 @@ impl Default for OnTheFlyOptions {
             seed: 0,
             repeat: false,
             dtype: DType::F32,
+            shuffle_contexts: true,
+            prefetch: 2,
         }
     }
 }
 
 /// Runs the model on the corpus and feeds activations straight to training, through a shuffle
-/// buffer on the model's device; nothing touches the disk.
+/// buffer on the model's device; nothing touches the disk. The forward passes run on a producer
+/// thread ahead of training (on CUDA they queue on the device while the training step runs).
 pub struct OnTheFly {
-    model: Arc<Gpt2>,
-    contexts: Contexts,
+    device: Device,
+    d_model: usize,
     hooks: Vec<HookPoint>,
-    opts: OnTheFlyOptions,
-    next_context: usize,
+    chunks: Prefetch,
     buffer: ShuffleBuffer,
 }
 
@@ -184,53 +192,84 @@ impl OnTheFly {
             ));
         }
         let buffer = ShuffleBuffer::new(opts.buffer_tokens, opts.seed);
-        Ok(Self {
+        let device = model.device().clone();
+        let d_model = model.d_model();
+        let mut rng = ChaCha8Rng::seed_from_u64(opts.seed ^ 0xc0_47e7);
+        let mut order: Vec<u32> = (0..contexts.len() as u32).collect();
+        if opts.shuffle_contexts {
+            order.shuffle(&mut rng);
+        }
+        let producer = ModelChunks {
             model,
             contexts,
+            hooks: hooks.clone(),
+            order,
+            next: 0,
+            rng,
+            opts: opts.clone(),
+        };
+        let chunks = Prefetch::new(Box::new(producer), opts.prefetch, "model-forward")?;
+        Ok(Self {
+            device,
+            d_model,
             hooks,
-            opts,
-            next_context: 0,
+            chunks,
             buffer,
         })
     }
 
-    fn pull(&mut self) -> Result<Option<Tensor>> {
-        let n_ctx = self.contexts.len();
-        if self.next_context >= n_ctx {
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+/// The producer: batches of contexts in (shuffled) order through the model.
+struct ModelChunks {
+    model: Arc<Gpt2>,
+    contexts: Contexts,
+    hooks: Vec<HookPoint>,
+    order: Vec<u32>,
+    next: usize,
+    rng: ChaCha8Rng,
+    opts: OnTheFlyOptions,
+}
+
+impl ChunkSource for ModelChunks {
+    fn next_chunk(&mut self) -> Result<Option<Tensor>> {
+        let n_ctx = self.order.len();
+        if self.next >= n_ctx {
             if !self.opts.repeat {
                 return Ok(None);
             }
-            self.next_context = 0;
+            if self.opts.shuffle_contexts {
+                self.order.shuffle(&mut self.rng);
+            }
+            self.next = 0;
         }
-        let b = self
-            .opts
-            .batch_contexts
-            .max(1)
-            .min(n_ctx - self.next_context);
+        let b = self.opts.batch_contexts.max(1).min(n_ctx - self.next);
         let t = self.contexts.context_len;
-        let start = self.next_context * t;
-        let ids = self.contexts.tokens[start..start + b * t].to_vec();
-        self.next_context += b;
+        let ids: Vec<u32> = self.order[self.next..self.next + b]
+            .iter()
+            .flat_map(|&c| self.contexts.context(c as usize).iter().copied())
+            .collect();
+        self.next += b;
         let tokens = Tensor::from_vec(ids, (b, t), self.model.device())?;
         let (rows, _) = hook_rows(&self.model, &tokens, &self.hooks, self.opts.drop_bos)?;
         Ok(Some(rows.to_dtype(self.opts.dtype)?))
-    }
-
-    pub fn device(&self) -> &Device {
-        self.model.device()
     }
 }
 
 impl ActivationSource for OnTheFly {
     fn next_batch(&mut self, n_tokens: usize) -> Result<Option<Tensor>> {
-        let mut buffer = std::mem::replace(&mut self.buffer, ShuffleBuffer::new(1, 0));
-        let out = buffer.next(n_tokens, || self.pull());
-        self.buffer = buffer;
-        out?.map(squeeze_single_hook).transpose()
+        let chunks = &mut self.chunks;
+        self.buffer
+            .next(n_tokens, || chunks.next())?
+            .map(squeeze_single_hook)
+            .transpose()
     }
 
     fn d_model(&self) -> usize {
-        self.model.d_model()
+        self.d_model
     }
 
     fn hook_points(&self) -> &[HookPoint] {

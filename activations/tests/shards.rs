@@ -10,6 +10,8 @@ use candle_core::{DType, Device, Tensor};
 use std::path::Path;
 use std::sync::Arc;
 
+mod common;
+
 struct Fixture {
     _dir: tempfile::TempDir,
     model_dir: String,
@@ -341,4 +343,138 @@ fn on_the_fly_serves_the_same_activations() {
         report.manifest.total_tokens
     );
     assert!((sum(&served) - sum(&stored)).abs() < 1e-4 * sum(&stored).abs().max(1.0));
+}
+
+#[test]
+fn prefetch_serves_the_same_batches_as_inline_reading() {
+    let f = fixture();
+    let cfg = config(&f, "prefetch");
+    extract(&cfg, &ExtractOptions::default()).unwrap();
+    for mix_shards in [1, 2, 5] {
+        let opts = |prefetch, device: &Device| ReaderOptions {
+            buffer_bytes: 600 * 2 * 32 * 4,
+            seed: 3,
+            repeat: true,
+            mix_shards,
+            prefetch,
+            chunk_tokens: 100,
+            device: device.clone(),
+            ..Default::default()
+        };
+        let take = |prefetch, device: &Device| {
+            let mut r = ShardReader::open(&cfg.out_dir, opts(prefetch, device)).unwrap();
+            // 24 batches of 256 rows: two epochs of 3000 and a part of the third.
+            (0..24)
+                .map(|_| {
+                    let b = r.next_batch(256).unwrap().unwrap();
+                    assert!(b.device().same_device(device));
+                    b.to_device(&Device::Cpu).unwrap()
+                })
+                .collect::<Vec<_>>()
+        };
+        let reference = take(0, &Device::Cpu);
+        // On a GPU the rows go up through the page-locked copy stream; the stream must not change.
+        for device in common::devices() {
+            for prefetch in [0, 3] {
+                let served = take(prefetch, &device);
+                for (i, (a, b)) in reference.iter().zip(&served).enumerate() {
+                    let diff = (a - b).unwrap().abs().unwrap().sum_all().unwrap();
+                    assert_eq!(
+                        diff.to_scalar::<f32>().unwrap(),
+                        0.0,
+                        "{device:?}, mix_shards {mix_shards}, prefetch {prefetch}: batch {i} differs"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn blocks_of_several_shards_mix_in_every_chunk() {
+    let f = fixture();
+    let cfg = config(&f, "mix");
+    extract(&cfg, &ExtractOptions::default()).unwrap();
+    // The stored rows of each shard, to tell which shard a served row came from.
+    let probe = ShardReader::open(&cfg.out_dir, ReaderOptions::default()).unwrap();
+    let row_sums: Vec<Vec<f32>> = (0..5)
+        .map(|i| {
+            let (acts, _) = probe.load_shard(i).unwrap();
+            acts.sum_keepdim((1, 2))
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        })
+        .collect();
+    let shard_of = |v: f32| row_sums.iter().position(|s| s.contains(&v));
+    let opts = ReaderOptions {
+        buffer_bytes: 200 * 2 * 32 * 4,
+        seed: 1,
+        mix_shards: 5,
+        chunk_tokens: 200,
+        ..Default::default()
+    };
+    let mut r = ShardReader::open(&cfg.out_dir, opts).unwrap();
+    let batch = r.next_batch(100).unwrap().unwrap();
+    let sums: Vec<f32> = batch
+        .sum_keepdim((1, 2))
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    let mut shards: Vec<usize> = sums.iter().filter_map(|&v| shard_of(v)).collect();
+    shards.sort();
+    shards.dedup();
+    assert!(
+        shards.len() >= 3,
+        "the first batch holds rows of shards {shards:?} only"
+    );
+}
+
+#[test]
+fn shards_are_hashed_once_per_process_and_rechecked_when_rewritten() {
+    let f = fixture();
+    let cfg = config(&f, "once");
+    extract(&cfg, &ExtractOptions::default()).unwrap();
+    let dir = cfg.out_dir.as_path();
+    let opts = ReaderOptions {
+        buffer_bytes: 500 * 2 * 32 * 4,
+        repeat: true,
+        prefetch: 2,
+        ..Default::default()
+    };
+    let mut r = ShardReader::open(dir, opts.clone()).unwrap();
+    // Three epochs.
+    for _ in 0..30 {
+        r.next_batch(300).unwrap().unwrap();
+    }
+    assert!(r.epoch() >= 2);
+    assert_eq!(
+        r.shards_hashed(),
+        5,
+        "a shard was hashed again in a later epoch"
+    );
+    drop(r);
+
+    // A shard corrupted mid-run is caught before its rows are served, with prefetch on.
+    let shard = dir.join("shard-00002.safetensors");
+    let mut bad = std::fs::read(&shard).unwrap();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 0x40;
+    std::fs::write(&shard, &bad).unwrap();
+    let mut r = ShardReader::open(dir, opts).unwrap();
+    let err = loop {
+        match r.next_batch(300) {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("expected an error"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        err.contains("shard-00002") && err.contains("sha256"),
+        "{err}"
+    );
 }

@@ -27,6 +27,13 @@ pub mod names {
     pub const SELECT_SHARE: &str = "select_share";
     /// Training tokens per second over the logging window (added by the training loop).
     pub const TOKENS_PER_S: &str = "tokens_per_s";
+    /// Time the step waited for its batch of training data, milliseconds (reported by the trainer).
+    pub const DATA_WAIT_MS: &str = "data_wait_ms";
+    /// `data_wait_ms / step_ms` (added by the training loop when the trainer reports `data_wait_ms`).
+    pub const DATA_WAIT_SHARE: &str = "data_wait_share";
+    /// Training tokens per second of wall time since the run started, waits, evaluations and
+    /// checkpoints included (added by the training loop).
+    pub const RUN_TOKENS_PER_S: &str = "run_tokens_per_s";
     pub const LOSS: &str = "loss";
 }
 

@@ -141,7 +141,13 @@ pub fn run<T: Trainer>(
 
         let stopping = stop.is_requested();
         if log || stopping {
-            let metrics = window.take();
+            let mut metrics = window.take();
+            if progress.wall_s > 0.0 {
+                metrics.insert(
+                    names::RUN_TOKENS_PER_S.into(),
+                    progress.tokens as f64 / progress.wall_s,
+                );
+            }
             bar.set_message(bar_message(&metrics, &cfg.progress_metrics));
             sink.log(Record::train(
                 progress.step,
@@ -311,9 +317,14 @@ impl Window {
         if window.steps > 0 {
             let step_ms = 1e3 * window.step_secs / window.steps as f64;
             metrics.insert(names::STEP_MS.into(), step_ms);
-            if let Some(select_ms) = metrics.get(names::SELECT_MS).copied() {
-                if step_ms > 0.0 {
-                    metrics.insert(names::SELECT_SHARE.into(), select_ms / step_ms);
+            for (part, share) in [
+                (names::SELECT_MS, names::SELECT_SHARE),
+                (names::DATA_WAIT_MS, names::DATA_WAIT_SHARE),
+            ] {
+                if let Some(ms) = metrics.get(part).copied() {
+                    if step_ms > 0.0 {
+                        metrics.insert(share.into(), ms / step_ms);
+                    }
                 }
             }
             if window.step_secs > 0.0 && window.tokens > 0 {

@@ -59,6 +59,12 @@ pub enum DataConfig {
         /// Activations buffered and shuffled before training draws batches.
         #[serde(default = "default_buffer")]
         buffer_tokens: usize,
+        /// Visit the corpus' contexts in a random order, reshuffled every epoch (false: corpus order).
+        #[serde(default = "default_true")]
+        shuffle_contexts: bool,
+        /// Forward batches run ahead of training on a producer thread; 0 runs the model inline.
+        #[serde(default = "default_model_prefetch")]
+        prefetch: usize,
     },
     /// Activation shards written by `extract`.
     Shards {
@@ -68,6 +74,13 @@ pub enum DataConfig {
         /// Shards of held-out tokens for the final FVU / L0 (optional).
         #[serde(default)]
         held_out_dir: Option<PathBuf>,
+        /// Shards read together whose context-sized blocks are dealt out in one random order (host
+        /// memory: twice this many shards).
+        #[serde(default = "default_mix_shards")]
+        mix_shards: usize,
+        /// Chunks of rows read, checked and uploaded ahead of training; 0 reads inline.
+        #[serde(default = "default_shard_prefetch")]
+        prefetch: usize,
     },
     /// Sparse combinations of random unit features: a known ground truth, for tests and benchmarks.
     Synthetic {
@@ -95,6 +108,18 @@ fn default_dtype() -> String {
 }
 fn default_held_out() -> usize {
     8192
+}
+fn default_true() -> bool {
+    true
+}
+fn default_model_prefetch() -> usize {
+    2
+}
+fn default_mix_shards() -> usize {
+    4
+}
+fn default_shard_prefetch() -> usize {
+    4
 }
 fn default_buffer() -> usize {
     1 << 16

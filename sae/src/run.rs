@@ -181,25 +181,29 @@ impl Data {
                 dir,
                 buffer_tokens,
                 held_out_dir,
+                mix_shards,
+                prefetch,
             } => {
-                let open = |dir: &Path, repeat: bool| -> Result<activations::ShardReader> {
-                    let probe = activations::ShardReader::open(dir, Default::default())?;
-                    let row_bytes = probe.manifest().d_model * 4 * probe.hook_points().len().max(1);
+                let open = |dir: &Path, repeat: bool, prefetch: usize| {
+                    let probe = activations::shards::Manifest::read(dir)?;
+                    let row_bytes = probe.d_model * 4 * probe.hook_points.len().max(1);
                     let opts = activations::ReaderOptions {
                         buffer_bytes: buffer_tokens * row_bytes,
                         seed: cfg.seed,
                         repeat,
                         device: device.clone(),
+                        mix_shards: *mix_shards,
+                        prefetch,
                         ..Default::default()
                     };
-                    Ok(activations::ShardReader::open(dir, opts)?)
+                    Ok::<_, Error>(activations::ShardReader::open(dir, opts)?)
                 };
                 let heldout = match held_out_dir {
-                    Some(h) => open(h, false)?.next_batch(*buffer_tokens)?,
+                    Some(h) => open(h, false, 0)?.next_batch(*buffer_tokens)?,
                     None => None,
                 };
                 Ok(Self {
-                    train: Box::new(open(dir, true)?),
+                    train: Box::new(open(dir, true, *prefetch)?),
                     heldout,
                     splice: None,
                 })
@@ -213,6 +217,8 @@ impl Data {
                 dtype,
                 held_out_tokens,
                 buffer_tokens,
+                shuffle_contexts,
+                prefetch,
             } => {
                 let dtype = activations::models::parse_dtype("data.dtype", dtype)?;
                 let model = Arc::new(activations::models::load_model(model, dtype, device)?);
@@ -242,26 +248,29 @@ impl Data {
                     (ce_n, *context),
                     device,
                 )?;
-                let opts = |repeat, buffer| OnTheFlyOptions {
+                let opts = |repeat, buffer, shuffle_contexts, prefetch| OnTheFlyOptions {
                     batch_contexts: BATCH_CONTEXTS,
                     drop_bos: true,
                     buffer_tokens: buffer,
                     seed: cfg.seed,
                     repeat,
                     dtype: DType::F32,
+                    shuffle_contexts,
+                    prefetch,
                 };
+                // The held-out set is the first contexts of the held-out split, read once.
                 let mut held = OnTheFly::new(
                     model.clone(),
                     held_ctx,
                     hooks.clone(),
-                    opts(false, *held_out_tokens),
+                    opts(false, *held_out_tokens, false, 0),
                 )?;
                 let heldout = held.next_batch(*held_out_tokens)?;
                 let train = OnTheFly::new(
                     model.clone(),
                     train_ctx,
                     hooks.clone(),
-                    opts(true, *buffer_tokens),
+                    opts(true, *buffer_tokens, *shuffle_contexts, *prefetch),
                 )?;
                 let splice = (ce_n > 0).then(|| Splice {
                     model,
@@ -301,12 +310,15 @@ impl eval::Trainer for SaeJob {
 
     fn step(&mut self, ctx: StepContext) -> Result<StepOutput> {
         let batch = self.trainer.cfg.train.batch_size;
+        let waited = std::time::Instant::now();
         let raw = match self.pending.take() {
             Some(b) => b,
             None => self.data.next_train(batch)?,
         };
+        let data_wait_ms = 1e3 * waited.elapsed().as_secs_f64();
         let s = self.trainer.train_step(&raw, ctx.log)?;
         let mut m = Metrics::new();
+        m.insert(eval::metrics::names::DATA_WAIT_MS.into(), data_wait_ms);
         m.insert("select_ms".into(), s.select_ms);
         m.insert("lr".into(), s.lr);
         m.insert("threshold".into(), s.threshold);
@@ -345,6 +357,7 @@ impl eval::Trainer for SaeJob {
             m.insert("heldout_l0".into(), e.l0);
             m.insert("heldout_fvu_threshold".into(), e.fvu_threshold);
             m.insert("heldout_l0_threshold".into(), e.l0_threshold);
+            m.insert("heldout_rare_fraction".into(), e.rare_fraction);
             for (l, v) in e.layer_fvu.iter().enumerate() {
                 m.insert(format!("heldout_fvu_layer{l}"), *v);
             }

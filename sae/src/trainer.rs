@@ -268,6 +268,7 @@ impl Trainer {
         } else {
             (f64::NAN, f64::NAN)
         };
+        let rare_fraction = rare_fraction(&fwd.enc.idx, &fwd.enc.vals, batch, self.sae.shape.n)?;
         let layer_fvu = if self.sae.shape.arch == Arch::Crosscoder {
             layer_fvu(&x, &recon, self.sae.shape.layers)?
         } else {
@@ -280,6 +281,7 @@ impl Trainer {
             l0,
             fvu_threshold,
             l0_threshold,
+            rare_fraction,
             layer_fvu,
         })
     }
@@ -295,8 +297,37 @@ pub struct EvalStats {
     /// With the exported JumpReLU threshold instead of the batch selection.
     pub fvu_threshold: f64,
     pub l0_threshold: f64,
+    /// Fraction of the latents active on fewer than [`RARE_DENSITY`] of the held-out tokens (with fewer
+    /// than 1 / RARE_DENSITY tokens: latents never active).
+    pub rare_fraction: f64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layer_fvu: Vec<f64>,
+}
+
+/// The density under which a latent counts as rare (the usual "dead or nearly" line of SAE work).
+pub const RARE_DENSITY: f64 = 1e-4;
+
+/// Fraction of the `n` latents whose share of the `batch` tokens with a positive kept activation is
+/// below [`RARE_DENSITY`]; `idx` are flat indices row · n + col.
+fn rare_fraction(idx: &Tensor, vals: &Tensor, batch: usize, n: usize) -> Result<f64> {
+    let idx = idx.to_device(&Device::Cpu)?.to_vec1::<i64>()?;
+    let vals = vals
+        .detach()
+        .to_dtype(DType::F32)?
+        .to_device(&Device::Cpu)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let mut count = vec![0usize; n];
+    for (&i, &v) in idx.iter().zip(&vals) {
+        if v > 0.0 {
+            count[i as usize % n] += 1;
+        }
+    }
+    let rare = count
+        .iter()
+        .filter(|&&c| (c as f64) < RARE_DENSITY * batch as f64)
+        .count();
+    Ok(rare as f64 / n.max(1) as f64)
 }
 
 /// Scales layer l of `raw` [B, L, d] by `scales[l]` and stacks the layers: [B, L·d].

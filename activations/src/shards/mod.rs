@@ -5,6 +5,7 @@ mod manifest;
 mod pipeline;
 mod reader;
 mod shard_file;
+mod verified;
 
 pub use extract::{extract, ExtractConfig, ExtractCorpus, ExtractOptions, ExtractReport};
 pub use manifest::{

@@ -1,0 +1,78 @@
+"""Prints the data-path table of bench/data_path.sh from its logs: per run, whole-run tokens/s (tokens over
+the command's wall seconds, and over the loop's own wall time), the stall-free step (median over logging
+windows of step_ms - data_wait_ms, first window left out), the step-limited rate it allows, and the share
+of the loop's wall time spent waiting for data.
+
+    python3 bench/data_path.py LOG_DIR EXTRACTED_TOKENS
+"""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def walls(log):
+    out = {}
+    path = log / "walls.txt"
+    if path.exists():
+        for line in path.read_text().split("\n"):
+            if line.strip():
+                name, wall, rc = line.split()
+                out[name] = (float(wall), int(rc))
+    return out
+
+
+def train_records(path):
+    recs = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind") == "train":
+            recs.append(r)
+    return recs
+
+
+def main():
+    log, extracted = Path(sys.argv[1]), int(sys.argv[2])
+    w = walls(log)
+    print("| run | rc | tokens | command wall s | whole-run tok/s | loop tok/s | stall-free step ms | "
+          "step-limited tok/s | whole-run / step-limited | data wait % of loop | windows waiting > 5 % |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    if "extract" in w:
+        wall, rc = w["extract"]
+        print(f"| extract (XL, layer 24, bf16, to disk) | {rc} | {extracted} | {wall:.1f} | "
+              f"{extracted / wall:.3g} | – | – | – | – | – | – |")
+    for name in sorted(k for k in w if k != "extract"):
+        wall, rc = w[name]
+        mpath = log / f"{name}.metrics.jsonl"
+        if not mpath.exists():
+            print(f"| {name} | {rc} | – | {wall:.1f} | – | – | – | – | – | – | – |")
+            continue
+        recs = train_records(mpath)
+        if len(recs) < 2:
+            continue
+        last = recs[-1]
+        tokens, loop_wall = last["tokens"], last["wall_s"]
+        per_step = []
+        waited = 0.0
+        busy = 0
+        prev_step = 0
+        for r in recs:
+            m = r["metrics"]
+            steps = r["step"] - prev_step
+            prev_step = r["step"]
+            wait = m.get("data_wait_ms", 0.0)
+            waited += wait * steps
+            per_step.append(m["step_ms"] - wait)
+            if wait > 0.05 * m["step_ms"]:
+                busy += 1
+        stall_free = statistics.median(per_step[1:])
+        batch = tokens / last["step"]
+        limited = batch / (stall_free / 1e3)
+        whole = tokens / wall
+        print(f"| {name} | {rc} | {tokens} | {wall:.1f} | {whole:.3g} | {tokens / loop_wall:.3g} | "
+              f"{stall_free:.2f} | {limited:.3g} | {whole / limited:.2f} | "
+              f"{100 * waited / 1e3 / loop_wall:.1f} | {busy}/{len(recs)} |")
+
+
+if __name__ == "__main__":
+    main()
