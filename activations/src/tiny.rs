@@ -70,18 +70,3 @@ pub fn shipped_model(dtype: DType, device: &Device) -> Result<Gpt2> {
 pub fn random_model(dtype: DType, device: &Device) -> Result<Gpt2> {
     Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?.converted(dtype, device)
 }
-
-impl Gpt2 {
-    /// The same weights in another dtype or on another device.
-    pub fn converted(&self, dtype: DType, device: &Device) -> Result<Gpt2> {
-        let tensors = self
-            .named_tensors()
-            .into_iter()
-            .map(|(n, t)| Ok((n, t.to_dtype(dtype)?.to_device(device)?)))
-            .collect::<Result<std::collections::HashMap<_, _>>>()?;
-        Gpt2::new(
-            self.config().clone(),
-            candle_nn::VarBuilder::from_tensors(tensors, dtype, device),
-        )
-    }
-}
