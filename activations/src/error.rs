@@ -22,6 +22,12 @@ pub enum Error {
         error: std::io::Error,
     },
 
+    #[error(transparent)]
+    Write(#[from] runtime::fs::Error),
+
+    #[error(transparent)]
+    Gpt2(#[from] gpt2::Error),
+
     #[error("{path}: invalid JSON: {source}")]
     Json {
         path: PathBuf,

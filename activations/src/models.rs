@@ -27,9 +27,9 @@ pub fn load_model(spec: &str, dtype: DType, device: &Device) -> Result<Gpt2> {
         let seed: u64 = seed
             .parse()
             .map_err(|_| Error::config("model", format!("bad seed `{seed}` in `{spec}`")))?;
-        return Gpt2::random(cfg, seed, dtype, device);
+        return Ok(Gpt2::random(cfg, seed, dtype, device)?);
     }
-    Gpt2::load(spec, dtype, device)
+    Ok(Gpt2::load(spec, dtype, device)?)
 }
 
 /// Whether the model `spec` names has random weights: its CE losses sit near ln(vocabulary) and

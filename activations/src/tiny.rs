@@ -48,7 +48,7 @@ pub fn default_model_as(dtype: DType, device: &Device) -> Result<Gpt2> {
             "tiny: the model installed in {} (remove it for the shipped one)",
             dir.display()
         );
-        return Gpt2::load(&dir.to_string_lossy(), dtype, device);
+        return Ok(Gpt2::load(&dir.to_string_lossy(), dtype, device)?);
     }
     shipped_model(dtype, device)
 }
@@ -62,26 +62,11 @@ pub fn shipped_model(dtype: DType, device: &Device) -> Result<Gpt2> {
     let bytes = zstd::decode_all(SHIPPED_WEIGHTS).map_err(|e| bad(e.to_string()))?;
     let vb = candle_nn::VarBuilder::from_buffered_safetensors(bytes, dtype, device)
         .map_err(|e| bad(e.to_string()))?;
-    Gpt2::new(Gpt2Config::tiny(), vb)
+    Ok(Gpt2::new(Gpt2Config::tiny(), vb)?)
 }
 
 /// The tiny model's random initialization (from [`TINY_SEED`]): what `finetune` starts from, and a
 /// model whose CE-loss recovered means nothing.
 pub fn random_model(dtype: DType, device: &Device) -> Result<Gpt2> {
-    Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?.converted(dtype, device)
-}
-
-impl Gpt2 {
-    /// The same weights in another dtype or on another device.
-    pub fn converted(&self, dtype: DType, device: &Device) -> Result<Gpt2> {
-        let tensors = self
-            .named_tensors()
-            .into_iter()
-            .map(|(n, t)| Ok((n, t.to_dtype(dtype)?.to_device(device)?)))
-            .collect::<Result<std::collections::HashMap<_, _>>>()?;
-        Gpt2::new(
-            self.config().clone(),
-            candle_nn::VarBuilder::from_tensors(tensors, dtype, device),
-        )
-    }
+    Ok(Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?.converted(dtype, device)?)
 }

@@ -1,6 +1,7 @@
 //! The observed failure rates of the sampled threshold agree with the exact probabilities.
-#[macro_use]
 mod common;
+
+use runtime::test_device;
 
 test_device!(
     failure_rates_match_theory,

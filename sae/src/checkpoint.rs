@@ -16,21 +16,9 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
-/// A failure (a full disk) removes the temporary and names the file.
+/// Writes `bytes` to `path` atomically (`runtime::fs`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let failed = |op: &str, e: std::io::Error| Error::Checkpoint {
-        path: path.to_path_buf(),
-        msg: format!("{op}: {e}"),
-    };
-    let written = std::fs::write(&tmp, bytes)
-        .map_err(|e| failed("writing", e))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| failed("renaming into place", e)));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    Ok(runtime::fs::write_atomic(path, bytes)?)
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -211,17 +199,9 @@ pub fn write_saelens(
 }
 
 fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let written = candle_core::safetensors::save(tensors, &tmp)
-        .map_err(|e| Error::Checkpoint {
-            path: path.to_path_buf(),
-            msg: format!("writing: {e}"),
-        })
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    Ok(runtime::fs::write_atomic_via(path, |tmp| {
+        candle_core::safetensors::save(tensors, tmp)
+    })?)
 }
 
 /// Writes the SAELens pair, `training_state.safetensors` and `trainer_state.json` into `dir` (an empty

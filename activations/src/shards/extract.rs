@@ -244,8 +244,8 @@ fn remove_stale_temps(dir: &Path) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        if (name.starts_with("shard-") || name.starts_with(MANIFEST_FILE)) && name.ends_with(".tmp")
-        {
+        let target = runtime::fs::temp_target(&name).unwrap_or_default();
+        if target.starts_with("shard-") || target.starts_with(MANIFEST_FILE) {
             std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
         }
     }

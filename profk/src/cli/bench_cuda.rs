@@ -28,7 +28,7 @@ pub struct CudaBenchArgs {
     pub dtype: String,
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(all(feature = "cuda", feature = "bench"))]
 pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     use anyhow::Context;
     use candle_core::{DType, Device};
@@ -71,9 +71,10 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(all(feature = "cuda", feature = "bench")))]
 pub fn run(_args: &CudaBenchArgs) -> anyhow::Result<()> {
     bail!(
-        "this profk was built without CUDA: rebuild with --features cuda (tools/cuda-toolchain.sh)"
+        "this profk was built without its CUDA benchmarks: rebuild with --features cuda,bench \
+         (tools/cuda-toolchain.sh)"
     )
 }

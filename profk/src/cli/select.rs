@@ -141,28 +141,12 @@ fn load_tensor(path: &Path, name: &str, device: &Device) -> anyhow::Result<Tenso
         .with_context(|| format!("loading '{name}' from {}", path.display()))
 }
 
-/// Writes next to the destination, then renames: a reader never sees a partial file, and a failure
-/// leaves nothing behind.
+/// Writes through `runtime::fs`: a reader never sees a partial file, and a failure leaves nothing
+/// behind.
 fn write_atomically(tensors: &HashMap<String, Tensor>, path: &Path) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let file_name = path
-        .file_name()
-        .with_context(|| format!("--output {} names no file", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        file_name.to_string_lossy(),
-        std::process::id()
-    ));
-    let written = candle_core::safetensors::save(tensors, &tmp)
-        .with_context(|| format!("writing {}", tmp.display()))
-        .and_then(|()| {
-            std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
-        });
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    if path.file_name().is_none() {
+        bail!("--output {} names no file", path.display());
     }
-    written
+    runtime::fs::write_atomic_via(path, |tmp| candle_core::safetensors::save(tensors, tmp))?;
+    Ok(())
 }

@@ -220,7 +220,7 @@ impl Selection {
 /// i64, in `[0, n)` and distinct.
 pub fn topk(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<TopK> {
     let sel = validate(x, k, opts)?;
-    let eps = row_budget(opts, sel.rows);
+    let eps = opts.row_budget(sel.rows);
     let plan = match x.device() {
         Device::Cpu => cpu_plan_for(sel.n, k, eps)?,
         _ => gpu_plan_for(sel.n, k, eps, sel.rows)?,
@@ -250,14 +250,6 @@ pub(crate) fn topk_on_plan(
 ) -> Result<TopK> {
     let sel = validate(x, k, opts)?;
     dispatch(x, &sel, opts, plan)
-}
-
-/// The failure budget of one row: row-wise mode splits ε over the rows.
-fn row_budget(opts: &TopKOptions, rows: usize) -> f64 {
-    match opts.mode {
-        Mode::Flat => opts.eps,
-        Mode::Rowwise => opts.eps / rows.max(1) as f64,
-    }
 }
 
 fn validate(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Selection> {
