@@ -68,5 +68,8 @@ pub fn shipped_model(dtype: DType, device: &Device) -> Result<Gpt2> {
 /// The tiny model's random initialization (from [`TINY_SEED`]): what `finetune` starts from, and a
 /// model whose CE-loss recovered means nothing.
 pub fn random_model(dtype: DType, device: &Device) -> Result<Gpt2> {
-    Ok(Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?.converted(dtype, device)?)
+    Ok(
+        Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?
+            .converted(dtype, device)?,
+    )
 }

@@ -332,6 +332,10 @@ pub struct TrainConfig {
     /// Checkpoint every this many steps (0: only at the end and on Ctrl-C).
     #[serde(default)]
     pub checkpoint_every: u64,
+    /// Wait for the device after each stage of every step and log the stage times (`stage_*_ms`);
+    /// slows the step, for finding where its time goes.
+    #[serde(default)]
+    pub profile_stages: bool,
 }
 
 fn default_beta1() -> f64 {

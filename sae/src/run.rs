@@ -48,6 +48,7 @@ const BATCH_CONTEXTS: usize = 8;
 const RESUMABLE: &[&str] = &[
     "train.steps",
     "train.checkpoint_every",
+    "train.profile_stages",
     "device",
     "log",
     "eval",
@@ -115,6 +116,8 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
     loop_cfg.final_eval = cfg.eval.enabled;
     loop_cfg.progress_metrics = vec!["loss".into(), "fvu".into(), "l0".into()];
+    let mut trainer = trainer;
+    trainer.profile = cfg.train.profile_stages;
     let mut job = SaeJob {
         trainer,
         data,
@@ -423,6 +426,12 @@ impl eval::Trainer for SaeJob {
         m.insert("select_ms".into(), s.select_ms);
         m.insert("lr".into(), s.lr);
         m.insert("threshold".into(), s.threshold);
+        if self.trainer.profile {
+            m.insert("train_step_ms".into(), s.step_ms);
+            for (name, ms) in s.stages.named() {
+                m.insert(format!("stage_{name}_ms"), ms);
+            }
+        }
         if ctx.log {
             for (name, v) in [
                 ("loss", s.loss),
