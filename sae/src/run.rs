@@ -123,6 +123,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         data,
         pending,
         random_weights: random_weights.is_some(),
+        data_failed: false,
     };
     let run_dir = launch.run_dir().clone();
     let mut facts = details(&cfg);
@@ -407,6 +408,8 @@ struct SaeJob {
     pending: Option<Tensor>,
     /// The model has random weights: its CE-loss recovered means nothing (recorded beside it).
     random_weights: bool,
+    /// The last step failed reading its batch, before anything was updated.
+    data_failed: bool,
 }
 
 impl eval::Trainer for SaeJob {
@@ -417,7 +420,11 @@ impl eval::Trainer for SaeJob {
         let waited = std::time::Instant::now();
         let raw = match self.pending.take() {
             Some(b) => b,
-            None => self.data.next_train(batch)?,
+            None => {
+                let next = self.data.next_train(batch);
+                self.data_failed = next.is_err();
+                next?
+            }
         };
         let data_wait_ms = 1e3 * waited.elapsed().as_secs_f64();
         let s = self.trainer.train_step(&raw, ctx.log)?;
@@ -456,6 +463,10 @@ impl eval::Trainer for SaeJob {
 
     fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<()> {
         save_state(dir, &self.trainer)
+    }
+
+    fn intact_after_failed_step(&self) -> bool {
+        self.data_failed
     }
 
     fn eval(&mut self, _progress: &Progress) -> Result<Metrics> {
