@@ -8,26 +8,31 @@
 set -uo pipefail
 BIN=${TINY_BIN:-target/release}
 OUT=${OUT:-/tmp/out}
-LOG=$OUT/tiny
-STEPS=${TINY_STEPS:-4000}
-BATCH=${TINY_BATCH:-32}
+NAME=${TINY_NAME:-tiny}
+LOG=$OUT/$NAME
+STEPS=${TINY_STEPS:-1500}
+BATCH=${TINY_BATCH:-64}
 DEVICE=${DEVICE:-cuda}
 export SPARSETRAIN_CACHE=${TINY_CACHE:-/tmp/tiny-cache}
 mkdir -p "$LOG"
-rm -rf "$SPARSETRAIN_CACHE/models/tiny-gpt2" /tmp/tiny-runs
+rm -rf "$SPARSETRAIN_CACHE/models/tiny-gpt2" "/tmp/tiny-runs/$NAME"
 t0=$SECONDS
-timeout 300 "$BIN/finetune" configs/tiny-finetune.toml --set device="$DEVICE" --set train.steps="$STEPS" \
+timeout 100 "$BIN/finetune" configs/tiny-finetune.toml --set device="$DEVICE" --set train.steps="$STEPS" \
   --set train.batch_size="$BATCH" --set train.warmup_steps=100 --set train.checkpoint_every=0 \
-  --set log.every=50 --set log.progress=false --out /tmp/tiny-runs/finetune >"$LOG/finetune.log" 2>&1
+  --set train.eval_every="${TINY_EVAL_EVERY:-0}" --set log.every=50 --set log.progress=false \
+  --out "/tmp/tiny-runs/$NAME/finetune" >"$LOG/finetune.log" 2>&1
 echo "finetune rc=$? in $((SECONDS - t0)) s" | tee "$LOG/summary.txt"
-grep -h '"eval' /tmp/tiny-runs/finetune/metrics.jsonl 2>/dev/null | tail -1 >>"$LOG/summary.txt"
-cp /tmp/tiny-runs/finetune/metrics.jsonl "$LOG/finetune.metrics.jsonl" 2>/dev/null
-timeout 120 "$BIN/resid_stats" --model tiny --layer 2 >"$LOG/resid_stats.md" 2>&1
-tail -20 "$LOG/resid_stats.md" >>"$LOG/summary.txt"
-timeout 240 "$BIN/train-sae" configs/tiny.toml --set device="$DEVICE" --set log.progress=false \
-  --out /tmp/tiny-runs/sae >"$LOG/sae.log" 2>&1
+grep -h '"eval' "/tmp/tiny-runs/$NAME/finetune/metrics.jsonl" 2>/dev/null | tail -1 >>"$LOG/summary.txt"
+cp "/tmp/tiny-runs/$NAME/finetune/metrics.jsonl" "$LOG/finetune.metrics.jsonl" 2>/dev/null
+timeout 60 "$BIN/train-sae" configs/tiny.toml --set device="$DEVICE" --set log.progress=false \
+  --out "/tmp/tiny-runs/$NAME/sae" >"$LOG/sae.log" 2>&1
 echo "train-sae rc=$?" >>"$LOG/summary.txt"
-grep -h '"kind":"eval"' /tmp/tiny-runs/sae/metrics.jsonl 2>/dev/null | tail -1 >>"$LOG/summary.txt"
-timeout 60 "$BIN/pack_tiny" "$SPARSETRAIN_CACHE/models/tiny-gpt2" "$LOG/tiny-gpt2.safetensors.zst" \
+grep -h '"kind":"eval"' "/tmp/tiny-runs/$NAME/sae/metrics.jsonl" 2>/dev/null | tail -1 >>"$LOG/summary.txt"
+# The trained model itself (config.json + model.safetensors, f32), to pack here with pack_tiny if it is
+# the better default; in parts that fit what a device call returns.
+tar cf - -C "$SPARSETRAIN_CACHE/models" tiny-gpt2 | xz -6 -T0 | split -b 15M - "$LOG/model.tar.xz."
+timeout 30 "$BIN/resid_stats" --model tiny --layer 2 >"$LOG/resid_stats.md" 2>&1
+tail -20 "$LOG/resid_stats.md" >>"$LOG/summary.txt"
+timeout 30 "$BIN/pack_tiny" "$SPARSETRAIN_CACHE/models/tiny-gpt2" "$LOG/tiny-gpt2.safetensors.zst" \
   >>"$LOG/summary.txt" 2>&1
 cat "$LOG/summary.txt"

@@ -15,11 +15,12 @@
 use crate::config::{ConfigSource, LogConfig};
 use crate::error::{Error, Result};
 use crate::interrupt::StopSignal;
+use crate::output_path::check_output_dir;
 use crate::lock::{shell_quote, DirLock, LOCK_FILE};
 use crate::metrics::{MetricsSink, SinkOptions};
 use crate::run_dir::{
     Checkpoint, Progress, RunDir, RunMeta, CHECKPOINTS_DIR, CONFIG_JSON_FILE, CONFIG_TOML_FILE,
-    METRICS_FILE, REPORT_FILE, RUN_META_FILE,
+    METRICS_FILE, REPORT_FILE, RUN_FILES, RUN_META_FILE,
 };
 use crate::train_loop::{self, LoopConfig, LoopSummary, Outcome, StepContext, StepOutput, Trainer};
 use crate::Metrics;
@@ -102,6 +103,11 @@ impl Launch {
         }
         let (dir, created_dir) = match &spec.out {
             Some(out) => {
+                check_output_dir(
+                    out,
+                    &RUN_FILES,
+                    &[spec.source.path.as_path()],
+                )?;
                 let created = !out.exists();
                 fs::create_dir_all(out).map_err(Error::io("creating directory", out))?;
                 (out.clone(), created)

@@ -70,6 +70,38 @@ pub fn check_output_path(output: &Path, inputs: &[&Path]) -> Result<PathBuf> {
     Ok(target)
 }
 
+/// Checks that `dir` may become an output folder whose files are named `written` (a run directory and
+/// what it writes): `dir` is a directory or does not exist yet, and none of `written` inside it is one
+/// of `inputs` (say, the config file a run in its own folder would replace with its resolved copy).
+pub fn check_output_dir(dir: &Path, written: &[&str], inputs: &[&Path]) -> Result<()> {
+    let refuse = |message: String| Error::Output {
+        path: dir.to_path_buf(),
+        message,
+    };
+    match fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => {}
+        Ok(meta) => {
+            return Err(refuse(format!(
+                "is a {}; --out names a directory",
+                kind_of(&meta)
+            )))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(refuse(format!("cannot be inspected ({e})"))),
+    }
+    for name in written {
+        let file = dir.join(name);
+        if let Some(input) = inputs.iter().find(|input| same_file(&file, input)) {
+            return Err(refuse(format!(
+                "holds {}, an input of this command, which the run would overwrite with its own {name}; \
+                 choose another --out",
+                input.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether two existing paths are the same file: the same canonical path or the same (device, inode).
 fn same_file(a: &Path, b: &Path) -> bool {
     if let (Ok(ca), Ok(cb)) = (fs::canonicalize(a), fs::canonicalize(b)) {

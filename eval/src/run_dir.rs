@@ -26,6 +26,14 @@ pub const LATEST_CHECKPOINT_FILE: &str = "latest";
 /// Written by the training loop into every checkpoint folder; trainers must not use this name.
 pub const PROGRESS_FILE: &str = "progress.json";
 pub const REPORT_FILE: &str = "report.html";
+/// The files a run writes at the top of its directory.
+pub const RUN_FILES: [&str; 5] = [
+    RUN_META_FILE,
+    CONFIG_TOML_FILE,
+    CONFIG_JSON_FILE,
+    METRICS_FILE,
+    REPORT_FILE,
+];
 
 /// Identity of a run, used by reports (labels, grouping) and by Weights & Biases (group, tags).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

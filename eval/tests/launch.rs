@@ -87,3 +87,38 @@ fn resumes_check_the_config_and_the_lock() {
     let done = train(launch, &mut trainer, 8).unwrap();
     assert_eq!(done.summary.progress.step, 8);
 }
+
+#[test]
+fn an_out_that_would_overwrite_the_config_or_is_a_file_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The config is <out>/config.toml: the run's resolved copy would replace it.
+    let folder = tmp.path().join("myrun");
+    std::fs::create_dir(&folder).unwrap();
+    let config = folder.join("config.toml");
+    std::fs::write(&config, "name = \"fake\"\n").unwrap();
+    let mut s = spec(tmp.path(), 0.1, 4, false);
+    s.source = ConfigSource::from_text(&config, "name = \"fake\"\n".into(), &[]).unwrap();
+    s.out = Some(folder.clone());
+    let err = Launch::open(s).unwrap_err().to_string();
+    assert!(
+        err.contains("myrun") && err.contains("overwrite") && err.contains("config.toml"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "name = \"fake\"\n"
+    );
+    // The same config beside another --out is fine.
+    let mut s = spec(tmp.path(), 0.1, 4, false);
+    s.source = ConfigSource::from_text(&config, "name = \"fake\"\n".into(), &[]).unwrap();
+    s.out = Some(folder.join("run"));
+    drop(Launch::open(s).unwrap());
+    // An --out that is a file.
+    let file = tmp.path().join("plain");
+    std::fs::write(&file, "x").unwrap();
+    let mut s = spec(tmp.path(), 0.1, 4, false);
+    s.out = Some(file.clone());
+    let err = Launch::open(s).unwrap_err().to_string();
+    assert!(err.contains("--out names a directory"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}

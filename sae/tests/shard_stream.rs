@@ -124,7 +124,9 @@ fn a_bad_shard_mid_run_stops_with_a_checkpoint_that_resumes_bit_exact() {
         bad[mid] ^= 0x40;
         std::fs::write(&shard, &bad).unwrap();
         let _ = std::fs::remove_dir_all(broken.path().join("run"));
-        let err = sae::run::train_sae(&opts).expect_err("a corrupt shard must stop the run");
+        let Err(err) = sae::run::train_sae(&opts) else {
+            panic!("a corrupt shard must stop the run");
+        };
         let ckpts = broken.path().join("run/checkpoints");
         let saved: Vec<_> = std::fs::read_dir(&ckpts)
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
