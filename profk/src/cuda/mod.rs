@@ -168,17 +168,27 @@ pub(crate) fn topk(
 /// tensors on candle's stream; read the status when (and if) the statistics or the NaN check matter.
 pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferred> {
     let spec = RowsSpec::new(x.dims(), k, opts.mode)?;
-    let eps = row_budget(opts, spec.rows);
+    let eps = crate::select::row_budget(opts.mode, opts.eps, spec.rows);
     let plan = crate::select::gpu_plan_for(spec.n, k, eps, spec.rows)?;
     topk_deferred_spec(x, &spec, opts, plan, None)
 }
 
-/// The failure budget of one row: row-wise mode splits ε over the rows.
-fn row_budget(opts: &TopKOptions, rows: usize) -> f64 {
-    match opts.mode {
-        crate::Mode::Flat => opts.eps,
-        crate::Mode::Rowwise => opts.eps / rows.max(1) as f64,
-    }
+/// Only the first attempt of Prof-K with `plan` on every row of `x` (sample, threshold, filter and
+/// the k <= R <= M check; no redraw, buffer top-k, fallback or output sort): the statistics count
+/// each row's R < k and R > M once. The outputs of such a call are not meaningful.
+pub fn first_attempts(x: &Tensor, k: usize, plan: Plan, seed: u64) -> Result<SelectStats> {
+    let opts = TopKOptions {
+        seed,
+        nan: NanPolicy::Largest,
+        ..TopKOptions::default()
+    };
+    let spec = RowsSpec::new(x.dims(), k, crate::Mode::Rowwise)?;
+    let stages = skip::REDRAW | skip::BUFFER | skip::FALLBACK | skip::OUTPUT;
+    skip::with(stages, || {
+        topk_deferred_spec(x, &spec, &opts, Some(plan), None)?
+            .status
+            .read()
+    })
 }
 
 pub(crate) fn suffix(dtype: DType) -> Result<(&'static str, u32)> {
