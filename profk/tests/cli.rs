@@ -240,3 +240,51 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
     ensure!(out["values"].to_vec1::<f32>()? == [3.0]);
     Ok(())
 }
+
+#[test]
+fn params_device_shows_the_plan_of_that_path() -> Result<()> {
+    let run = profk(&[
+        "params", "--n", "2^16", "--k", "256", "--device", "cuda", "--rows", "1024", "--json",
+    ])?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&run.stdout)?;
+    let plan = profk::gpu_params_for(1 << 16, 256, 1e-3 / 1024.0, 1024)?
+        .ok_or_else(|| anyhow::anyhow!("the CUDA path does not sample here"))?;
+    ensure!(shown["plan"] == serde_json::to_value(plan)?, "{shown}");
+    ensure!(shown["plan"]["p_recall_fail"].as_f64() > Some(0.0), "{shown}");
+    let short = profk(&["params", "--n", "4096", "--k", "8", "--device", "cpu"])?;
+    ensure!(
+        String::from_utf8_lossy(&short.stdout).contains("exact selection without sampling"),
+        "{}",
+        String::from_utf8_lossy(&short.stdout)
+    );
+    Ok(())
+}
+
+#[test]
+fn epsilon_counts_first_attempts_on_the_cpu() -> Result<()> {
+    let run = profk(&[
+        "epsilon", "--device", "cpu", "--n", "2^14", "--k", "512", "--rows", "50",
+        "--attempts", "100", "--sample", "512", "--eps", "0.3", "--inputs", "normal,infinities",
+        "--json",
+    ])?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<std::result::Result<_, _>>()?;
+    ensure!(lines.len() == 2, "{lines:?}");
+    ensure!(lines[1]["input"] == "infinities" && lines[1]["attempts"] == 100);
+    let bad = profk(&["epsilon", "--device", "cpu", "--inputs", "nope"])?;
+    ensure!(!bad.status.success());
+    ensure!(String::from_utf8_lossy(&bad.stderr).contains("--inputs nope"));
+    Ok(())
+}
