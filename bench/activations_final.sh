@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Final GPU check of the activations crate: the CUDA tests (fused attention and linear kernels
+# Final GPU check of extraction: the CUDA tests of the gpt2 crate (fused attention and linear kernels
 # against float64 references and against the CPU forward), then extraction tokens/s for a
 # GPT-2-XL-shaped random model (batch 16 x 1024, BOS dropped, shards written to RAM) beside
 # HF transformers (sdpa, same shapes, activations copied to host) in the same call, and the
@@ -10,16 +10,10 @@
 # Run on the GPU machine from the repo root: bash bench/activations_final.sh  (logs: $OUT/activations/)
 # A subset: ACT_BIN=.devbin/act2 ACT_TESTS="ops" ACT_RUNS="f32_24" bash bench/activations_final.sh
 set -uo pipefail
-LOG=${OUT:-/tmp}/activations; mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/actbin; unpack "${ACT_BIN:-.devbin/act}" "$B"
+begin activations "${ACT_BIN:-.devbin/act}"
 SCRATCH=/dev/shm/act-final; mkdir -p "$SCRATCH"
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
-tests=""
-for t in ${ACT_TESTS:-ops gpt2}; do
-  if (cd activations && timeout 60 "$B/$t" --test-threads 4) > "$LOG/test-$t.log" 2>&1; then r=ok; else r=FAILED; fi
-  tests="$tests $t:$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$LOG/test-$t.log" | tail -1 | sed 's/test result: //')($r)"
-done
+for t in ${ACT_TESTS:-ops gpt2}; do run_test "$t" 60 "$B/$t" --test-threads 4; done
 extract() { # dtype hook tokens -> tokens/s
   cat > "$SCRATCH/cfg.toml" <<TOML
 model = "random:xl"
@@ -65,7 +59,7 @@ hf() { grep -F "| $1 | $2 |" "$LOG/hf.log" | head -1 | awk -F'|' '{gsub(/ /,"",$
 ratio() { python3 -c "import sys; a,b=sys.argv[1:]; print(f'{float(a)/float(b):.2f}x' if a and b else '-')" "$1" "$2" 2>/dev/null || echo -; }
 fmt() { [ -n "$1" ] && python3 -c "print(f'{float(\"$1\"):.3g}')" || echo FAILED; }
 echo "## activations: GPT-2 XL extraction, $GPU, $(date -u +%F)"
-echo "CUDA tests:$tests"
+echo "CUDA tests:$TESTS"
 echo "| model (random weights) | dtype | depth | batch x ctx | extract (candle + fused kernels, shards written) tokens/s | HF transformers (sdpa, copy to host) tokens/s | ours / HF |"
 echo "|---|---|---|---|---|---|---|"
 echo "| gpt2-xl | bf16 | 24 blocks (blocks.24.hook_resid_pre) | 16 x 1024 | $(fmt "$bf16_24") | $(fmt "$(hf bf16 24)") | $(ratio "$bf16_24" "$(hf bf16 24)") |"

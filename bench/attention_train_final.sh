@@ -1,36 +1,30 @@
 #!/usr/bin/env bash
-# Final GPU check of the differentiable causal attention (activations::ops::causal_attention_train):
+# Final GPU check of the differentiable causal attention (gpt2::ops::causal_attention_train):
 # its CUDA tests (forward and d(qkv) against a float64 composed-op reference, TF32 off and on,
 # bit-reproducible reruns, clear errors), then forward and forward+backward times at GPT-2 Medium
 # and XL head counts (4 x 512, hd 64, f32, TF32 on and off) beside the composed candle ops and
 # PyTorch's F.scaled_dot_product_attention(is_causal=True) in the same call; tests and timings run
-# for both GEMM batchings (per-sequence strided, and ATTENTION_TRAIN_GEMM=pointers). About 40 s.
+# for both GEMM batchings (per-sequence strided, and pointer arrays: `--gemm pointers`). About 40 s.
 #
 # Binaries (built on the development machine, from the repo root):
 #   bash bench/attention_train_pack.sh     # builds, strips + xz's both into .devbin/attn/
 # Run on the GPU machine from the repo root: bash bench/attention_train_final.sh  (logs: $OUT/attention_train/)
 set -uo pipefail
-LOG=${OUT:-/tmp}/attention_train; mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/attnbin; unpack "${ATTN_BIN:-.devbin/attn}" "$B"
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
+begin attention_train "${ATTN_BIN:-.devbin/attn}"
 SHAPES="4x512x16x64 4x512x25x64"
-# The tests and the benchmark run once per GEMM batching: per-sequence strided (default) and
-# ATTENTION_TRAIN_GEMM=pointers (one pointer-array batched call over all sequences and heads).
-tests=""
-for g in strided pointers; do
-  if ATTENTION_TRAIN_GEMM=$g timeout 30 "$B/train_attention" --nocapture --test-threads 1 > "$LOG/test-$g.log" 2>&1; then r=ok; else r=FAILED; fi
-  tests="$tests $g: $(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$LOG/test-$g.log" | tail -1 | sed 's/test result: //') ($r);"
-done
+# The tests cover both GEMM batchings; the benchmark runs once per batching: per-sequence strided
+# (the default) and pointer arrays (one batched call over all sequences and heads).
+run_test train_attention 30 "$B/train_attention" --nocapture --test-threads 1
 : > "$LOG/ours.md"
 for g in strided pointers; do
-  ATTENTION_TRAIN_GEMM=$g timeout 20 "$B/attention_train_bench" --device cuda --shapes $SHAPES >> "$LOG/ours.md" 2>&1
-  ATTENTION_TRAIN_GEMM=$g timeout 20 "$B/attention_train_bench" --device cuda --shapes $SHAPES --no-tf32 >> "$LOG/ours.md" 2>&1
+  timeout 20 "$B/attention_train_bench" --device cuda --shapes $SHAPES --gemm $g >> "$LOG/ours.md" 2>&1
+  timeout 20 "$B/attention_train_bench" --device cuda --shapes $SHAPES --gemm $g --no-tf32 >> "$LOG/ours.md" 2>&1
 done
 timeout 40 python3 bench/peers/torch_attention_train.py --shapes $SHAPES > "$LOG/torch.md" 2>&1
 timeout 40 python3 bench/peers/torch_attention_train.py --shapes $SHAPES --no-tf32 | tail -n +2 | grep -v '^|[ -]*b x\||---' | sed 's/$/ (TF32 off)/' >> "$LOG/torch.md" 2>&1
 echo "## causal_attention_train, $GPU, $(date -u +%F), f32, medians in ms"
-echo "CUDA tests:$tests"
+echo "CUDA tests:$TESTS"
 python3 - "$LOG" <<'PY'
 import re, sys
 log = sys.argv[1]
@@ -60,16 +54,15 @@ for shape in sorted({k[0] for k in ours} | {k[0] for k in peer}):
         p = [peer.get((shape, tf32, n), "-") for n in ("default", "efficient", "math")]
         print(f"| {shape} | {label} | {o[0]} | {o[1]} | {o[2]} | {p[0]} | {p[1]} | {p[2]} | {ratio(p[0], o[1])} |")
 worst = {}
-for g in ("strided", "pointers"):
-    try:
-        lines = open(f"{log}/test-{g}.log", errors="replace").readlines()
-    except OSError:
-        continue
-    for line in lines:
-        m = re.search(r"^Cuda\S* tf32=(\w+).*: out ([0-9.e+-]+), d qkv ([0-9.e+-]+)", line)
-        if m:
-            k = f"{g} tf32={m.group(1)}"
-            worst[k] = max(worst.get(k, 0.0), float(m.group(2)), float(m.group(3)))
+try:
+    lines = open(f"{log}/test-train_attention.log", errors="replace").readlines()
+except OSError:
+    lines = []
+for line in lines:
+    m = re.search(r"^Cuda\S* tf32=(\w+) (\w+) .*: out ([0-9.e+-]+), d qkv ([0-9.e+-]+)", line)
+    if m:
+        k = f"{m.group(2)} tf32={m.group(1)}"
+        worst[k] = max(worst.get(k, 0.0), float(m.group(3)), float(m.group(4)))
 print("CUDA worst relative error vs f64: " + ", ".join(f"{k}: {v:.2e}" for k, v in sorted(worst.items())))
 PY
 fails=$(grep -h -A2 "panicked at" "$LOG"/test-*.log 2>/dev/null | head -6 | tr '\n' ' ')

@@ -4,5 +4,5 @@
 #   bash bench/attention_train_pack.sh
 set -euo pipefail
 . bench/pack.sh
-pack .devbin/attn "-p activations --test train_attention --example attention_train_bench" \
-  activations/train_attention activations/attention_train_bench
+pack .devbin/attn "-p gpt2 -p activations --test train_attention --example attention_train_bench" \
+  gpt2/train_attention activations/attention_train_bench

@@ -72,6 +72,28 @@ def main():
         print(f"| {name} | {rc} | {tokens} | {wall:.1f} | {whole:.3g} | {tokens / loop_wall:.3g} | "
               f"{stall_free:.2f} | {limited:.3g} | {whole / limited:.2f} | "
               f"{100 * waited / 1e3 / loop_wall:.1f} | {busy}/{len(recs)} |")
+    stage_table(log, w)
+
+
+def stage_table(log, w):
+    """Per-stage medians of the runs logged with train.profile_stages (each stage synchronized)."""
+    for name in sorted(w):
+        mpath = log / f"{name}.metrics.jsonl"
+        if not mpath.exists():
+            continue
+        recs = train_records(mpath)[1:]
+        keys = sorted({k for r in recs for k in r["metrics"] if k.startswith("stage_")},
+                      key=lambda k: list(recs[0]["metrics"]).index(k) if k in recs[0]["metrics"] else 0)
+        if not keys:
+            continue
+        cols = ["step_ms", "data_wait_ms", "train_step_ms"] + keys
+        med = {k: statistics.median(r["metrics"].get(k, 0.0) for r in recs) for k in cols}
+        rest = med["step_ms"] - med["data_wait_ms"] - med["train_step_ms"]
+        print(f"\nStage medians of {name} (ms; synchronized after each stage; 'outside' = loop step - data wait"
+              " - train step: metrics, logging, the loop)")
+        print("| " + " | ".join(c.removeprefix("stage_").removesuffix("_ms") for c in cols) + " | outside |")
+        print("|" + "---|" * (len(cols) + 1))
+        print("| " + " | ".join(f"{med[c]:.2f}" for c in cols) + f" | {rest:.2f} |")
 
 
 if __name__ == "__main__":

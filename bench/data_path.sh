@@ -6,7 +6,9 @@
 # from the loop's start), stall-free step ms and data-wait share come from its metrics.jsonl
 # (bench/data_path.py prints the table). Binaries: .devbin/data/*.xz (bench/data_path_pack.sh).
 #   DP_TOKENS   tokens to extract (default 5242880 = 20 shards of 262144)
-#   DP_ONLY     a space-separated subset of: extract shards otf matryoshka crosscoder mixing
+#   DP_ONLY     a space-separated subset of: extract shards profile otf matryoshka crosscoder mixing
+# `profile` is the (2^16, 4096) shards run again with train.profile_stages (stage times, synchronized);
+# `mixing` is the shuffle-quality measurement on the tiny config (bench/mixing.sh).
 set -uo pipefail
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
 OUT=${OUT:-/tmp/out}
@@ -14,7 +16,7 @@ LOG=$OUT/data
 BIN=/tmp/dp-bin
 WORK=${DP_WORK:-/tmp/dp}
 TOKENS=${DP_TOKENS:-5242880}
-ONLY=${DP_ONLY:-extract shards otf matryoshka crosscoder}
+ONLY=${DP_ONLY:-extract shards profile otf matryoshka crosscoder mixing}
 mkdir -p "$LOG" "$WORK"
 . bench/lib.sh
 unpack .devbin/data "$BIN"
@@ -102,8 +104,9 @@ layers = [12, 24, 36]
 context = 1024
 dtype = \"bf16\"
 buffer_tokens = 131072"
-train() { # NAME SOURCE ARCH N B STEPS
+train() { # NAME SOURCE ARCH N B STEPS [EXTRA-TRAIN-KEY]
   sae_config "$@"
+  [ -n "${7:-}" ] && sed -i "/^\[train\]/a $7" "$WORK/$1.toml"
   timed "$1" "$BIN/train-sae" "$WORK/$1.toml" --out "$WORK/runs/$1"
   cp "$WORK/runs/$1/metrics.jsonl" "$LOG/$1.metrics.jsonl" 2>/dev/null
 }
@@ -116,6 +119,9 @@ if want shards; then
   train shards-16 "$SHARDS" "$BTK" 65536 4096 1300
   train shards-17 "$SHARDS" "$BTK" 131072 8192 700
 fi
+if want profile; then
+  train profile-16 "$SHARDS" "$BTK" 65536 4096 300 "profile_stages = true"
+fi
 if want otf; then
   train otf-16 "$OTF" "$BTK" 65536 4096 600
 fi
@@ -127,3 +133,6 @@ if want crosscoder; then
   train xc-16 "$XOTF" 'arch = "crosscoder"' 65536 4096 300
 fi
 python3 bench/data_path.py "$LOG" "$TOKENS" | tee "$LOG/table.md"
+if want mixing; then
+  MIX_BIN=$BIN MIX_WORK=$WORK/mixing MIX_LOG=$LOG/mixing DEVICE=cuda bash bench/mixing.sh | tee "$LOG/mixing.md"
+fi

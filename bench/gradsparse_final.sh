@@ -9,13 +9,8 @@
 #   bash bench/gradsparse_final.sh            # tests, XL overhead and whole Medium/XL steps, each beside PyTorch
 #   FULL=0 bash bench/gradsparse_final.sh     # without the whole steps (forward + backward)
 set -uo pipefail
-LOG=${OUT:-/tmp/out}/gradsparse
-mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/efbin
-unpack .devbin/ef "$B"
-START=$SECONDS
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+begin gradsparse .devbin/ef
 step "profk accumulate tests (cpu + cuda)" 60 accumulate-tests "$B/accumulate"
 # Optional (not packed by default, to keep the carried binaries small): profk's selection tests on CUDA.
 [ -x "$B/selection" ] && step "profk selection tests (cuda)" 45 selection-tests "$B/selection" cuda
@@ -36,12 +31,7 @@ grep -h "check cpu vs" "$LOG/check.log" || true
 echo
 echo "### GPT-2 XL error-feedback overhead, f32, N = 1 557 611 200, k = 0.1 % (ms, medians; ours vs PyTorch, same call)"
 grep -h '^# ' "$LOG/ef-xl.log" "$LOG/ef-xl-torch.log" || true
-echo "| impl | model | params N | k | residual update (torch: add + abs) | select | update + select | sparse apply | EF overhead |"
-echo "|---|---|---|---|---|---|---|---|---|"
-grep -h '^| gradsparse' "$LOG/ef-xl.log" || tail -3 "$LOG/ef-xl.log"
-# torch columns: step, fwd+bwd (zero here), residual add + abs, topk, apply, overhead
-awk -F'|' '/^\| torch/ {printf "| %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", $2, $3, $4, $5, $8, $9, $8 + $9, $10, $11}' "$LOG/ef-xl-torch.log" || true
-grep -q '^| torch' "$LOG/ef-xl-torch.log" || tail -3 "$LOG/ef-xl-torch.log"
+ef_overhead_table "$LOG/ef-xl.log" "$LOG/ef-xl-torch.log"
 if [ "${FULL:-1}" = 1 ]; then
   echo
   echo "### GPT-2 Medium and XL whole steps, random weights, batch 4 x 512, TF32 matmuls, global top-0.1 % (ms, medians of 5 after 2)"

@@ -1,30 +1,22 @@
 #!/usr/bin/env bash
-# GPU check of the training layer norm (activations::ops::layer_norm_train): its CUDA tests (output
+# GPU check of the training layer norm (gpt2::ops::layer_norm_train): its CUDA tests (output
 # and the three gradients against float64 references, reproducible gradients, clear errors), then
 # forward and forward + backward at 2048 rows x d 1024 / 1600 (f32 and bf16) beside candle's
 # composed ops and torch.nn.functional.layer_norm in the same call. About 40 s; the table prints device, shape, dtype, ours, candle composed and torch.
 #
-# Binaries (built on the development machine, from the repo root):
-#   CARGO_TARGET_DIR=target-gpu ../shared/gpu/gpu-cargo.sh build --release -p activations --features cuda \
-#     --test train_layer_norm --example layer_norm_train_bench
-#   then strip + xz target-gpu/release/deps/train_layer_norm-<hash> and
-#   target-gpu/release/examples/layer_norm_train_bench into .devbin/ln/ (train_layer_norm.xz,
-#   layer_norm_train_bench.xz).
+# Binaries (built on the development machine, from the repo root): bash bench/layer_norm_train_pack.sh
 # Run on the GPU machine from the repo root: bash bench/layer_norm_train_final.sh  (logs: $OUT/layer_norm/)
 set -uo pipefail
-LOG=${OUT:-/tmp}/layer_norm; mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/lnbin; unpack "${LN_BIN:-.devbin/ln}" "$B"
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)
-if timeout 60 "$B/train_layer_norm" --test-threads 1 --nocapture > "$LOG/tests.log" 2>&1; then r=ok; else r=FAILED; fi
-tests="$(grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$LOG/tests.log" | tail -1 | sed 's/test result: //') ($r)"
+begin layer_norm "${LN_BIN:-.devbin/ln}"
+run_test train_layer_norm 60 "$B/train_layer_norm" --test-threads 1 --nocapture
 for dt in f32 bf16; do
   timeout 30 "$B/layer_norm_train_bench" --device cuda --dtype $dt > "$LOG/ours-$dt.md" 2> "$LOG/ours-$dt.err"
   timeout 30 python3 bench/peers/layer_norm_train_torch.py --dtype $dt > "$LOG/torch-$dt.md" 2> "$LOG/torch-$dt.err"
 done
 echo "== layer_norm_train on $GPU, $(date -u +%F)"
-echo "tests: $tests   (errors per case: grep Cuda $LOG/tests.log)"
-grep -E "Cuda.*(3000|1600|special true|BF16)" "$LOG/tests.log" | head -6
+echo "tests:$TESTS   (errors per case: grep Cuda $LOG/test-train_layer_norm.log)"
+grep -E "Cuda.*(3000|1600|special true|BF16)" "$LOG/test-train_layer_norm.log" | head -6
 echo "-- ours vs candle composed, ms per call (median of 10 rounds of 20 calls back to back, wall clock; fwd+bwd = y.backward(), seed ones, incl. candle's gradient bookkeeping, shown alone in the last row of each shape)"
 for dt in f32 bf16; do cat "$LOG/ours-$dt.md" | grep -v '^|---' | { [ $dt = f32 ] && cat || tail -n +2; }; done
 echo "-- torch.nn.functional.layer_norm, ms per call (median of 10 rounds of 20 calls back to back, CUDA events; y.backward(ones))"

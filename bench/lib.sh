@@ -1,7 +1,8 @@
-# Sourced by the bench/*_final.sh scripts on the GPU machine, from the repository root.
+# Sourced by the bench/*_final.sh scripts on the GPU machine, from the repository root (where the test
+# binaries find the workspace's fixtures: runtime::workspace_file; SPARSETRAIN_ROOT overrides it).
+# Each script sets LOG (its log folder) first.
 
-# unpack SRC DEST: every SRC/*.xz decompressed into DEST, executable; and the workspace path the test
-# binaries were built at (they look for the workspace's files there) linked to this checkout.
+# unpack SRC DEST: every SRC/*.xz decompressed into DEST, executable.
 unpack() {
   local f n
   mkdir -p "$2"
@@ -9,7 +10,11 @@ unpack() {
     n=$(basename "$f" .xz)
     xz -dc "$f" >"$2/$n" && chmod +x "$2/$n"
   done
-  [ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }
+}
+
+# The short form of the last `test result` line of the log $1.
+test_result() {
+  grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$1" | tail -1 | sed 's/test result: //'
 }
 
 # step LABEL TIMEOUT-SECONDS LOG-NAME COMMAND...: runs COMMAND into $LOG/LOG-NAME.log under a timeout
@@ -24,5 +29,37 @@ step() {
   local verdict=ok
   [ $rc -eq 0 ] || verdict="FAILED rc=$rc"
   [ $rc -eq 124 ] && verdict="TIMED OUT after ${limit}s"
-  SUMMARY+=("| $label | $verdict | $((SECONDS - t0)) s | $(grep -E '^test result' "$LOG/$name.log" | tail -1 | sed 's/test result: //; s/;.*finished/, finished/')")
+  SUMMARY+=("| $label | $verdict | $((SECONDS - t0)) s | $(test_result "$LOG/$name.log" | sed 's/;.*finished/, finished/')")
+}
+
+# run_test NAME TIMEOUT-SECONDS COMMAND...: runs a test binary into $LOG/test-NAME.log and adds
+# "NAME: N passed; M failed (ok|FAILED);" to TESTS.
+TESTS=""
+run_test() {
+  local name=$1 limit=$2 r=ok
+  shift 2
+  timeout "$limit" "$@" >"$LOG/test-$name.log" 2>&1 || r=FAILED
+  TESTS="$TESTS $name: $(test_result "$LOG/test-$name.log") ($r);"
+}
+
+# ef_overhead_table OURS-LOG TORCH-LOG: the GPT-2 XL error-feedback overhead table of finetune-bench
+# --ef-only and of bench/peers/torch_ef_step.py --ef-only, ours first.
+ef_overhead_table() {
+  echo "| impl | model | params N | k | residual update (torch: add + abs) | select | update + select | sparse apply | EF overhead |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  grep -h '^| gradsparse' "$1" || tail -3 "$1"
+  # torch columns: step, fwd+bwd (zero here), residual add + abs, topk, apply, overhead
+  awk -F'|' '/^\| torch/ {printf "| %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", $2, $3, $4, $5, $8, $9, $8 + $9, $10, $11}' "$2" || true
+  grep -q '^| torch' "$2" || tail -3 "$2"
+}
+
+# begin NAME PACKED: the start of every *_final.sh: LOG=$OUT/NAME (created), the packed binaries of
+# the folder PACKED unpacked into B, START and GPU (name, driver) set.
+begin() {
+  LOG=${OUT:-/tmp/out}/$1
+  mkdir -p "$LOG"
+  B=/tmp/$1-bin
+  unpack "$2" "$B"
+  START=$SECONDS
+  GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 }

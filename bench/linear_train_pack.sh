@@ -5,5 +5,5 @@
 #   bash bench/linear_train_pack.sh
 set -euo pipefail
 . bench/pack.sh
-pack .devbin/lin "-p activations --tests --examples" \
-  activations/ops activations/train_linear activations/linear_train_bench
+pack .devbin/lin "-p gpt2 -p activations --tests --examples" \
+  gpt2/ops gpt2/train_linear activations/linear_train_bench

@@ -4,19 +4,19 @@
 #   pack DEST "CARGO BUILD FLAGS" PACKAGE/TARGET[=NAME] ...
 # Each PACKAGE/TARGET is an integration test, a binary or an example of that package by its name, or
 # PACKAGE/lib for its library's unit tests, packed as DEST/NAME.xz (NAME defaults to TARGET). The
-# build goes to $CARGO_TARGET_DIR (default target-gpu) with $GPU_CARGO (default
-# ../shared/gpu/gpu-cargo.sh), release, `--features cuda`.
+# build goes to $CARGO_TARGET_DIR (default target-gpu) with the pinned CUDA toolchain
+# (tools/cuda-toolchain.sh), release, `--features cuda,bench`.
 pack() {
   local dest=$1 flags=$2
   shift 2
   mkdir -p "$dest"
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target-gpu}
   # shellcheck disable=SC2086 # the flags are words
-  "${GPU_CARGO:-../shared/gpu/gpu-cargo.sh}" build --release --features cuda $flags --message-format=json |
+  tools/cuda-toolchain.sh cargo build --release --features cuda,bench $flags --message-format=json |
     python3 bench/cargo_executables.py "$@" |
     while read -r name exe; do
       strip -o "$dest/$name" "$exe"
-      xz -6 -T2 -f "$dest/$name"
+      xz -1 -T2 -f "$dest/$name"
       echo "packed $dest/$name.xz ($(du -h "$dest/$name.xz" | cut -f1))"
     done
 }

@@ -6,13 +6,8 @@
 # .devbin/pk/ (profk, selection, accumulate, statistics, finetune-bench; see docs/perf/profk-cuda.md,
 # "Reproduce"). Logs go to $OUT/profk/.
 set -uo pipefail
-LOG=${OUT:-/tmp/out}/profk
-mkdir -p "$LOG"
 . bench/lib.sh
-B=/tmp/pkbin
-unpack .devbin/pk "$B"
-START=$SECONDS
-GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+begin profk .devbin/pk
 step "profk selection tests (cuda)" 20 selection "$B/selection" cuda
 step "profk accumulate tests (cpu + cuda)" 15 accumulate "$B/accumulate"
 step "profk statistics test (cuda)" 10 statistics "$B/statistics" cuda
@@ -20,7 +15,6 @@ step "Prof-K target rows" 15 targets "$B/profk" bench --device cuda --targets
 step "torch.topk, same rows" 15 targets-torch python3 bench/peers/torch_topk.py --targets
 step "EF steps, CPU vs CUDA (tiny model, fused apply)" 25 check "$B/finetune-bench" --check --ef-only --models gpt2 --selectors profk --steps 2 --warmup 1
 step "XL EF overhead, gradsparse" 25 ef-xl "$B/finetune-bench" --ef-only --models gpt2-xl --selectors profk --steps 7 --warmup 2
-step "XL EF overhead, gradsparse, static chunk deal" 20 ef-xl-static env PROFK_ACC_STATIC=1 "$B/finetune-bench" --ef-only --models gpt2-xl --selectors x --steps 7 --warmup 2
 step "XL EF overhead, PyTorch" 25 ef-xl-torch python3 bench/peers/torch_ef_step.py --ef-only --models xl --steps 7 --warmup 2
 step "streaming ceilings, PyTorch" 15 ceiling python3 bench/peers/torch_stream_ceiling.py
 
@@ -36,13 +30,7 @@ echo "torch.topk (same shapes, same call; flat rows on the reshaped 1-D tensor):
 grep -h '^| ' "$LOG/targets-torch.log" | grep -v '^| shape\|^|---' || tail -3 "$LOG/targets-torch.log"
 echo
 echo "### GPT-2 XL error-feedback overhead, f32, N = 1 557 611 200, k = 0.1 % (ms, medians of 7; ours vs PyTorch)"
-echo "| impl | model | params N | k | residual update (torch: add + abs) | select | update + select | sparse apply | EF overhead |"
-echo "|---|---|---|---|---|---|---|---|---|"
-grep -h '^| gradsparse' "$LOG/ef-xl.log" || tail -3 "$LOG/ef-xl.log"
-grep -h '^| gradsparse fused profk |' "$LOG/ef-xl-static.log" | sed 's/fused profk/fused profk, static chunk deal (PROFK_ACC_STATIC=1)/' || tail -3 "$LOG/ef-xl-static.log"
-# torch columns: step, fwd+bwd (zero here), residual add + abs, topk, apply, overhead
-awk -F'|' '/^\| torch/ {printf "| %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", $2, $3, $4, $5, $8, $9, $8 + $9, $10, $11}' "$LOG/ef-xl-torch.log" || true
-grep -q '^| torch' "$LOG/ef-xl-torch.log" || tail -3 "$LOG/ef-xl-torch.log"
+ef_overhead_table "$LOG/ef-xl.log" "$LOG/ef-xl-torch.log"
 echo
 echo "### The pass's ceiling: PyTorch streams over the same N, same call"
 grep -h '^| ' "$LOG/ceiling.log" || tail -3 "$LOG/ceiling.log"

@@ -5,5 +5,5 @@
 set -euo pipefail
 . bench/pack.sh
 # profk's CUDA tests, the profk CLI, the error-feedback benchmark.
-pack .devbin/pk "-p profk -p gradsparse --bins --tests" \
-  profk/selection profk/accumulate profk/statistics profk/profk gradsparse/finetune-bench
+pack .devbin/pk "-p sparsetrain -p profk -p gradsparse --bins --tests" \
+  profk/selection profk/accumulate profk/statistics sparsetrain/profk gradsparse/finetune-bench

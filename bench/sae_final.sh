@@ -7,9 +7,7 @@
 # last. About 100 s; every stage has a timeout.
 #
 # SAE_QUICK=1: only the CUDA tests and our step (profk, TF32 / bf16, both shapes, aux-k off / 5 % dead /
-# all dead in its automatic form) with the stage table, and TF32 with 5 % dead again with the aux-k
-# selection's profk route (SAE_AUX_SELECT=profk) instead of the fused kernel; no peer, no sparse form,
-# no f32; under 120 s.
+# all dead in its automatic form) with the stage table; no peer, no sparse form, no f32; under 120 s.
 #
 # The binaries come prebuilt in .devbin/sae/ (xz; .devbin/sae/BUILD says from which commits);
 # docs/perf/sae.md gives the build commands.
@@ -17,48 +15,39 @@ set -uo pipefail
 QUICK=${SAE_QUICK:-0}
 # Keep every JIT-compiled PTX module of candle's in the driver's cache for the later processes.
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
-OUT=${OUT:-/tmp/out}
-LOG=$OUT/sae
-BIN=/tmp/sae-bin
-mkdir -p "$LOG"
 . bench/lib.sh
-unpack .devbin/sae "$BIN"
+begin sae .devbin/sae
 SHAPES=${SAE_SHAPES:-65536x4096,131072x8192}
-START=$(date +%s)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/tests.log" 2>&1
 COMMON=(--device cuda --d 1600 --shapes "$SHAPES" --k 32 --selectors profk --warmup 2 --steps 5)
 if [ "$QUICK" = 1 ]; then
   # A fresh machine JIT-compiles candle's PTX modules first (~15 s).
-  timeout 70 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+  timeout 70 "$B/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
   TESTS_RC=$?
-  timeout 26 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes auto \
+  timeout 26 "$B/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes auto \
     --profile >"$LOG/ours.md" 2>&1
   OURS_RC=$?
-  # The aux-k selection's other route (gather, profk row-wise, scatter) beside the fused kernel.
-  SAE_AUX_SELECT=profk timeout 20 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32 --dead 0.05 \
-    --aux-decodes auto --profile >"$LOG/ours_profk.md" 2>&1
-  OURS_RC="$OURS_RC/$?"
   : >"$LOG/peer.md"
   PEER_RC="not run (SAE_QUICK)"
 else
   # On a fresh machine the first CUDA process JIT-compiles candle's PTX modules (tens of seconds).
-  timeout 120 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+  timeout 120 "$B/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
   TESTS_RC=$?
-  timeout 45 "$BIN/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
+  timeout 45 "$B/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
     --profile >"$LOG/ours.md" 2>&1
   OURS_RC=$?
   PYTHONUNBUFFERED=1 timeout 70 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
     --precisions tf32,bf16 --dead 0,0.05,1 --warmup 2 --steps 5 >"$LOG/peer.md" 2>&1
   PEER_RC=$?
-  timeout 25 "$BIN/sae-bench" "${COMMON[@]}" --precisions f32 --dead 0,1 >>"$LOG/ours.md" 2>&1
+  timeout 25 "$B/sae-bench" "${COMMON[@]}" --precisions f32 --dead 0,1 >>"$LOG/ours.md" 2>&1
   OURS_RC="$OURS_RC/$?"
   PYTHONUNBUFFERED=1 timeout 45 python3 bench/peers/dictionary_learning_step.py --shapes "$SHAPES" --d 1600 --k 32 \
     --precisions f32 --dead 0,1 --warmup 2 --steps 5 >>"$LOG/peer.md" 2>&1
   PEER_RC="$PEER_RC/$?"
 fi
 
-python3 - "$LOG" "$TESTS_RC" "$OURS_RC" "$PEER_RC" "$(( $(date +%s) - START ))" <<'PY'
+python3 - "$LOG" "$TESTS_RC" "$OURS_RC" "$PEER_RC" "$((SECONDS - START))" <<'PY'
 import re, sys
 log, tests_rc, ours_rc, peer_rc, secs = sys.argv[1:]
 def rows(path):
@@ -72,13 +61,6 @@ for r in rows(f"{log}/ours.md"):
     if len(r) == 11:  # n B precision selector decode dead form step select share peak
         form = "sparse" if r[6] == "sparse" else "auto"
         ours[(r[0], r[1], r[2].lower(), r[5], form)] = r
-ours_profk = {}
-try:
-    for r in rows(f"{log}/ours_profk.md"):
-        if len(r) == 11 and r[6] != "sparse":
-            ours_profk[(r[0], r[1], r[2].lower(), r[5])] = r
-except OSError:
-    pass
 for r in rows(f"{log}/peer.md"):
     if len(r) == 7:  # n B precision dead step topk peak
         peer[(r[0], r[1], r[2], r[3])] = r
@@ -107,29 +89,22 @@ print(f"CUDA tests (sae sparse_ops): rc={tests_rc}, {result[-1] if result else f
 print("BatchTopK, d=1600, k=32, k_aux=800, profk; median of 5 steps after 2 warm-up, ms. 'aux dead': fixed random "
       "fraction of latents held dead (aux-k off when none). ours: step (form of the aux-k loss: auto picks dense "
       "matmuls over the dead columns or the sparse pairs by a cost rule); 'ours, pairs': the sparse pair form "
-      "forced. 'aux select by profk': the aux-k row selection by gather + profk + scatter instead of the fused "
-      "kernel (SAE_AUX_SELECT=profk). aux cost: ms and % over the same row with aux-k off. peak: pool high-water GiB (ours), "
+      "forced. aux cost: ms and % over the same row with aux-k off. peak: pool high-water GiB (ours), "
       "torch max_memory_allocated GiB (peer)")
-print("| n | B | prec | aux dead | ours | ours aux cost | ours, aux select by profk (cost) | ours, pairs | ours peak | dictionary_learning | peer aux cost | its topk | its peak |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| n | B | prec | aux dead | ours | ours aux cost | ours, pairs | ours peak | dictionary_learning | peer aux cost | its topk | its peak |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 keys = sorted({k[:4] for k in ours} | set(peer),
               key=lambda k: (int(k[0]), {"tf32": 0, "bf16": 1, "f32": 2}.get(k[2], 3), -1.0 if k[3] == "off" else float(k[3].rstrip(" %"))))
 for k in keys:
     a, s, p = ours.get(k + ("auto",)), ours.get(k + ("sparse",)), peer.get(k)
     a_off, p_off = ours.get(k[:3] + ("off", "auto")), peer.get(k[:3] + ("off",))
     cell = (f"{a[7]} ({a[6]})" if a[6] != "-" else a[7]) if a else "-"
-    q = ours_profk.get(k)
     print(f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {cell} | "
           f"{extra(a[7], a_off[7]) if a and a_off and k[3] != 'off' else '-'} | "
-          f"{(q[7] + ' ' + extra(q[7], a_off[7])) if q and a_off else '-'} | {s[7] if s else '-'} | "
+          f"{s[7] if s else '-'} | "
           f"{a[10] if a else '-'} | {p[4] if p else '-'} | "
           f"{extra(p[4], p_off[4]) if p and p_off and k[3] != 'off' else '-'} | {p[5] if p else '-'} | "
           f"{p[6] if p else '-'} |")
 PY
 echo
 awk '/Stage medians/ {on = 1} on && /[|] decode [|]/ {exit} on && NF' "$LOG/ours.md"
-if [ -s "$LOG/ours_profk.md" ]; then
-  echo
-  echo "Aux-k selection by profk (SAE_AUX_SELECT=profk), TF32, 5 % dead:"
-  awk '/Stage medians/ {on = 1} on && /[|] decode [|]/ {exit} on && NF' "$LOG/ours_profk.md"
-fi

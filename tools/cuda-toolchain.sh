@@ -4,7 +4,7 @@
 # install can compile the kernels and the Rust code. Usage, from anywhere:
 #
 #   tools/cuda-toolchain.sh cargo check --workspace --all-targets --features cuda    # what CI runs
-#   tools/cuda-toolchain.sh cargo build --release -p profk --features cuda --bin profk
+#   tools/cuda-toolchain.sh cargo build --release --features cuda --bin profk
 #   tools/cuda-toolchain.sh env                                                      # print the env
 #
 # The wheels (~620 MB) go to $CUDA_PIP_PREFIX (default ~/.cache/sparsetrain/cuda-13.0) on first use.

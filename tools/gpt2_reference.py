@@ -10,7 +10,7 @@ The Rust test `activations/tests/reference.rs` checks candle's forward against i
 Only numpy is needed (`pip install -r tools/requirements-reference.txt`); safetensors files are
 written by hand (8-byte little-endian header length, JSON header, raw little-endian data).
 
-    python3 tools/gpt2_reference.py activations/tests/fixtures/gpt2-ref
+    python3 tools/gpt2_reference.py gpt2/tests/fixtures/gpt2-ref
 """
 import json
 import os
@@ -123,4 +123,4 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "activations/tests/fixtures/gpt2-ref")
+    main(sys.argv[1] if len(sys.argv) > 1 else "gpt2/tests/fixtures/gpt2-ref")

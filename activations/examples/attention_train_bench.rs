@@ -2,17 +2,18 @@
 //! (`ops::causal_attention_train`) beside the composed candle ops the GPT-2 training path used
 //! (permute + copy, scale, q·kᵀ, mask add, `candle_nn::ops::softmax`, ·v, transpose + copy).
 //!
-//!     cargo run --release -p activations --example attention_train_bench -- --device cpu
-//!     cargo run --release -p activations --features cuda --example attention_train_bench -- --device cuda
+//!     cargo run --release -p activations --features bench --example attention_train_bench -- --device cpu
+//!     cargo run --release -p activations --features cuda,bench --example attention_train_bench -- --device cuda
 //!
-//! Shapes are `BxTxHxHD`; f32, TF32 GEMMs on CUDA unless `--no-tf32`; `ATTENTION_TRAIN_GEMM=pointers`
-//! selects the op's pointer-array batched GEMMs. Prints a markdown table of
+//! Shapes are `BxTxHxHD`; f32, TF32 GEMMs on CUDA unless `--no-tf32`; `--gemm pointers` selects the
+//! op's pointer-array batched GEMMs. Prints a markdown table of
 //! medians (the device synchronized after each call; the backward seeds d(out) with ones).
 use activations::models::parse_device;
-use activations::ops::causal_attention_train;
+use activations::ops::{causal_attention_train_with, AttentionGemms};
 use candle_core::{Device, Tensor, Var, D};
 use clap::Parser;
-use std::time::Instant;
+
+mod common;
 
 #[derive(Parser)]
 struct Args {
@@ -26,23 +27,15 @@ struct Args {
     iters: usize,
     #[arg(long)]
     no_tf32: bool,
+    /// How the CUDA products are batched: `strided` (one strided-batched GEMM per sequence, the
+    /// op's default) or `pointers` (one pointer-array batched GEMM over all sequences and heads).
+    #[arg(long, default_value = "strided", value_parser = ["strided", "pointers"])]
+    gemm: String,
 }
 
 /// Median seconds of `f` over `iters` runs after two warm-ups, synchronizing the device.
 fn time(dev: &Device, iters: usize, f: impl Fn() -> anyhow::Result<()>) -> anyhow::Result<f64> {
-    for _ in 0..2 {
-        f()?;
-    }
-    dev.synchronize()?;
-    let mut v = Vec::with_capacity(iters);
-    for _ in 0..iters.max(1) {
-        let t0 = Instant::now();
-        f()?;
-        dev.synchronize()?;
-        v.push(t0.elapsed().as_secs_f64());
-    }
-    v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
+    common::median_secs(dev, 2, iters, f)
 }
 
 /// The composed-op attention of the GPT-2 training path.
@@ -77,6 +70,10 @@ fn parse_shape(s: &str) -> anyhow::Result<[usize; 4]> {
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let dev = parse_device(&a.device)?;
+    let gemms = match a.gemm.as_str() {
+        "pointers" => AttentionGemms::PointerArrays,
+        _ => AttentionGemms::PerSequence,
+    };
     let tf32 = dev.is_cuda() && !a.no_tf32;
     candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
     let shapes = match (a.shapes.is_empty(), dev.is_cuda()) {
@@ -101,11 +98,11 @@ fn main() -> anyhow::Result<()> {
             .collect();
         let mask = Tensor::from_vec(mask, (t, t), &dev)?;
         let fwd = time(&dev, a.iters, || {
-            causal_attention_train(qkv.as_tensor(), h)?;
+            causal_attention_train_with(qkv.as_tensor(), h, gemms)?;
             Ok(())
         })?;
         let ours = time(&dev, a.iters, || {
-            causal_attention_train(qkv.as_tensor(), h)?.backward()?;
+            causal_attention_train_with(qkv.as_tensor(), h, gemms)?.backward()?;
             Ok(())
         })?;
         let theirs = time(&dev, a.iters, || {
@@ -117,12 +114,14 @@ fn main() -> anyhow::Result<()> {
             (true, true) => "TF32",
             (true, false) => "f32 (no TF32)",
         };
-        let gemms = match std::env::var("ATTENTION_TRAIN_GEMM").as_deref() {
-            Ok("pointers") if dev.is_cuda() => format!("{precision}, pointer arrays"),
+        let label = match gemms {
+            AttentionGemms::PointerArrays if dev.is_cuda() => {
+                format!("{precision}, pointer arrays")
+            }
             _ => precision.to_string(),
         };
         println!(
-            "| {} | {b} x {t} x {h} x {hd} | {gemms} | {:.3} | {:.3} | {:.3} | {:.2}x |",
+            "| {} | {b} x {t} x {h} x {hd} | {label} | {:.3} | {:.3} | {:.3} | {:.2}x |",
             a.device,
             fwd * 1e3,
             ours * 1e3,

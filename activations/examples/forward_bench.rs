@@ -1,6 +1,6 @@
 //! Forward-pass and per-op timings of GPT-2 on one device, for docs/perf/activations.md.
 //!
-//!     cargo run --release -p activations --features cuda --example forward_bench -- --device cuda
+//!     cargo run --release -p activations --features cuda,bench --example forward_bench -- --device cuda
 //!
 //! Prints a markdown table: tokens/s of `forward_hooks` to the given depth (with and without
 //! chunked attention) and milliseconds of the ops one block is made of, at the model's shapes.
@@ -9,7 +9,8 @@ use activations::ops::{causal_attention_with, layer_norm, linear, AttentionKerne
 use activations::{Gpt2, Gpt2Config, HookPoint};
 use candle_core::{Device, Tensor};
 use clap::Parser;
-use std::time::Instant;
+
+mod common;
 
 #[derive(Parser)]
 struct Args {
@@ -33,22 +34,8 @@ struct Args {
 type Op<'a> = Box<dyn Fn() -> anyhow::Result<Tensor> + 'a>;
 
 /// Median seconds of `f` over `iters` runs after one warm-up, synchronizing the device.
-fn time(
-    dev: &Device,
-    iters: usize,
-    mut f: impl FnMut() -> anyhow::Result<()>,
-) -> anyhow::Result<f64> {
-    f()?;
-    dev.synchronize()?;
-    let mut v = Vec::new();
-    for _ in 0..iters {
-        let t0 = Instant::now();
-        f()?;
-        dev.synchronize()?;
-        v.push(t0.elapsed().as_secs_f64());
-    }
-    v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
+fn time(dev: &Device, iters: usize, f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    common::median_secs(dev, 1, iters, f)
 }
 
 fn main() -> anyhow::Result<()> {

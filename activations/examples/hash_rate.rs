@@ -1,7 +1,7 @@
 //! sha256 throughput of the shard check, one thread and one per core, to set against the rate training
 //! reads shards at (d = 1600 bf16 at 3e5 tokens/s is 0.96 GB/s).
 //!
-//!     cargo run --release -p activations --example hash_rate [MiB per thread, default 1024]
+//!     cargo run --release -p activations --features bench --example hash_rate [MiB per thread, default 1024]
 use sha2::{Digest, Sha256};
 use std::time::Instant;
 

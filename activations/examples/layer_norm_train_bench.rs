@@ -2,8 +2,8 @@
 //! ops the training path used before (`candle_nn::ops::layer_norm_slow`), for
 //! docs/perf/activations-train.md.
 //!
-//!     cargo run --release -p activations --example layer_norm_train_bench -- --device cpu
-//!     cargo run --release -p activations --features cuda --example layer_norm_train_bench -- --device cuda
+//!     cargo run --release -p activations --features bench --example layer_norm_train_bench -- --device cpu
+//!     cargo run --release -p activations --features cuda,bench --example layer_norm_train_bench -- --device cuda
 //!
 //! CUDA: 2048 rows (batch 4 x 512) at GPT-2 Medium and XL widths; CPU: the tiny model's width at
 //! its training batch (2 x 256 rows). "fwd" is the op on variables (the CUDA path also saves the
@@ -14,7 +14,8 @@
 use activations::ops::layer_norm_train;
 use candle_core::{DType, Device, Tensor, Var};
 use clap::Parser;
-use std::time::Instant;
+
+mod common;
 
 #[derive(Parser)]
 struct Args {
@@ -44,28 +45,14 @@ fn time(dev: &Device, iters: usize, f: impl Fn() -> anyhow::Result<()>) -> anyho
     for _ in 0..2 {
         f()?;
     }
-    dev.synchronize()?;
     let per_round = (iters / 10).max(1);
-    let mut v = Vec::with_capacity(10);
-    for _ in 0..10 {
-        let t0 = Instant::now();
-        for _ in 0..per_round {
-            f()?;
-        }
-        dev.synchronize()?;
-        v.push(t0.elapsed().as_secs_f64() / per_round as f64);
-    }
-    v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
+    let round = common::median_secs(dev, 0, 10, || (0..per_round).try_for_each(|_| f()))?;
+    Ok(round / per_round as f64)
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let dev = match args.device.as_str() {
-        "cpu" => Device::Cpu,
-        "cuda" => Device::new_cuda(0)?,
-        other => anyhow::bail!("--device: cpu or cuda, got {other}"),
-    };
+    let dev = common::device(&args.device)?;
     let dtype = match args.dtype.as_str() {
         "f32" => DType::F32,
         "bf16" => DType::BF16,

@@ -1,8 +1,8 @@
 //! Forward + backward of GPT-2's linear layers: `linear_train` against the composed candle ops the
 //! training path used before (matmul, bias add, `gelu`), for docs/perf/activations-train.md.
 //!
-//!     cargo run --release -p activations --example linear_train_bench -- --device cpu
-//!     cargo run --release -p activations --features cuda --example linear_train_bench -- --device cuda
+//!     cargo run --release -p activations --features bench --example linear_train_bench -- --device cpu
+//!     cargo run --release -p activations --features cuda,bench --example linear_train_bench -- --device cuda
 //!
 //! CUDA: n = 2048 tokens (GPT-2 XL widths), f32 with TF32 products; CPU: the tiny model's widths
 //! at its training batch (2 x 256 tokens). On CUDA the driver's memory pool keeps freed memory
@@ -12,7 +12,8 @@
 use activations::ops::{linear_train, Activation};
 use candle_core::{Device, Tensor, Var};
 use clap::Parser;
-use std::time::Instant;
+
+mod common;
 
 #[derive(Parser)]
 struct Args {
@@ -32,21 +33,9 @@ struct Args {
 fn time(
     dev: &Device,
     iters: usize,
-    mut f: impl FnMut() -> candle_core::Result<()>,
+    f: impl FnMut() -> candle_core::Result<()>,
 ) -> candle_core::Result<f64> {
-    for _ in 0..2 {
-        f()?;
-    }
-    dev.synchronize()?;
-    let mut v = Vec::with_capacity(iters);
-    for _ in 0..iters {
-        let t0 = Instant::now();
-        f()?;
-        dev.synchronize()?;
-        v.push(t0.elapsed().as_secs_f64());
-    }
-    v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
+    common::median_secs(dev, 2, iters, f)
 }
 
 /// The composed path: `x W + b` (on CUDA the bias through a rank-1 product, as the model did),
@@ -68,11 +57,7 @@ fn composed(x: &Tensor, w: &Tensor, b: &Tensor, act: Activation) -> candle_core:
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    let dev = match a.device.as_str() {
-        "cpu" => Device::Cpu,
-        "cuda" => Device::new_cuda(0)?,
-        other => anyhow::bail!("--device: expected cpu or cuda, got {other}"),
-    };
+    let dev = common::device(&a.device)?;
     candle_core::cuda::set_gemm_reduced_precision_f32(true);
     // Freed memory stays in the pool, as in PyTorch's caching allocator.
     #[cfg(feature = "cuda")]

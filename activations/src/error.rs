@@ -22,6 +22,12 @@ pub enum Error {
         error: std::io::Error,
     },
 
+    #[error(transparent)]
+    Write(#[from] runtime::fs::Error),
+
+    #[error(transparent)]
+    Gpt2(#[from] gpt2::Error),
+
     #[error("{path}: invalid JSON: {source}")]
     Json {
         path: PathBuf,
@@ -50,6 +56,21 @@ pub enum Error {
 
     #[error("corpus {path}: {message}")]
     Corpus { path: PathBuf, message: String },
+
+    #[error("corpus `{dataset}`, {file}{}: {message}", column.as_ref().map(|c| format!(", column `{c}`")).unwrap_or_default())]
+    Dataset {
+        dataset: String,
+        file: PathBuf,
+        column: Option<String>,
+        message: String,
+    },
+
+    #[error("dataset `{dataset}` not found in the Hugging Face cache; looked for:\n  {}\n{hint}", looked.join("\n  "))]
+    DatasetNotFound {
+        dataset: String,
+        looked: Vec<String>,
+        hint: String,
+    },
 
     #[error("shard {path}: {message}")]
     Shard { path: PathBuf, message: String },

@@ -1,12 +1,10 @@
-//! Activations for sparse-autoencoder training: GPT-2 in candle with residual-stream hook points,
-//! the GPT-2 tokenizer and text corpora, extraction into sharded safetensors, and a shuffled reader.
+//! Activations for sparse-autoencoder training: the GPT-2 tokenizer and text corpora, extraction of
+//! the model's (crate `gpt2`) hook points into sharded safetensors, and a shuffled reader.
 pub mod corpus;
 pub mod error;
 pub mod fsutil;
-pub mod gpt2;
 pub mod memory;
 pub mod models;
-pub mod ops;
 pub mod prefetch;
 pub mod shards;
 pub mod source;
@@ -15,7 +13,8 @@ pub mod tokenizer;
 pub mod upload;
 
 pub use error::{Error, Result};
-pub use gpt2::{Gpt2, Gpt2Config, HookPoint};
+// The model and its ops lived here; their old paths keep working.
+pub use gpt2::{self, ops, Gpt2, Gpt2Config, HookPoint};
 pub use shards::{ReaderOptions, ShardReader};
 pub use source::{ActivationSource, OnTheFly, OnTheFlyOptions};
 pub use tokenizer::Gpt2Tokenizer;

@@ -4,13 +4,17 @@ use crate::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device};
 
 /// Loads a model from a spec:
-/// - `tiny`: the default tiny model ([`crate::tiny::default_model_as`]);
+/// - `tiny`: the default tiny model, trained on the shipped corpus ([`crate::tiny::default_model_as`]);
+/// - `tiny-random`: the same shape with its random initialization ([`crate::tiny::random_model`]);
 /// - `random:<size>` or `random:<size>:<seed>`: GPT-2 shapes (`gpt2`, `medium`, `large`, `xl`,
 ///   `tiny`) with random weights, for benchmarks and tests;
 /// - anything else: a directory or Hugging Face hub id ([`crate::gpt2::locate`]).
 pub fn load_model(spec: &str, dtype: DType, device: &Device) -> Result<Gpt2> {
     if spec == "tiny" {
         return crate::tiny::default_model_as(dtype, device);
+    }
+    if spec == "tiny-random" {
+        return crate::tiny::random_model(dtype, device);
     }
     if let Some(rest) = spec.strip_prefix("random:") {
         let (size, seed) = rest.split_once(':').unwrap_or((rest, "0"));
@@ -23,9 +27,25 @@ pub fn load_model(spec: &str, dtype: DType, device: &Device) -> Result<Gpt2> {
         let seed: u64 = seed
             .parse()
             .map_err(|_| Error::config("model", format!("bad seed `{seed}` in `{spec}`")))?;
-        return Gpt2::random(cfg, seed, dtype, device);
+        return Ok(Gpt2::random(cfg, seed, dtype, device)?);
     }
-    Gpt2::load(spec, dtype, device)
+    Ok(Gpt2::load(spec, dtype, device)?)
+}
+
+/// Whether the model `spec` names has random weights: its CE losses sit near ln(vocabulary) and
+/// CE-loss recovered says nothing about an SAE spliced into it.
+pub fn has_random_weights(spec: &str) -> bool {
+    spec == "tiny-random" || spec.starts_with("random:")
+}
+
+/// What runs print and record beside CE-loss recovered for a model with random weights.
+pub fn random_weights_warning(spec: &str) -> Option<String> {
+    has_random_weights(spec).then(|| {
+        format!(
+            "model `{spec}` has random weights: its clean CE is about ln(50257) = 10.8, like \
+             zero ablation, so CE-loss recovered measures nothing; use a trained model (`tiny`)"
+        )
+    })
 }
 
 /// Parses `f32`, `bf16`, `f16` (also `float32`, `bfloat16`, `float16`).

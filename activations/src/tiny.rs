@@ -1,24 +1,38 @@
-//! The default CPU model: a tiny GPT-2 (4 layers, width 128, GPT-2 vocabulary) whose deterministic
-//! random weights are written on first use to `model_dir()`. A model trained and saved there
-//! (e.g. by `finetune`) is loaded instead.
-use crate::error::Result;
+//! The default CPU model: a tiny GPT-2 (4 layers, width 128, GPT-2 vocabulary) trained on the shipped
+//! Shakespeare by `finetune configs/tiny-finetune.toml`, shipped inside the binary (bf16, zstd; see
+//! docs/tiny-model.md). A model installed in [`model_dir`] (e.g. by that `finetune` run) is loaded instead.
+use crate::error::{Error, Result};
 use crate::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device};
 use std::path::PathBuf;
 
-/// Seed of the tiny model's random weights.
+/// Seed of the tiny model's random initialization (the start of its training).
 pub const TINY_SEED: u64 = 20261130;
 
-/// The project's data directory: `$SPARSETRAIN_HOME`, else `runs/` under the current directory.
-pub fn data_home() -> PathBuf {
-    std::env::var_os("SPARSETRAIN_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("runs"))
+/// The trained weights: Hugging Face names, bf16, safetensors, zstd-compressed. The embedding rows of
+/// tokens that never occur in the shipped corpus share one row (their mean), which is what makes the
+/// file small.
+const SHIPPED_WEIGHTS: &[u8] = include_bytes!("../assets/tiny-gpt2.safetensors.zst");
+
+/// The project's cache: `$SPARSETRAIN_CACHE`, else `$XDG_CACHE_HOME/sparsetrain`, else
+/// `~/.cache/sparsetrain` (never relative to the working directory).
+pub fn cache_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("SPARSETRAIN_CACHE").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    if let Some(p) = std::env::var_os("XDG_CACHE_HOME").filter(|p| !p.is_empty()) {
+        return PathBuf::from(p).join("sparsetrain");
+    }
+    match std::env::var_os("HOME").filter(|p| !p.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".cache").join("sparsetrain"),
+        None => std::env::temp_dir().join("sparsetrain"),
+    }
 }
 
-/// Where the default tiny model lives: `<data_home>/.models/tiny-gpt2` (config.json + model.safetensors).
+/// Where a trained tiny model is installed: `<cache_dir>/models/tiny-gpt2` (config.json +
+/// model.safetensors, the Hugging Face layout).
 pub fn model_dir() -> PathBuf {
-    data_home().join(".models").join("tiny-gpt2")
+    cache_dir().join("models").join("tiny-gpt2")
 }
 
 /// The default tiny model in f32; see [`default_model_as`].
@@ -26,37 +40,36 @@ pub fn default_model(device: &Device) -> Result<Gpt2> {
     default_model_as(DType::F32, device)
 }
 
-/// Loads the tiny model from [`model_dir`] if present; otherwise generates it from [`TINY_SEED`]
-/// and saves it there (a failed save only warns: the model is still returned).
+/// The model installed in [`model_dir`] if there is one, else the shipped one ([`shipped_model`]).
 pub fn default_model_as(dtype: DType, device: &Device) -> Result<Gpt2> {
     let dir = model_dir();
     if dir.join("config.json").is_file() && dir.join("model.safetensors").is_file() {
-        return Gpt2::load(&dir.to_string_lossy(), dtype, device);
+        tracing::info!(
+            "tiny: the model installed in {} (remove it for the shipped one)",
+            dir.display()
+        );
+        return Ok(Gpt2::load(&dir.to_string_lossy(), dtype, device)?);
     }
-    let model = Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?;
-    if let Err(e) = model.save_hf(&dir) {
-        tracing::warn!("could not cache the tiny model in {}: {e}", dir.display());
-    }
-    if dtype == DType::F32 && device.is_cpu() {
-        return Ok(model);
-    }
-    Gpt2::load(&dir.to_string_lossy(), dtype, device).or_else(|_| {
-        Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?
-            .converted(dtype, device)
-    })
+    shipped_model(dtype, device)
 }
 
-impl Gpt2 {
-    /// The same weights in another dtype or on another device.
-    pub fn converted(&self, dtype: DType, device: &Device) -> Result<Gpt2> {
-        let tensors = self
-            .named_tensors()
-            .into_iter()
-            .map(|(n, t)| Ok((n, t.to_dtype(dtype)?.to_device(device)?)))
-            .collect::<Result<std::collections::HashMap<_, _>>>()?;
-        Gpt2::new(
-            self.config().clone(),
-            candle_nn::VarBuilder::from_tensors(tensors, dtype, device),
-        )
-    }
+/// The trained tiny model shipped in the binary.
+pub fn shipped_model(dtype: DType, device: &Device) -> Result<Gpt2> {
+    let bad = |message: String| Error::Model {
+        path: PathBuf::from("activations/assets/tiny-gpt2.safetensors.zst"),
+        message,
+    };
+    let bytes = zstd::decode_all(SHIPPED_WEIGHTS).map_err(|e| bad(e.to_string()))?;
+    let vb = candle_nn::VarBuilder::from_buffered_safetensors(bytes, dtype, device)
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(Gpt2::new(Gpt2Config::tiny(), vb)?)
+}
+
+/// The tiny model's random initialization (from [`TINY_SEED`]): what `finetune` starts from, and a
+/// model whose CE-loss recovered means nothing.
+pub fn random_model(dtype: DType, device: &Device) -> Result<Gpt2> {
+    Ok(
+        Gpt2::random(Gpt2Config::tiny(), TINY_SEED, DType::F32, &Device::Cpu)?
+            .converted(dtype, device)?,
+    )
 }

@@ -10,7 +10,14 @@ use candle_core::{DType, Device, Tensor};
 use std::path::Path;
 use std::sync::Arc;
 
-mod common;
+/// The CPU, and the GPU under the `cuda` feature.
+fn devices() -> Vec<Device> {
+    let mut devices = vec![Device::Cpu];
+    if cfg!(feature = "cuda") {
+        devices.push(Device::new_cuda(0).expect("the cuda feature needs a GPU"));
+    }
+    devices
+}
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -378,7 +385,7 @@ fn prefetch_serves_the_same_batches_as_inline_reading() {
         };
         let reference = take(0, &Device::Cpu);
         // On a GPU the rows go up through the page-locked copy stream; the stream must not change.
-        for device in common::devices() {
+        for device in devices() {
             for prefetch in [0, 3] {
                 let served = take(prefetch, &device);
                 for (i, (a, b)) in reference.iter().zip(&served).enumerate() {

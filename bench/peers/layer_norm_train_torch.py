@@ -10,25 +10,13 @@ import argparse
 import torch
 import torch.nn.functional as F
 
+import cuda_timing
+
 
 def median_ms(f, iters):
     """Milliseconds per call: the median over 10 rounds of iters / 10 calls back to back, timed with
     CUDA events around each round (as the Rust side synchronizes once per round)."""
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    per_round = max(1, iters // 10)
-    times = []
-    for _ in range(10):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(per_round):
-            f()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) / per_round)
-    times.sort()
-    return times[len(times) // 2]
+    return cuda_timing.median_ms(f, 10, per_call=max(1, iters // 10))
 
 
 def main():

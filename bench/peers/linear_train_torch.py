@@ -9,24 +9,9 @@ import argparse
 
 import torch
 import torch.nn.functional as F
+from cuda_timing import median_ms
 
 SHAPES = [(1600, 4800, False), (1600, 6400, True), (6400, 1600, False)]
-
-
-def median_ms(f, iters):
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        f()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():

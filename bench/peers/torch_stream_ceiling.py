@@ -7,21 +7,7 @@ one flat f32 buffer of GPT-2 XL's parameter count, CUDA-event medians.
 import argparse
 
 import torch
-
-
-def timed(fn, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+from cuda_timing import median_ms
 
 
 def main():
@@ -37,7 +23,7 @@ def main():
     for name, fn, per in [("copy o <- g", lambda: o.copy_(g), 8),
                           ("r.add_(g) (read g, r; write r)", lambda: r.add_(g), 12),
                           ("g.sum() (read)", lambda: g.sum(), 4)]:
-        ms = timed(fn)
+        ms = median_ms(fn, 5, warmup=1)
         print(f"| {name} | {per} N | {ms:.3f} | {per * n / ms / 1e9:.2f} |", flush=True)
 
 

@@ -50,6 +50,12 @@ pub trait Trainer {
     fn eval(&mut self, _progress: &Progress) -> Result<Metrics, Self::Error> {
         Ok(Metrics::new())
     }
+
+    /// Whether the step that just failed left the state of the last completed step untouched (its
+    /// data could not be read, say), so that a checkpoint of it can be written before the run stops.
+    fn intact_after_failed_step(&self) -> bool {
+        false
+    }
 }
 
 /// How the loop runs.
@@ -133,16 +139,42 @@ pub fn run<T: Trainer>(
     let mut progress = start;
     let mut window = Window::default();
     let mut last_checkpoint = None;
+    // The step of the newest checkpoint on disk (a resumed run starts at one).
+    let mut checkpointed_step = start.step;
     let log_every = cfg.log_every.max(1);
 
     while progress.step < cfg.total_steps {
         let done_after = progress.step + 1;
         let log = done_after.is_multiple_of(log_every) || done_after == cfg.total_steps;
         let t0 = Instant::now();
-        let out = trainer.step(StepContext {
+        let out = match trainer.step(StepContext {
             step: progress.step,
             log,
-        })?;
+        }) {
+            Ok(out) => out,
+            Err(e) => {
+                bar.finish_and_clear();
+                if trainer.intact_after_failed_step() && progress.step > checkpointed_step {
+                    progress.wall_s = wall(began.elapsed());
+                    match save_checkpoint(trainer, run_dir, &progress, cfg.keep_checkpoints) {
+                        Ok(dir) => eprintln!(
+                            "step {} failed; the state after step {} is checkpointed in {} \
+                             (resume with --resume once the cause is fixed)",
+                            progress.step + 1,
+                            progress.step,
+                            dir.display()
+                        ),
+                        Err(_) => eprintln!(
+                            "step {} failed, and so did checkpointing step {}",
+                            progress.step + 1,
+                            progress.step
+                        ),
+                    }
+                }
+                let _ = sink.flush();
+                return Err(e);
+            }
+        };
         let step_time = t0.elapsed();
         progress.step = done_after;
         progress.tokens += out.tokens;
@@ -190,6 +222,7 @@ pub fn run<T: Trainer>(
             progress.wall_s = wall(began.elapsed());
             let dir = save_checkpoint(trainer, run_dir, &progress, cfg.keep_checkpoints)?;
             last_checkpoint = Some(dir);
+            checkpointed_step = progress.step;
         }
         if stopping {
             bar.finish_and_clear();

@@ -160,7 +160,7 @@ fn replay_uploads_a_finished_run() {
     let sink = MetricsSink::create(&run, SinkOptions::default()).unwrap();
     log_some(&sink, 25);
     sink.finish().unwrap();
-    let bridge = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/wandb_bridge.py");
+    let bridge = runtime::workspace_file("tools/wandb_bridge.py");
     let out = Command::new("python3")
         .arg(&bridge)
         .args(["replay", "--mode", "offline"])

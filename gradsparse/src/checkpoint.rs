@@ -46,10 +46,8 @@ pub fn save(trainer: &Trainer, dir: &Path) -> Result<()> {
         tensors.insert("velocity".into(), u.clone());
     }
     let path = dir.join(OPTIMIZER_FILE);
-    let tmp = eval::atomic::temp_path(&path);
-    candle_core::safetensors::save(&tensors, &tmp)
-        .map_err(|e| fail(format!("writing {}: {e}", tmp.display())))?;
-    std::fs::rename(&tmp, &path).map_err(|e| fail(format!("renaming {}: {e}", tmp.display())))?;
+    runtime::fs::write_atomic_via(&path, |tmp| candle_core::safetensors::save(&tensors, tmp))
+        .map_err(|e| fail(e.to_string()))?;
     let state = TrainerState {
         step: trainer.step_count(),
         optimizer_step: trainer.optimizer().step_count(),

@@ -55,8 +55,13 @@ pub enum Init {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataConfig {
-    /// `default` (the shipped corpus), a .txt file, a .jsonl file or a directory of them.
+    /// `default` (the shipped corpus), a .txt / .jsonl / .jsonl.gz / .jsonl.zst / .parquet file, a
+    /// directory of them, or a hub dataset `hf:OWNER/NAME[/SUBDIR][@REVISION]` (docs/corpora.md).
     pub corpus: String,
+    /// The column (JSON field) holding the text; default `text`.
+    pub text_column: Option<String>,
+    /// A column of token ids (a list of integers per row) used as they are, instead of text.
+    pub token_column: Option<String>,
     /// Tokens per context.
     pub context: usize,
     /// Fraction of the documents held out for the eval loss.
@@ -144,6 +149,8 @@ impl Default for DataConfig {
     fn default() -> Self {
         Self {
             corpus: "default".into(),
+            text_column: None,
+            token_column: None,
             context: 128,
             held_out_fraction: 0.1,
             synthetic: false,
@@ -299,7 +306,7 @@ impl FinetuneConfig {
             format!("{} must be in [0, 1)", d.held_out_fraction),
         )?;
         check(
-            d.corpus == "default" || Path::new(&d.corpus).exists(),
+            d.corpus == "default" || d.corpus.starts_with("hf:") || Path::new(&d.corpus).exists(),
             "data.corpus",
             format!(
                 "{} does not exist (use \"default\" for the shipped corpus)",

@@ -5,14 +5,13 @@
 use crate::error::{Error, Result};
 use crate::layout::FlatLayout;
 use candle_core::cuda::cudarc::driver::{
-    CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
-    PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::{Storage, Tensor};
+use runtime::cuda::Fatbin;
 use std::sync::{Arc, Mutex, OnceLock};
 
-const FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ef.fatbin"));
+static FATBIN: Fatbin = runtime::fatbin!("ef");
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -43,23 +42,9 @@ fn drv(e: impl std::fmt::Debug) -> Error {
 }
 
 fn function(stream: &Arc<CudaStream>, name: &str) -> Result<CudaFunction> {
-    static MODULE: OnceLock<Mutex<Option<Arc<CudaModule>>>> = OnceLock::new();
-    let mut slot = MODULE
-        .get_or_init(|| Mutex::new(None))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
-    let module = match &*slot {
-        Some(m) => m.clone(),
-        None => {
-            let m = stream
-                .context()
-                .load_module(Ptx::from_binary(FATBIN.to_vec()))
-                .map_err(drv)?;
-            *slot = Some(m.clone());
-            m
-        }
-    };
-    module.load_function(name).map_err(drv)
+    FATBIN
+        .function(stream.context(), name)
+        .map_err(|e| Error::Candle(e.into()))
 }
 
 /// Device address of a contiguous f32 (or i64) tensor's first element, and its stream.

@@ -2,8 +2,7 @@
 //! a resumed run sees exactly the batches of an uninterrupted one.
 use crate::config::FinetuneConfig;
 use crate::error::{Error, Result};
-use activations::corpus::{Contexts, Corpus, Split};
-use activations::Gpt2Tokenizer;
+use activations::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use candle_core::{Device, Tensor};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -47,22 +46,30 @@ impl Batches {
             return Ok((batches, None));
         }
         let corpus_err = |e: activations::Error| Error::config("data.corpus", e.to_string());
-        let corpus = Corpus::load(&d.corpus).map_err(corpus_err)?;
-        let tokenizer = Gpt2Tokenizer::new().map_err(corpus_err)?;
-        let pack = |split: Split| -> Result<Vec<Vec<u32>>> {
-            let stream = corpus
-                .split(split, d.held_out_fraction)
-                .tokenize(&tokenizer)
-                .map_err(corpus_err)?;
-            let packed = Contexts::pack(&stream, d.context, true)
-                .map_err(|e| Error::config("data.context", e.to_string()))?;
+        let source = CorpusSource::open(&CorpusSpec {
+            corpus: d.corpus.clone(),
+            text_column: d.text_column.clone(),
+            token_column: d.token_column.clone(),
+        })
+        .map_err(corpus_err)?;
+        let pack = |split: Split, max: Option<usize>| -> Result<Vec<Vec<u32>>> {
+            let opts = PackOptions {
+                split,
+                heldout_fraction: d.held_out_fraction,
+                context_len: d.context,
+                prepend_bos: true,
+            };
+            let packed = source.contexts(opts, max).map_err(corpus_err)?;
             Ok((0..packed.len())
                 .map(|i| packed.context(i).to_vec())
                 .collect())
         };
-        let train = pack(Split::Train)?;
+        // A streamed corpus is read only as far as the run needs: one pass of its steps and its eval.
+        let streamed = source.is_streamed();
+        let train_contexts = cfg.train.steps as usize * cfg.train.batch_size;
+        let train = pack(Split::Train, streamed.then_some(train_contexts))?;
         let eval = if d.held_out_fraction > 0.0 {
-            pack(Split::Heldout)?
+            pack(Split::Heldout, streamed.then_some(cfg.train.eval_batches))?
         } else {
             Vec::new()
         };

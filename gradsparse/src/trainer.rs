@@ -325,6 +325,6 @@ impl Trainer {
 }
 
 /// Model errors surface as candle errors with their message.
-fn candle_of(e: activations::Error) -> candle_core::Error {
+fn candle_of(e: activations::gpt2::Error) -> candle_core::Error {
     candle_core::Error::Msg(e.to_string())
 }

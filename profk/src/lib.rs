@@ -18,6 +18,6 @@ pub use accumulate::{accumulate, topk_accumulate, Accumulation, FlatSpans};
 pub use error::{Error, Result};
 pub use options::{Mode, NanPolicy, Order, Selector, TopKOptions};
 pub use select::{
-    cpu_params_for, cpu_plan_for, gpu_params_for, gpu_plan_for, plan_for, row_budget, topk, topk_gather, topk_with_plan, Plan, SelectStats,
-    TopK, MAX_ATTEMPTS,
+    cpu_params_for, cpu_plan_for, gpu_params_for, gpu_plan_for, plan_for, topk, topk_gather,
+    topk_with_plan, Plan, SelectStats, TopK, MAX_ATTEMPTS,
 };

@@ -67,6 +67,16 @@ pub struct TopKOptions {
     pub seed: u64,
 }
 
+impl TopKOptions {
+    /// The failure budget of one row: row-wise mode splits ε over the rows.
+    pub fn row_budget(&self, rows: usize) -> f64 {
+        match self.mode {
+            Mode::Flat => self.eps,
+            Mode::Rowwise => self.eps / rows.max(1) as f64,
+        }
+    }
+}
+
 impl Default for TopKOptions {
     fn default() -> Self {
         Self {

@@ -1,8 +1,9 @@
 //! `topk_accumulate`: the residual update is exact (bit for bit, gradients added once, also through a
 //! redraw and the fallback) and the selection equals a full f64 sort of |residual + g| with ties by
 //! index, on every device.
-#[macro_use]
 mod common;
+
+use runtime::test_device;
 
 use anyhow::{ensure, Context, Result};
 use candle_core::{DType, Device, Tensor};

@@ -1,6 +1,7 @@
 //! Selection against the full-sort reference on adversarial and random inputs, on every device.
-#[macro_use]
 mod common;
+
+use runtime::test_device;
 
 test_device!(adversarial, common::adversarial);
 test_device!(

@@ -1,13 +1,26 @@
 //! The observed failure rates of the sampled threshold agree with the exact probabilities.
-#[macro_use]
 mod common;
+
+use runtime::test_device;
 
 test_device!(
     failure_rates_match_theory,
     common::failure_rates_match_theory
 );
 
-test_device!(first_attempts_match_plan, first_attempts_match_plan);
+// The CUDA path counts first attempts through the stage-skipping hook of the `bench` feature.
+mod first_attempts {
+    #[test]
+    fn cpu() -> anyhow::Result<()> {
+        super::first_attempts_match_plan(&candle_core::Device::Cpu)
+    }
+
+    #[cfg(all(feature = "cuda", feature = "bench"))]
+    #[test]
+    fn cuda() -> anyhow::Result<()> {
+        super::first_attempts_match_plan(&candle_core::Device::new_cuda(0)?)
+    }
+}
 
 /// `profk epsilon`'s measurement on a plan whose failures are frequent (a sample of 512 from rows of
 /// 2^14, ε = 0.3): on every input, ties and infinities included, the counts of R < k and R > M over

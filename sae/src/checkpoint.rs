@@ -16,21 +16,9 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::path::Path;
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
-/// A failure (a full disk) removes the temporary and names the file.
+/// Writes `bytes` to `path` atomically (`runtime::fs`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let failed = |op: &str, e: std::io::Error| Error::Checkpoint {
-        path: path.to_path_buf(),
-        msg: format!("{op}: {e}"),
-    };
-    let written = std::fs::write(&tmp, bytes)
-        .map_err(|e| failed("writing", e))
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| failed("renaming into place", e)));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    Ok(runtime::fs::write_atomic(path, bytes)?)
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -119,6 +107,14 @@ pub fn saelens_cfg(cfg: &Config, shape: &Shape) -> serde_json::Value {
         DataConfig::Model { layers, .. } => layers.first().copied().unwrap_or(0),
         _ => 0,
     };
+    // Every hook point, in the order of the weights' layer axis (a crosscoder has several).
+    let (hook_names, hook_layers): (Vec<String>, Vec<usize>) = match &cfg.data {
+        DataConfig::Model { hook, layers, .. } => layers
+            .iter()
+            .map(|l| (format!("blocks.{l}.hook_{hook}"), *l))
+            .unzip(),
+        _ => (vec![hook.clone()], vec![layer]),
+    };
     let architecture = if shape.arch == Arch::Crosscoder {
         "crosscoder_jumprelu"
     } else {
@@ -140,10 +136,13 @@ pub fn saelens_cfg(cfg: &Config, shape: &Shape) -> serde_json::Value {
             "prepend_bos": true,
             "context_size": context,
             "dataset_path": dataset,
+            "hook_names": hook_names,
         },
         "model_name": model_name,
         "hook_name": hook,
         "hook_layer": layer,
+        "hook_names": hook_names,
+        "hook_layers": hook_layers,
         "hook_head_index": null,
         "context_size": context,
         "dataset_path": dataset,
@@ -200,17 +199,9 @@ pub fn write_saelens(
 }
 
 fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    let written = candle_core::safetensors::save(tensors, &tmp)
-        .map_err(|e| Error::Checkpoint {
-            path: path.to_path_buf(),
-            msg: format!("writing: {e}"),
-        })
-        .and_then(|()| std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    Ok(runtime::fs::write_atomic_via(path, |tmp| {
+        candle_core::safetensors::save(tensors, tmp)
+    })?)
 }
 
 /// Writes the SAELens pair, `training_state.safetensors` and `trainer_state.json` into `dir` (an empty
@@ -315,4 +306,33 @@ pub fn read_saelens(dir: &Path) -> Result<(serde_json::Value, HashMap<String, Te
         cfg,
         candle_core::safetensors::load(dir.join("sae_weights.safetensors"), &Device::Cpu)?,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crosscoder_cfg_records_every_hook_point() {
+        let cfg = Config::from_toml(
+            "name = \"cc\"\n[data]\nsource = \"model\"\nmodel = \"tiny\"\nlayers = [1, 3]\n\
+             [sae]\narch = \"crosscoder\"\nlatents = 64\nk = 4\n\
+             [train]\nbatch_size = 16\nsteps = 1\n",
+        )
+        .unwrap();
+        let shape = Shape {
+            arch: Arch::Crosscoder,
+            d_model: 128,
+            layers: 2,
+            n: 64,
+            k: 4,
+            groups: Vec::new(),
+        };
+        let j = saelens_cfg(&cfg, &shape);
+        let names = serde_json::json!(["blocks.1.hook_resid_post", "blocks.3.hook_resid_post"]);
+        assert_eq!(j["hook_names"], names);
+        assert_eq!(j["metadata"]["hook_names"], names);
+        assert_eq!(j["hook_layers"], serde_json::json!([1, 3]));
+        assert_eq!(j["hook_name"], "blocks.1.hook_resid_post");
+    }
 }

@@ -79,9 +79,16 @@ pub enum DataConfig {
         hook: Hook,
         /// One layer for an SAE, several for a crosscoder.
         layers: Vec<usize>,
-        /// A .txt / .jsonl file or directory; "default" is the shipped corpus.
+        /// "default" (the shipped corpus), a .txt / .jsonl / .jsonl.gz / .jsonl.zst / .parquet file, a
+        /// directory of them, or a hub dataset "hf:OWNER/NAME[/SUBDIR][@REVISION]" (docs/corpora.md).
         #[serde(default = "default_corpus")]
         corpus: String,
+        /// The column (JSON field) holding the text; default "text".
+        #[serde(default)]
+        text_column: Option<String>,
+        /// A column of token ids (a list of integers per row) used as they are, instead of text.
+        #[serde(default)]
+        token_column: Option<String>,
         #[serde(default = "default_context")]
         context: usize,
         /// Activation dtype of the model forward.
@@ -325,6 +332,10 @@ pub struct TrainConfig {
     /// Checkpoint every this many steps (0: only at the end and on Ctrl-C).
     #[serde(default)]
     pub checkpoint_every: u64,
+    /// Wait for the device after each stage of every step and log the stage times (`stage_*_ms`);
+    /// slows the step, for finding where its time goes.
+    #[serde(default)]
+    pub profile_stages: bool,
 }
 
 fn default_beta1() -> f64 {

@@ -1,13 +1,12 @@
 //! The CUDA side of the sparse step: launches of `kernels/sparse.cu` and `kernels/optim.cu` (fatbins
 //! built by build.rs, loaded once per context without JIT) and CUB's stable pair sort from `kernels/sort.cu`.
 use candle_core::cuda::cudarc::driver::{
-    CudaFunction, CudaModule, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda::cudarc::nvrtc::Ptx;
 use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};
 use candle_core::{bail, DType, Layout, Result, Storage, Tensor};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use runtime::cuda::Fatbin;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Family {
@@ -16,11 +15,9 @@ enum Family {
 }
 
 impl Family {
-    fn image(self) -> &'static [u8] {
-        match self {
-            Family::Sparse => include_bytes!(concat!(env!("OUT_DIR"), "/sparse.fatbin")),
-            Family::Optim => include_bytes!(concat!(env!("OUT_DIR"), "/optim.fatbin")),
-        }
+    fn fatbin(self) -> &'static Fatbin {
+        static FATBINS: [Fatbin; 2] = [runtime::fatbin!("sparse"), runtime::fatbin!("optim")];
+        &FATBINS[self as usize]
     }
 }
 
@@ -43,27 +40,7 @@ fn drv(e: impl std::fmt::Debug) -> candle_core::Error {
 }
 
 fn function(stream: &Arc<CudaStream>, family: Family, name: &str) -> Result<CudaFunction> {
-    type Modules = Mutex<HashMap<(usize, Family), Arc<CudaModule>>>;
-    static MODULES: OnceLock<Modules> = OnceLock::new();
-    let ctx = stream.context();
-    let key = (ctx.cu_ctx() as usize, family);
-    let module = {
-        let mut map = MODULES
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        match map.get(&key) {
-            Some(m) => m.clone(),
-            None => {
-                let m = ctx
-                    .load_module(Ptx::from_binary(family.image().to_vec()))
-                    .map_err(drv)?;
-                map.insert(key, m.clone());
-                m
-            }
-        }
-    };
-    module.load_function(name).map_err(drv)
+    Ok(family.fatbin().function(stream.context(), name)?)
 }
 
 /// Launches `name` on `dev`'s stream; the arguments are variables (pointers as u64, sizes as i64).

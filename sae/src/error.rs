@@ -15,6 +15,8 @@ pub enum Error {
         path: PathBuf,
         error: std::io::Error,
     },
+    #[error(transparent)]
+    Write(#[from] runtime::fs::Error),
     #[error("checkpoint {path}: {msg}")]
     Checkpoint { path: PathBuf, msg: String },
     #[error("data: {0}")]
@@ -35,6 +37,8 @@ pub enum Error {
     Select(#[from] profk::Error),
     #[error(transparent)]
     Activations(#[from] activations::Error),
+    #[error(transparent)]
+    Model(#[from] activations::gpt2::Error),
     #[error(transparent)]
     Run(#[from] eval::Error),
     #[error(transparent)]

@@ -13,6 +13,7 @@ pub mod cuda;
 pub mod data;
 pub mod error;
 pub mod features;
+pub mod heldout;
 pub mod init;
 pub mod memory;
 pub mod metrics;

@@ -5,11 +5,12 @@
 use crate::checkpoint::{load_state, save_state, write_saelens};
 use crate::config::{Config, DataConfig, Precision};
 use crate::data::{skip, with_layer_axis, Synthetic};
+use crate::heldout::heldout_rows;
 use crate::trainer::Trainer;
 use crate::{Error, Result};
-use activations::corpus::{Contexts, Corpus, Split};
+use activations::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use activations::gpt2::Patch;
-use activations::{ActivationSource, Gpt2, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions};
+use activations::{ActivationSource, Gpt2, HookPoint, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
 use eval::{LoopConfig, Metrics, Progress, StepContext, StepOutput};
 use std::path::{Path, PathBuf};
@@ -47,6 +48,7 @@ const BATCH_CONTEXTS: usize = 8;
 const RESUMABLE: &[&str] = &[
     "train.steps",
     "train.checkpoint_every",
+    "train.profile_stages",
     "device",
     "log",
     "eval",
@@ -62,6 +64,13 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     }
     // The model and data load before the run directory exists: a missing model leaves nothing behind.
     let mut data = Data::open(&cfg, &device)?;
+    let random_weights = match &cfg.data {
+        DataConfig::Model { model, .. } => activations::models::random_weights_warning(model),
+        _ => None,
+    };
+    if let Some(w) = &random_weights {
+        eprintln!("warning: {w}");
+    }
     // Before the SAE is allocated and before a run directory exists: an impossible size is a config error.
     crate::memory::check(&cfg, data.train.d_model(), &device)?;
     if data.heldout.is_none()
@@ -107,13 +116,21 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
     loop_cfg.final_eval = cfg.eval.enabled;
     loop_cfg.progress_metrics = vec!["loss".into(), "fvu".into(), "l0".into()];
+    let mut trainer = trainer;
+    trainer.profile = cfg.train.profile_stages;
     let mut job = SaeJob {
         trainer,
         data,
         pending,
+        random_weights: random_weights.is_some(),
+        data_failed: false,
     };
     let run_dir = launch.run_dir().clone();
-    let finished = launch.train(&mut job, &loop_cfg, start, details(&cfg), &opts.stop)?;
+    let mut facts = details(&cfg);
+    if let Some(w) = &random_weights {
+        facts.insert("warning".into(), w.clone().into());
+    }
+    let finished = launch.train(&mut job, &loop_cfg, start, facts, &opts.stop)?;
     if !finished.stopped() {
         let sae_dir = run_dir.path().join("sae");
         std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
@@ -246,6 +263,8 @@ impl Data {
                 hook,
                 layers,
                 corpus,
+                text_column,
+                token_column,
                 context,
                 dtype,
                 held_out_tokens,
@@ -257,16 +276,27 @@ impl Data {
                 let model = Arc::new(activations::models::load_model(model, dtype, device)?);
                 check_model_fit(layers, *context, model.config())?;
                 let hooks: Vec<HookPoint> = layers.iter().map(|&l| hook.at(l)).collect();
-                let corpus = Corpus::load(corpus)?;
-                let tokenizer = Gpt2Tokenizer::new()?;
-                let pack = |split| -> Result<Contexts> {
-                    Ok(Contexts::pack(
-                        &corpus.split(split, HELDOUT_FRACTION).tokenize(&tokenizer)?,
-                        *context,
-                        true,
-                    )?)
+                let source = CorpusSource::open(&CorpusSpec {
+                    corpus: corpus.clone(),
+                    text_column: text_column.clone(),
+                    token_column: token_column.clone(),
+                })?;
+                // A streamed corpus is read only as far as the run needs (rows per context: context − 1).
+                let rows = context.saturating_sub(1).max(1);
+                let bound = |tokens: usize| source.is_streamed().then(|| tokens.div_ceil(rows));
+                let train_tokens = cfg.train.steps as usize * cfg.train.batch_size;
+                let held_need = bound(*held_out_tokens).map(|n| n.max(cfg.eval.ce_contexts));
+                let pack = |split, max| {
+                    let opts = PackOptions {
+                        split,
+                        heldout_fraction: HELDOUT_FRACTION,
+                        context_len: *context,
+                        prepend_bos: true,
+                    };
+                    source.contexts(opts, max)
                 };
-                let (train_ctx, held_ctx) = (pack(Split::Train)?, pack(Split::Heldout)?);
+                let train_ctx = pack(Split::Train, bound(train_tokens))?;
+                let held_ctx = pack(Split::Heldout, held_need)?;
                 let ce_n = cfg.eval.ce_contexts.min(held_ctx.len());
                 let ce_tokens = Tensor::from_vec(
                     held_ctx.tokens[..ce_n * context].to_vec(),
@@ -283,17 +313,11 @@ impl Data {
                     shuffle_contexts,
                     prefetch,
                 };
-                // The held-out set is the first contexts of the held-out split, read once.
+                // The held-out set: the first evaluated rows of the held-out split, read once.
                 let heldout = match *held_out_tokens {
                     0 => None,
                     n => {
-                        let mut held = OnTheFly::new(
-                            model.clone(),
-                            held_ctx,
-                            hooks.clone(),
-                            opts(false, n, false, 0),
-                        )?;
-                        let held = held.next_batch(n)?;
+                        let held = heldout_rows(&model, &held_ctx, &hooks, n, BATCH_CONTEXTS)?;
                         check_held_out_rows("data.held_out_tokens", held.as_ref(), n)?;
                         held
                     }
@@ -382,6 +406,10 @@ struct SaeJob {
     data: Data,
     /// The batch drawn for initialization, trained on first.
     pending: Option<Tensor>,
+    /// The model has random weights: its CE-loss recovered means nothing (recorded beside it).
+    random_weights: bool,
+    /// The last step failed reading its batch, before anything was updated.
+    data_failed: bool,
 }
 
 impl eval::Trainer for SaeJob {
@@ -392,7 +420,11 @@ impl eval::Trainer for SaeJob {
         let waited = std::time::Instant::now();
         let raw = match self.pending.take() {
             Some(b) => b,
-            None => self.data.next_train(batch)?,
+            None => {
+                let next = self.data.next_train(batch);
+                self.data_failed = next.is_err();
+                next?
+            }
         };
         let data_wait_ms = 1e3 * waited.elapsed().as_secs_f64();
         let s = self.trainer.train_step(&raw, ctx.log)?;
@@ -401,6 +433,12 @@ impl eval::Trainer for SaeJob {
         m.insert("select_ms".into(), s.select_ms);
         m.insert("lr".into(), s.lr);
         m.insert("threshold".into(), s.threshold);
+        if self.trainer.profile {
+            m.insert("train_step_ms".into(), s.step_ms);
+            for (name, ms) in s.stages.named() {
+                m.insert(format!("stage_{name}_ms"), ms);
+            }
+        }
         if ctx.log {
             for (name, v) in [
                 ("loss", s.loss),
@@ -425,6 +463,10 @@ impl eval::Trainer for SaeJob {
 
     fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<()> {
         save_state(dir, &self.trainer)
+    }
+
+    fn intact_after_failed_step(&self) -> bool {
+        self.data_failed
     }
 
     fn eval(&mut self, _progress: &Progress) -> Result<Metrics> {
@@ -452,6 +494,9 @@ impl eval::Trainer for SaeJob {
             m.insert("ce_sae".into(), ce.all.spliced);
             m.insert("ce_zero_ablation".into(), ce.all.zero);
             m.insert("ce_loss_recovered".into(), ce.all.recovered());
+            if self.random_weights {
+                m.insert("model_random_weights".into(), 1.0);
+            }
             for (l, layer) in ce.per_layer.iter().enumerate() {
                 m.insert(format!("ce_sae_layer{l}"), layer.spliced);
                 m.insert(format!("ce_zero_ablation_layer{l}"), layer.zero);

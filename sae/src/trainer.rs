@@ -69,6 +69,21 @@ pub struct Stages {
     pub bookkeeping: f64,
 }
 
+impl Stages {
+    /// The stages by name, in step order.
+    pub fn named(&self) -> [(&'static str, f64); 7] {
+        [
+            ("scores", self.scores),
+            ("select", self.select),
+            ("forward_rest", self.forward_rest),
+            ("aux", self.aux),
+            ("backward", self.backward),
+            ("optimizer", self.optimizer),
+            ("bookkeeping", self.bookkeeping),
+        ]
+    }
+}
+
 impl Trainer {
     /// A fresh model initialized from `first` [B, L, d]: input scales, b_dec = geometric median, W_enc = W_decᵀ.
     pub fn new(cfg: Config, first: &Tensor, device: &Device) -> Result<Self> {

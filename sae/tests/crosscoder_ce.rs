@@ -38,7 +38,7 @@ fn home() -> &'static Path {
     static HOME: OnceLock<tempfile::TempDir> = OnceLock::new();
     HOME.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        std::env::set_var("SPARSETRAIN_HOME", dir.path());
+        std::env::set_var("SPARSETRAIN_CACHE", dir.path());
         activations::tiny::default_model(&Device::Cpu).unwrap();
         dir
     })

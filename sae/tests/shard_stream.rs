@@ -98,3 +98,61 @@ fn prefetch_and_resume_keep_training_bit_exact() {
         assert!(metrics.contains(key), "metrics.jsonl lacks {key}");
     }
 }
+
+#[test]
+fn a_bad_shard_mid_run_stops_with_a_checkpoint_that_resumes_bit_exact() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = shards(root.path());
+    let whole = tempfile::tempdir().unwrap();
+    run(whole.path(), &config(&dir, 3), false);
+
+    // Corrupt each shard in turn until one is first read mid-run (the first window is read at step 0).
+    let text = config(&dir, 3).replace("checkpoint_every = 12", "checkpoint_every = 0");
+    let broken = tempfile::tempdir().unwrap();
+    std::fs::write(broken.path().join("cfg.toml"), &text).unwrap();
+    let opts = sae::run::RunOptions {
+        config: broken.path().join("cfg.toml"),
+        out: Some(broken.path().join("run")),
+        ..Default::default()
+    };
+    let mut failed_mid_run = None;
+    for s in 0..5 {
+        let shard = dir.join(format!("shard-{s:05}.safetensors"));
+        let good = std::fs::read(&shard).unwrap();
+        let mut bad = good.clone();
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x40;
+        std::fs::write(&shard, &bad).unwrap();
+        let _ = std::fs::remove_dir_all(broken.path().join("run"));
+        let err = sae::run::train_sae(&opts).expect_err("a corrupt shard must stop the run");
+        let ckpts = broken.path().join("run/checkpoints");
+        let saved: Vec<_> = std::fs::read_dir(&ckpts)
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        if saved
+            .iter()
+            .any(|n| n.to_string_lossy().starts_with("step-"))
+        {
+            failed_mid_run = Some((shard, good, err.to_string()));
+            break;
+        }
+        std::fs::write(&shard, &good).unwrap();
+    }
+    let (shard, good, err) = failed_mid_run.expect("no shard was first read after step 0");
+    let name = shard.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(err.contains(&name), "the error names the shard: {err}");
+
+    // The shard restored, --resume completes the run to the weights of the uninterrupted one.
+    std::fs::write(&shard, &good).unwrap();
+    let resumed = sae::run::train_sae(&sae::run::RunOptions {
+        resume: true,
+        ..opts
+    })
+    .unwrap();
+    assert_eq!(resumed.step, 30);
+    assert_same(
+        whole.path(),
+        broken.path(),
+        "resumed after a bad shard vs uninterrupted",
+    );
+}

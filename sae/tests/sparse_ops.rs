@@ -7,27 +7,8 @@ mod common;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
+use runtime::test_device;
 use sae::sparse::{gather_linear, sparse_decode};
-
-macro_rules! test_device {
-    ($name:ident, $body:path) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            #[test]
-            fn cpu() -> anyhow::Result<()> {
-                $body(&candle_core::Device::Cpu)
-            }
-
-            #[cfg(feature = "cuda")]
-            #[test]
-            fn cuda() -> anyhow::Result<()> {
-                $body(&candle_core::Device::new_cuda(0)?)
-            }
-        }
-    };
-}
 
 fn host(t: &Tensor) -> Result<Vec<f64>> {
     Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?)

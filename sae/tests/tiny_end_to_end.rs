@@ -5,7 +5,7 @@ use sae::run::{train_sae, RunOptions};
 #[test]
 fn tiny_model_run_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
-    std::env::set_var("SPARSETRAIN_HOME", dir.path());
+    std::env::set_var("SPARSETRAIN_CACHE", dir.path());
     let text = std::fs::read_to_string("../configs/tiny.toml")
         .unwrap()
         .replace("steps = 600", "steps = 4")

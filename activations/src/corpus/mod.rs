@@ -1,6 +1,19 @@
-//! Text corpora: documents from .txt files, directories and JSONL, tokenized, joined by
-//! `<|endoftext|>` and packed into fixed-length contexts.
+//! Corpora: documents from the shipped Shakespeare, .txt, JSONL (plain, gzip, zstd), parquet files,
+//! directories of them and Hugging Face hub datasets; text tokenized (or token ids taken as they are),
+//! joined by `<|endoftext|>` and packed into fixed-length contexts, in memory or streamed.
+//!
+//! Every command opens its corpus with [`CorpusSource::open`]; see `docs/corpora.md`.
+mod files;
+mod hub;
+mod open;
+mod parquet;
 mod shakespeare;
+mod stream;
+
+pub use files::{Compression, DataFile, Field, FileKind};
+pub use hub::HubDataset;
+pub use open::{CorpusSource, CorpusSpec, DEFAULT_TEXT_COLUMN};
+pub use stream::{is_heldout, ContextStream, ContextsStream, CorpusStream, PackOptions};
 
 use crate::error::{Error, Result};
 use crate::tokenizer::{Gpt2Tokenizer, END_OF_TEXT};
@@ -26,6 +39,18 @@ pub enum Split {
     All,
     Train,
     Heldout,
+}
+
+/// A token id read from a dataset, checked against GPT-2's vocabulary.
+pub(crate) fn token_id(id: i64) -> std::result::Result<u32, String> {
+    let vocab = i64::from(END_OF_TEXT) + 1;
+    if (0..vocab).contains(&id) {
+        Ok(id as u32)
+    } else {
+        Err(format!(
+            "token id {id} is outside GPT-2's vocabulary (0..{vocab})"
+        ))
+    }
 }
 
 /// The shipped default corpus (15 works of Shakespeare, 1.9 MB), one document per work.
@@ -148,6 +173,13 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 fn read_file_into(path: &Path, documents: &mut Vec<Document>) -> Result<()> {
+    if FileKind::of(path).is_some_and(|k| !k.in_memory()) {
+        return Err(Error::Corpus {
+            path: path.to_path_buf(),
+            message: "parquet and compressed JSONL are streamed: open them with CorpusSource::open"
+                .into(),
+        });
+    }
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     let name = path.display().to_string();
     if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {

@@ -7,11 +7,11 @@ use super::manifest::ShardInfo;
 use super::manifest::{dtype_name, CorpusInfo, Manifest, FORMAT, MANIFEST_FILE};
 use super::pipeline::{self, Plan};
 use super::shard_file::{self, shard_file_name, st_dtype_name, ShardLayout, ShardMeta};
-use crate::corpus::{Contexts, Corpus, Split};
+use crate::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use crate::error::{Error, Result};
+use crate::fsutil;
 use crate::gpt2::{Gpt2, HookPoint};
 use crate::models::{candle_dtype, load_model, open_device};
-use crate::{fsutil, Gpt2Tokenizer};
 use candle_core::DType;
 use eval::{ConfigSource, DeviceSpec, Dtype};
 use serde::{Deserialize, Serialize};
@@ -92,9 +92,16 @@ pub struct ExtractConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExtractData {
-    /// `default` (the shipped Shakespeare), a .txt/.jsonl file or a directory.
+    /// `default` (the shipped Shakespeare), a .txt / .jsonl / .jsonl.gz / .jsonl.zst / .parquet
+    /// file, a directory of them, or a hub dataset `hf:OWNER/NAME[/SUBDIR][@REVISION]`.
     #[serde(default = "default_corpus")]
     pub corpus: String,
+    /// The column (JSON field) holding the text; default `text`.
+    #[serde(default)]
+    pub text_column: Option<String>,
+    /// A column of token ids (a list of integers per row) used as they are, instead of text.
+    #[serde(default)]
+    pub token_column: Option<String>,
     /// `train`, `heldout` or `all`.
     #[serde(default = "default_split")]
     pub split: Split,
@@ -112,6 +119,17 @@ pub struct ExtractData {
     /// Cycle through the corpus until `max_tokens` (for benchmarks on a small corpus).
     #[serde(default)]
     pub repeat: bool,
+}
+
+impl ExtractData {
+    /// The corpus and its columns, as [`CorpusSource::open`] takes them.
+    pub fn spec(&self) -> CorpusSpec {
+        CorpusSpec {
+            corpus: self.corpus.clone(),
+            text_column: self.text_column.clone(),
+            token_column: self.token_column.clone(),
+        }
+    }
 }
 
 impl ExtractConfig {
@@ -226,8 +244,8 @@ fn remove_stale_temps(dir: &Path) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
-        if (name.starts_with("shard-") || name.starts_with(MANIFEST_FILE)) && name.ends_with(".tmp")
-        {
+        let target = runtime::fs::temp_target(&name).unwrap_or_default();
+        if target.starts_with("shard-") || target.starts_with(MANIFEST_FILE) {
             std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
         }
     }
@@ -326,9 +344,30 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         ));
     }
 
-    let corpus = Corpus::load(&cfg.data.corpus)?.split(cfg.data.split, cfg.data.held_out_fraction);
-    let stream = corpus.tokenize(&Gpt2Tokenizer::new()?)?;
-    let contexts = Contexts::pack(&stream, t, cfg.data.prepend_bos)?;
+    let source = CorpusSource::open(&cfg.data.spec())?;
+    let kept = t - usize::from(cfg.drop_bos);
+    // A streamed corpus is read only as far as `max_tokens` needs.
+    let needed = cfg
+        .data
+        .max_tokens
+        .filter(|_| source.is_streamed())
+        .map(|m| m.div_ceil(kept));
+    if source.is_streamed() && needed.is_none() {
+        return Err(Error::config(
+            "data.max_tokens",
+            format!(
+                "`{}` is streamed: say how many tokens to extract",
+                cfg.data.corpus
+            ),
+        ));
+    }
+    let pack = PackOptions {
+        split: cfg.data.split,
+        heldout_fraction: cfg.data.held_out_fraction,
+        context_len: t,
+        prepend_bos: cfg.data.prepend_bos,
+    };
+    let contexts = source.contexts(pack, needed)?;
     if contexts.is_empty() {
         return Err(Error::config(
             "data.corpus",
@@ -338,7 +377,6 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
             ),
         ));
     }
-    let kept = t - usize::from(cfg.drop_bos);
     let available = contexts.len() * kept;
     let total = match cfg.data.max_tokens {
         Some(m) if cfg.data.repeat => m,
@@ -352,8 +390,10 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         spec: cfg.data.corpus.clone(),
         split: cfg.data.split,
         heldout_fraction: cfg.data.held_out_fraction,
-        fingerprint: corpus.fingerprint(),
-        documents: corpus.documents.len(),
+        fingerprint: source.fingerprint(cfg.data.split, cfg.data.held_out_fraction)?,
+        documents: source
+            .documents(cfg.data.split, cfg.data.held_out_fraction)
+            .unwrap_or(0),
     };
     let decisive = serde_json::json!({
         "model": cfg.model, "model_dtype": cfg.model_dtype.name(), "weights": model_fingerprint(&model)?,

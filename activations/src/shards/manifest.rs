@@ -19,8 +19,9 @@ pub struct CorpusInfo {
     pub spec: String,
     pub split: crate::corpus::Split,
     pub heldout_fraction: f64,
-    /// sha256 of the documents used (see [`crate::corpus::Corpus::fingerprint`]).
+    /// sha256 of the documents used (see [`crate::corpus::CorpusSource::fingerprint`]).
     pub fingerprint: String,
+    /// Documents of the split; 0 for a streamed corpus, whose documents are not counted ahead.
     pub documents: usize,
 }
 

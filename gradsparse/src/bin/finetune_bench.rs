@@ -166,51 +166,42 @@ fn ef_only(args: &Args) -> anyhow::Result<()> {
             };
             let mut ef = gradsparse::ErrorFeedback::new(layout.clone(), None, &device)?;
             let mut opt = gradsparse::SparseAdamW::new(cfg.adamw(), n, &device)?;
-            let mut rows: Vec<[f64; 3]> = Vec::new();
-            let mut failure = None;
-            for i in 0..args.warmup + args.steps {
-                let mut step = || -> anyhow::Result<[f64; 3]> {
+            let step = |i: usize| -> anyhow::Result<[f64; 3]> {
+                device.synchronize()?;
+                let t0 = std::time::Instant::now();
+                let (update, sel) = if fused {
+                    let sel = ef.accumulate_select(
+                        grads,
+                        args.density,
+                        gradsparse::Scope::Global,
+                        &choice,
+                        i as u64,
+                    )?;
+                    (0.0, sel)
+                } else {
+                    ef.accumulate(grads)?;
                     device.synchronize()?;
-                    let t0 = std::time::Instant::now();
-                    let (update, sel) = if fused {
-                        let sel = ef.accumulate_select(
-                            grads,
-                            args.density,
-                            gradsparse::Scope::Global,
-                            &choice,
-                            i as u64,
-                        )?;
-                        (0.0, sel)
-                    } else {
-                        ef.accumulate(grads)?;
-                        device.synchronize()?;
-                        let update = t0.elapsed().as_secs_f64();
-                        let sel =
-                            ef.select(args.density, gradsparse::Scope::Global, &choice, i as u64)?;
-                        (update, sel)
-                    };
-                    device.synchronize()?;
-                    let t1 = std::time::Instant::now();
-                    opt.apply_selection(trainer.vars(), &mut ef, &sel, 1e-4)?;
-                    device.synchronize()?;
-                    let apply = t1.elapsed().as_secs_f64();
-                    Ok([update, (t1 - t0).as_secs_f64() - update, apply])
+                    let update = t0.elapsed().as_secs_f64();
+                    let sel =
+                        ef.select(args.density, gradsparse::Scope::Global, &choice, i as u64)?;
+                    (update, sel)
                 };
-                match step() {
-                    Ok(r) if i >= args.warmup => rows.push(r),
-                    Ok(_) => {}
-                    Err(e) => {
-                        failure = Some(format!("step {i}: {e}"));
-                        break;
-                    }
+                device.synchronize()?;
+                let t1 = std::time::Instant::now();
+                opt.apply_selection(trainer.vars(), &mut ef, &sel, 1e-4)?;
+                device.synchronize()?;
+                let apply = t1.elapsed().as_secs_f64();
+                Ok([update, (t1 - t0).as_secs_f64() - update, apply])
+            };
+            let rows = match timed_steps(args.warmup, args.steps, step) {
+                Ok(rows) => rows,
+                Err(why) => {
+                    println!(
+                        "| gradsparse {label} | {model_name} | {n} | {k} | failed: {why} | | | | |"
+                    );
+                    continue;
                 }
-            }
-            if let Some(why) = failure {
-                println!(
-                    "| gradsparse {label} | {model_name} | {n} | {k} | failed: {why} | | | | |"
-                );
-                continue;
-            }
+            };
             let ms = |j: usize| median(rows.iter().map(|r| r[j] * 1e3).collect());
             let (update, select, apply) = (ms(0), ms(1), ms(2));
             let both = median(rows.iter().map(|r| (r[0] + r[1]) * 1e3).collect());
@@ -294,6 +285,24 @@ fn pass_only(
     Ok(())
 }
 
+/// The results of steps `warmup..warmup + steps` of `step` (given the step number), or the first
+/// failure as the message of a failed row.
+fn timed_steps<T, E: std::fmt::Display>(
+    warmup: usize,
+    steps: usize,
+    mut step: impl FnMut(usize) -> Result<T, E>,
+) -> Result<Vec<T>, String> {
+    let mut kept = Vec::with_capacity(steps);
+    for i in 0..warmup + steps {
+        match step(i) {
+            Ok(r) if i >= warmup => kept.push(r),
+            Ok(_) => {}
+            Err(e) => return Err(format!("step {i}: {e}")),
+        }
+    }
+    Ok(kept)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     if v.is_empty() {
@@ -345,26 +354,18 @@ fn main() -> anyhow::Result<()> {
                 kind,
                 compare_with: None,
             });
-            let mut reports: Vec<StepReport> = Vec::new();
-            let mut failure = None;
-            for i in 0..args.warmup + args.steps {
-                match trainer.train_step() {
-                    Ok(r) if i >= args.warmup => reports.push(r),
-                    Ok(_) => {}
-                    Err(e) => {
-                        failure = Some(format!("step {i}: {e}"));
-                        break;
-                    }
-                }
-            }
             // A selector that fails (e.g. out of memory beside the training state) gets a row saying so.
-            if let Some(why) = failure {
-                println!(
-                    "| gradsparse {name} | {model_name} | {} | - | failed: {why} | | | | | |",
-                    trainer.layout().total()
-                );
-                continue;
-            }
+            let reports = timed_steps(args.warmup, args.steps, |_| trainer.train_step());
+            let reports: Vec<StepReport> = match reports {
+                Ok(reports) => reports,
+                Err(why) => {
+                    println!(
+                        "| gradsparse {name} | {model_name} | {} | - | failed: {why} | | | | | |",
+                        trainer.layout().total()
+                    );
+                    continue;
+                }
+            };
             let ms = |f: &dyn Fn(&StepReport) -> Duration| {
                 median(reports.iter().map(|r| f(r).as_secs_f64() * 1e3).collect())
             };

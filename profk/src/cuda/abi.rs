@@ -147,8 +147,7 @@ pub struct AccFilterArgs {
     pub count_nan: i32,
     pub last_attempt: i32,
     pub approximate: i32,
-    pub in_order: i32,
-    pub pad: i32,
+    pub pad: [i32; 2],
 }
 
 // SAFETY: plain-old-data records with the C layout of their kernel-side twins.

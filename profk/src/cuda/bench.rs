@@ -387,12 +387,7 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             .map(|_| input(&c.dims, c.dist, DType::F32, dev))
             .collect::<Result<_>>()?;
         let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
-        for (name, mask) in variants {
-            let opts = TopKOptions {
-                mode: c.mode,
-                ..Default::default()
-            };
-            let (ms, _, _, host) = skip::with(mask, || time_host(&xs, c.k, &opts, 20))?;
+        let mut row = |name: &str, ms: f64, host: f64| {
             writeln!(
                 out,
                 "| {} | {} | {} | {:.3} | {:.3} | {:.3} |",
@@ -400,19 +395,28 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             )
             .ok();
             eprintln!("{}", out.lines().last().unwrap_or(""));
+        };
+        for (name, mask) in variants {
+            let opts = TopKOptions {
+                mode: c.mode,
+                ..Default::default()
+            };
+            let (ms, _, _, host) = skip::with(mask, || time_host(&xs, c.k, &opts, 20))?;
+            row(name, ms, host);
         }
         // The order the SAE and error feedback ask for, and the default sample where the GPU plan
         // takes another.
         let rows = c.dims[..c.dims.len() - 1].iter().product::<usize>().max(1);
-        let (sel_n, sel_rows, eps) = match c.mode {
-            Mode::Flat => (n, 1, TopKOptions::default().eps),
-            Mode::Rowwise => (n / rows, rows, TopKOptions::default().eps / rows as f64),
-        };
         let index = TopKOptions {
             mode: c.mode,
             order: Order::Index,
             ..Default::default()
         };
+        let (sel_n, sel_rows) = match c.mode {
+            Mode::Flat => (n, 1),
+            Mode::Rowwise => (n / rows, rows),
+        };
+        let eps = index.row_budget(sel_rows);
         let gpu = crate::select::gpu_plan_for(sel_n, c.k, eps, sel_rows)?;
         let default: Plan =
             crate::params::cached(sel_n as u64, c.k as u64, eps, crate::params::Method::Exact)?
@@ -430,13 +434,7 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
         }
         for (name, plan) in extra {
             let (ms, _, _, host) = time_host_plan(&xs, c.k, &index, 20, plan)?;
-            writeln!(
-                out,
-                "| {} | {} | {} | {:.3} | {:.3} | {:.3} |",
-                c.label, c.k, name, ms, floor, host
-            )
-            .ok();
-            eprintln!("{}", out.lines().last().unwrap_or(""));
+            row(&name, ms, host);
         }
     }
     Ok(())
@@ -594,23 +592,18 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
             );
             let same = match (&want, &got) {
                 (Ok(w), Ok(g)) => {
-                    w.indices.to_vec1_flat()?
-                        == g.indices.to_device(&Device::Cpu)?.to_vec1_flat()?
-                        && w.values
-                            .to_dtype(DType::F64)?
-                            .flatten_all()?
+                    // Bit patterns, so that NaNs and signed zeros compare too.
+                    let bits = |t: &Tensor| -> Result<Vec<u64>> {
+                        let v = t.to_device(&Device::Cpu)?.to_dtype(DType::F64)?;
+                        Ok(v.flatten_all()?
                             .to_vec1::<f64>()?
                             .iter()
                             .map(|v| v.to_bits())
-                            .collect::<Vec<_>>()
-                            == g.values
-                                .to_device(&Device::Cpu)?
-                                .to_dtype(DType::F64)?
-                                .flatten_all()?
-                                .to_vec1::<f64>()?
-                                .iter()
-                                .map(|v| v.to_bits())
-                                .collect::<Vec<_>>()
+                            .collect())
+                    };
+                    w.indices.to_vec1_flat()?
+                        == g.indices.to_device(&Device::Cpu)?.to_vec1_flat()?
+                        && bits(&w.values)? == bits(&g.values)?
                 }
                 (Err(w), Err(g)) => w.to_string() == g.to_string(),
                 _ => false,

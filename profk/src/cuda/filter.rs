@@ -66,10 +66,6 @@ pub fn run(
     )
 }
 
-/// Set, this environment variable makes the fused pass deal its chunks to the blocks statically
-/// (block b takes chunks b, b + grid, ...) instead of in order from a counter: a benchmark switch.
-pub const STATIC_CHUNKS_ENV: &str = "PROFK_ACC_STATIC";
-
 /// The first attempt fused with the accumulation (one row: the flat residual): writes the updated
 /// residual and keeps the candidates, as [`run`] does on a dense input.
 pub fn run_accumulate(
@@ -96,8 +92,7 @@ pub fn run_accumulate(
         count_nan: p.count_nan as i32,
         last_attempt: p.last_attempt as i32,
         approximate: p.approximate as i32,
-        in_order: std::env::var_os(STATIC_CHUNKS_ENV).is_none() as i32,
-        pad: 0,
+        pad: [0; 2],
     };
     let grid = acc.nchunks.clamp(1, 2 * arena.sms as u64);
     arena.launch_struct(Family::Accumulate, "acc_filter", grid, 512, &args)

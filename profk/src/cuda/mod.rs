@@ -9,6 +9,7 @@
 //! the end to report NaN errors and fill [`SelectStats`].
 mod abi;
 pub(crate) mod accumulate;
+#[cfg(feature = "bench")]
 pub mod bench;
 mod filter;
 mod launch;
@@ -38,9 +39,10 @@ pub use launch::Arena as CallArena;
 /// when every row has passed, so the device path redraws once.
 pub const DEVICE_ATTEMPTS: u32 = 2;
 
-/// Stages a timing variant leaves out (bench only: the results of such a call are not meaningful).
+/// Stages a timing variant leaves out (the results of such a call are not meaningful). Only the
+/// `bench` feature can set them: without it `has` is a constant `false` and the production paths
+/// carry no check.
 pub mod skip {
-    use std::cell::Cell;
     pub const REDRAW: u32 = 1;
     pub const BUFFER: u32 = 2;
     pub const FALLBACK: u32 = 4;
@@ -48,16 +50,24 @@ pub mod skip {
     /// Not a skip: take the path of composites wider than 64 bits (rows over 2^32 f32 elements)
     /// even where 64 bits suffice, so that tests reach it with small inputs.
     pub const WIDE: u32 = 16;
-    thread_local!(static SKIP: Cell<u32> = const { Cell::new(0) });
+    #[cfg(feature = "bench")]
+    thread_local!(static SKIP: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
     /// Runs `f` with the given stages left out of every call on this thread.
+    #[cfg(feature = "bench")]
     pub fn with<R>(mask: u32, f: impl FnOnce() -> R) -> R {
         SKIP.with(|s| s.set(mask));
         let r = f();
         SKIP.with(|s| s.set(0));
         r
     }
+    #[cfg(feature = "bench")]
     pub(crate) fn has(bit: u32) -> bool {
         SKIP.with(|s| s.get() & bit != 0)
+    }
+    #[cfg(not(feature = "bench"))]
+    #[inline(always)]
+    pub(crate) const fn has(_bit: u32) -> bool {
+        false
     }
 }
 
@@ -168,7 +178,7 @@ pub(crate) fn topk(
 /// tensors on candle's stream; read the status when (and if) the statistics or the NaN check matter.
 pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferred> {
     let spec = RowsSpec::new(x.dims(), k, opts.mode)?;
-    let eps = crate::select::row_budget(opts.mode, opts.eps, spec.rows);
+    let eps = opts.row_budget(spec.rows);
     let plan = crate::select::gpu_plan_for(spec.n, k, eps, spec.rows)?;
     topk_deferred_spec(x, &spec, opts, plan, None)
 }
@@ -176,6 +186,7 @@ pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferre
 /// Only the first attempt of Prof-K with `plan` on every row of `x` (sample, threshold, filter and
 /// the k <= R <= M check; no redraw, buffer top-k, fallback or output sort): the statistics count
 /// each row's R < k and R > M once. The outputs of such a call are not meaningful.
+#[cfg(feature = "bench")]
 pub fn first_attempts(x: &Tensor, k: usize, plan: Plan, seed: u64) -> Result<SelectStats> {
     let opts = TopKOptions {
         seed,

@@ -180,7 +180,10 @@ pub fn cpu_params_for(n: usize, k: usize, eps: f64) -> Result<Option<params::Par
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
     }
-    Ok(worth_sampling(n, cpu::plan::params(n as u64, k as u64, eps)?))
+    Ok(worth_sampling(
+        n,
+        cpu::plan::params(n as u64, k as u64, eps)?,
+    ))
 }
 
 fn worth_sampling(n: usize, p: params::Params) -> Option<params::Params> {
@@ -233,7 +236,7 @@ impl Selection {
 /// i64, in `[0, n)` and distinct.
 pub fn topk(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<TopK> {
     let sel = validate(x, k, opts)?;
-    let eps = row_budget(opts.mode, opts.eps, sel.rows);
+    let eps = opts.row_budget(sel.rows);
     let plan = match x.device() {
         Device::Cpu => cpu_plan_for(sel.n, k, eps)?,
         _ => gpu_plan_for(sel.n, k, eps, sel.rows)?,
@@ -263,14 +266,6 @@ pub(crate) fn topk_on_plan(
 ) -> Result<TopK> {
     let sel = validate(x, k, opts)?;
     dispatch(x, &sel, opts, plan)
-}
-
-/// The failure budget of one row: row-wise mode splits the call's ε over the rows.
-pub fn row_budget(mode: Mode, eps: f64, rows: usize) -> f64 {
-    match mode {
-        Mode::Flat => eps,
-        Mode::Rowwise => eps / rows.max(1) as f64,
-    }
 }
 
 fn validate(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Selection> {

@@ -1,5 +1,5 @@
 //! One body of selection tests for every device: each `pub fn name(dev: &Device)` below runs through
-//! `test_device!`, which makes a `name::cpu` test and, with the `cuda` feature, a `name::cuda` test.
+//! `runtime::test_device!`, which makes a `name::cpu` test and, with the `cuda` feature, a `name::cuda` test.
 //! The reference is a full sort in f64 of the tensor's own values, written independently of the
 //! selector.
 #![allow(dead_code)]
@@ -9,29 +9,6 @@ use candle_core::{DType, Device, Tensor};
 use profk::{Mode, NanPolicy, Order, Selector, TopKOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-
-/// `test_device!(name, body)`: the test `name::cpu`, and `name::cuda` under the `cuda` feature.
-/// Declare the module with `#[macro_use] mod common;`.
-#[allow(unused_macros)]
-macro_rules! test_device {
-    ($name:ident, $body:path) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            #[test]
-            fn cpu() -> anyhow::Result<()> {
-                $body(&candle_core::Device::Cpu)
-            }
-
-            #[cfg(feature = "cuda")]
-            #[test]
-            fn cuda() -> anyhow::Result<()> {
-                $body(&candle_core::Device::new_cuda(0)?)
-            }
-        }
-    };
-}
 
 /// The dtypes a device supports (f64 on CPU only).
 pub fn dtypes(dev: &Device) -> Vec<DType> {

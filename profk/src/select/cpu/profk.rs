@@ -61,9 +61,11 @@ pub fn first_attempt_retained<T: Element, const MAG: bool>(
     seed: u64,
     plan: Plan,
 ) -> Result<u64, NanFound> {
-    Ok(sample_and_filter::<T, MAG>(row, row_id, seed, 0, plan, false)?
-        .0
-        .retained)
+    Ok(
+        sample_and_filter::<T, MAG>(row, row_id, seed, 0, plan, false)?
+            .0
+            .retained,
+    )
 }
 
 /// Stages 1 to 3 of one attempt: its sample, the threshold, the filter pass; and when the threshold
@@ -81,5 +83,8 @@ fn sample_and_filter<T: Element, const MAG: bool>(
     let thr =
         sample::threshold::<T, MAG>(row, &sampled, plan.t, nan_error).map_err(|_| NanFound)?;
     let sampled_at = Instant::now();
-    Ok((filter::filter::<T, MAG>(row, thr, plan.capacity), sampled_at))
+    Ok((
+        filter::filter::<T, MAG>(row, thr, plan.capacity),
+        sampled_at,
+    ))
 }

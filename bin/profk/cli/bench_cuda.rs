@@ -1,0 +1,80 @@
+//! `profk bench --device cuda`: the CUDA check and timing table (see profk::cuda::bench).
+use anyhow::bail;
+
+/// Options of the CUDA benchmark.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct CudaBenchArgs {
+    /// Compare every CUDA selector with the CPU path first, and stop on a mismatch.
+    #[arg(long)]
+    pub check: bool,
+    /// One k per size instead of the full grid.
+    #[arg(long)]
+    pub quick: bool,
+    /// Check one row of 2^32 + 4097 elements against the CPU path (~40 GB of device memory).
+    #[arg(long)]
+    pub big: bool,
+    /// Time Prof-K with stages left out instead of the grid.
+    #[arg(long)]
+    pub stages: bool,
+    /// Time only the target rows (2^30, and the flat 4096x2^16 and 8192x2^17 selections of the
+    /// SAE), in both output orders.
+    #[arg(long)]
+    pub targets: bool,
+    /// Only the checks, no timing table.
+    #[arg(long)]
+    pub no_table: bool,
+    /// Element type of the inputs: f32, f16 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+}
+
+#[cfg(all(feature = "cuda", feature = "bench"))]
+pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use candle_core::{DType, Device};
+    let dev = Device::new_cuda(0).context("opening CUDA device 0")?;
+    if args.check {
+        let fails = profk::cuda::bench::check(&dev)?;
+        if !fails.is_empty() {
+            for f in &fails {
+                eprintln!("MISMATCH {f}");
+            }
+            bail!("{} CUDA check(s) differ from the CPU path", fails.len());
+        }
+        println!("check: every CUDA selector equals the CPU path");
+    }
+    if args.big {
+        let fails = profk::cuda::bench::check_big(&dev)?;
+        if !fails.is_empty() {
+            bail!("CUDA differs from the CPU path on {}", fails.join(", "));
+        }
+        println!("check: n = 2^32 + 4097 equals the CPU path");
+    }
+    let dtype = match args.dtype.as_str() {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "bf16" => DType::BF16,
+        other => bail!("--dtype {other}: expected f32, f16 or bf16"),
+    };
+    if args.no_table {
+        return Ok(());
+    }
+    let mut table = String::new();
+    if args.stages {
+        profk::cuda::bench::run_stages(&dev, &mut table)?;
+    } else if args.targets {
+        profk::cuda::bench::run_targets(&dev, &mut table)?;
+    } else {
+        profk::cuda::bench::run_grid(&dev, args.quick, dtype, &mut table)?;
+    }
+    println!("{table}");
+    Ok(())
+}
+
+#[cfg(not(all(feature = "cuda", feature = "bench")))]
+pub fn run(_args: &CudaBenchArgs) -> anyhow::Result<()> {
+    bail!(
+        "this profk was built without its CUDA benchmarks: rebuild with --features cuda,bench \
+         (tools/cuda-toolchain.sh)"
+    )
+}

@@ -1,0 +1,152 @@
+//! `profk select`: the top k of one tensor of a safetensors file, written to another safetensors file.
+use anyhow::{bail, Context};
+use candle_core::{Device, Tensor};
+use profk::{Mode, NanPolicy, Order, Selector, TopKOptions};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct SelectArgs {
+    /// Safetensors file holding the input.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Name of the tensor to select from.
+    #[arg(long)]
+    pub tensor: String,
+    /// Elements to select per row (row-wise) or in all (flat).
+    #[arg(long)]
+    pub k: usize,
+    /// rowwise: one selection per row of the last dimension; flat: one over every element.
+    #[arg(long, value_enum, default_value = "rowwise")]
+    pub mode: ModeArg,
+    /// desc: values descending, ties by lowest index; index: ascending index.
+    #[arg(long, value_enum, default_value = "desc")]
+    pub order: OrderArg,
+    /// error: a NaN in the input is an error; largest: NaN ranks above +inf.
+    #[arg(long, value_enum, default_value = "error")]
+    pub nan: NanArg,
+    /// cpu or cuda (needs a build with the cuda feature).
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub device: DeviceArg,
+    /// profk, sort, select or radix: all give the same answer.
+    #[arg(long, value_enum, default_value = "profk")]
+    pub selector: SelectorArg,
+    /// Rank by magnitude; the values keep their sign.
+    #[arg(long)]
+    pub by_magnitude: bool,
+    /// Safetensors file to write "values" (input dtype) and "indices" (i64) to.
+    #[arg(long)]
+    pub output: PathBuf,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum ModeArg {
+    Rowwise,
+    Flat,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum OrderArg {
+    Desc,
+    Index,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum NanArg {
+    Error,
+    Largest,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum DeviceArg {
+    Cpu,
+    Cuda,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+pub enum SelectorArg {
+    Profk,
+    Sort,
+    Select,
+    Radix,
+}
+
+pub fn run(args: SelectArgs) -> anyhow::Result<()> {
+    // Before any work: an output that is the input (or a link to it) would destroy it.
+    let output = eval::check_output_path(&args.output, &[&args.input])?;
+    let device = open_device(args.device)?;
+    let x = load_tensor(&args.input, &args.tensor, &device)?;
+    let opts = TopKOptions {
+        selector: match args.selector {
+            SelectorArg::Profk => Selector::Profk,
+            SelectorArg::Sort => Selector::Sort,
+            SelectorArg::Select => Selector::Select,
+            SelectorArg::Radix => Selector::Radix,
+        },
+        mode: match args.mode {
+            ModeArg::Rowwise => Mode::Rowwise,
+            ModeArg::Flat => Mode::Flat,
+        },
+        order: match args.order {
+            OrderArg::Desc => Order::Desc,
+            OrderArg::Index => Order::Index,
+        },
+        nan: match args.nan {
+            NanArg::Error => NanPolicy::Error,
+            NanArg::Largest => NanPolicy::Largest,
+        },
+        by_magnitude: args.by_magnitude,
+        ..TopKOptions::default()
+    };
+    let out = profk::topk(&x, args.k, &opts).with_context(|| {
+        format!(
+            "selecting the top {} of '{}' {:?}",
+            args.k,
+            args.tensor,
+            x.dims()
+        )
+    })?;
+    let tensors = HashMap::from([
+        ("values".to_string(), out.values.to_device(&Device::Cpu)?),
+        ("indices".to_string(), out.indices.to_device(&Device::Cpu)?),
+    ]);
+    write_atomically(&tensors, &output)
+}
+
+fn open_device(device: DeviceArg) -> anyhow::Result<Device> {
+    match device {
+        DeviceArg::Cpu => Ok(Device::Cpu),
+        DeviceArg::Cuda if cfg!(feature = "cuda") => {
+            Device::new_cuda(0).context("opening CUDA device 0")
+        }
+        DeviceArg::Cuda => {
+            bail!("--device cuda: this profk was built without CUDA; rebuild with --features cuda")
+        }
+    }
+}
+
+fn load_tensor(path: &Path, name: &str, device: &Device) -> anyhow::Result<Tensor> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let file = candle_core::safetensors::SliceSafetensors::new(&bytes)
+        .with_context(|| format!("{} is not a valid safetensors file", path.display()))?;
+    if file.get(name).is_err() {
+        let mut names: Vec<String> = file.tensors().into_iter().map(|(n, _)| n).collect();
+        names.sort();
+        bail!(
+            "{} holds no tensor '{name}' (it holds {names:?})",
+            path.display()
+        );
+    }
+    file.load(name, device)
+        .with_context(|| format!("loading '{name}' from {}", path.display()))
+}
+
+/// Writes through `runtime::fs`: a reader never sees a partial file, and a failure leaves nothing
+/// behind.
+fn write_atomically(tensors: &HashMap<String, Tensor>, path: &Path) -> anyhow::Result<()> {
+    if path.file_name().is_none() {
+        bail!("--output {} names no file", path.display());
+    }
+    runtime::fs::write_atomic_via(path, |tmp| candle_core::safetensors::save(tensors, tmp))?;
+    Ok(())
+}
