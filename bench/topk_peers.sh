@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# GPU side of the peer comparison, one element type per device call (each well under 10 min): Prof-K's
-# grid (`profk bench --device cuda --quick`) and, case by case in processes of their own under a
+# GPU side of the peer comparison, one element type per device call (each under 10 min): Prof-K on
+# the peers' shapes (`profk bench --device cuda --peers`) and, case by case in processes of their own under a
 # timeout, torch.topk, FlashInfer (deterministic and not) and CUB DeviceTopK on the shapes of issue
 # 15's table; then the joined table (bench/topk_table.py). Runs from the repository root on the GPU
 # machine with .devbin/topk_peers.xz (bench/build_topk_peers.sh) and .devbin/pk/profk.xz
 # (bench/profk_pack.sh) carried:
-#   bash bench/topk_peers.sh f32     # then bf16, f16; each appends to $OUT/topk_peers/peers.jsonl
-# A case that hangs, faults or runs out of memory still leaves its JSON line (ok = false).
+#   bash bench/topk_peers.sh f32 single; bash bench/topk_peers.sh f32 rows; then bf16, f16
+# (GROUP single: one-row and flat shapes; rows: batched and masked rows; none: both). Each call
+# appends to $OUT/topk_peers/peers.jsonl. A case that hangs, faults or runs out of memory still
+# leaves its JSON line (ok = false).
 set -uo pipefail
 DTYPE=${1:-f32}
-case $DTYPE in f32 | bf16 | f16) ;; *) echo "usage: bench/topk_peers.sh f32|bf16|f16" >&2; exit 2 ;; esac
+GROUP=${2:-all}
+case $DTYPE in f32 | bf16 | f16) ;; *) echo "usage: bench/topk_peers.sh f32|bf16|f16 [single|rows]" >&2; exit 2 ;; esac
 LOG=${OUT:-/tmp/out}/topk_peers
 mkdir -p "$LOG"
 . bench/lib.sh
@@ -51,17 +54,24 @@ every() {
 START=$SECONDS
 GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 if [ -x "$B/profk" ]; then
-  step "Prof-K grid ($DTYPE)" 300 "profk-$DTYPE" "$B/profk" bench --device cuda --quick --dtype "$DTYPE"
+  step "Prof-K on the peers' shapes ($DTYPE)" 180 "profk-$DTYPE" "$B/profk" bench --device cuda --peers --dtype "$DTYPE"
 fi
-if [ "$DTYPE" = f32 ]; then
-  for lg in 24 28 30; do every "2^$lg" 1 $((1 << lg)) 8192; done
-  for k in 64 1024; do every 16x2^20 16 $((1 << 20)) $k; done
+# f32 has every shape of issue 15's table; bf16 and f16 the batched, masked and flat ones.
+if [ "$GROUP" != rows ]; then
+  if [ "$DTYPE" = f32 ]; then
+    for lg in 24 28 30; do every "2^$lg" 1 $((1 << lg)) 8192; done
+  fi
+  every "flat 8192x2^17" 1 $((1 << 30)) 262144
 fi
-every "flat 8192x2^17" 1 $((1 << 30)) 262144
-for k in 64 1024; do every 1024x2^18 1024 $((1 << 18)) $k; done
-for k in 64 1024; do every 128x2^20 128 $((1 << 20)) $k; done
-for k in 64 512; do every "masked 8192x32768" 8192 32768 $k --masked; done
+if [ "$GROUP" != single ]; then
+  if [ "$DTYPE" = f32 ]; then
+    for k in 64 1024; do every 16x2^20 16 $((1 << 20)) $k; done
+  fi
+  for k in 64 1024; do every 1024x2^18 1024 $((1 << 18)) $k; done
+  for k in 64 1024; do every 128x2^20 128 $((1 << 20)) $k; done
+  for k in 64 512; do every "masked 8192x32768" 8192 32768 $k --masked; done
+fi
 
-echo "## Top-k peers ($DTYPE) on $GPU ($(date -u +%F\ %H:%M) UTC), total $((SECONDS - START)) s"
+echo "## Top-k peers ($DTYPE, $GROUP) on $GPU ($(date -u +%F\ %H:%M) UTC), total $((SECONDS - START)) s"
 printf '%s\n' "${SUMMARY[@]}"
 python3 bench/topk_table.py "$LOG"

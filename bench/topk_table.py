@@ -4,7 +4,7 @@
     python3 bench/topk_table.py LOG_DIR
 
 LOG_DIR (bench/topk_peers.sh's) holds peers.jsonl, one line per peer measurement, and
-profk-DTYPE.log, the markdown table of `profk bench --device cuda --quick --dtype DTYPE`, whose
+profk-DTYPE.log, the markdown table of `profk bench --device cuda --peers --dtype DTYPE`, whose
 Profk rows give Prof-K's milliseconds and aux memory. Prints one markdown row per (shape, k, dtype)
 the peers measured: every peer's milliseconds (or why it has none), the fastest peer, the ratio
 Prof-K / fastest, and the issue's target with whether Prof-K meets it.

@@ -23,7 +23,7 @@ pub enum Input {
     Normal,
     /// Every value equal: the whole row ties with the threshold.
     Constant,
-    /// The top quarter of each row equal (1.0) above normals: many ties at the threshold.
+    /// Every fourth element 1.0, the rest normals below it: the threshold falls among n/4 ties.
     TiesAtThreshold,
     /// Ascending values.
     Sorted,
