@@ -240,3 +240,164 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
     ensure!(out["values"].to_vec1::<f32>()? == [3.0]);
     Ok(())
 }
+
+#[test]
+fn params_device_shows_the_plan_of_that_path() -> Result<()> {
+    let run = profk(&[
+        "params", "--n", "2^16", "--k", "256", "--device", "cuda", "--rows", "1024", "--json",
+    ])?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&run.stdout)?;
+    let plan = profk::gpu_params_for(1 << 16, 256, 1e-3 / 1024.0, 1024)?
+        .ok_or_else(|| anyhow::anyhow!("the CUDA path does not sample here"))?;
+    ensure!(shown["plan"] == serde_json::to_value(plan)?, "{shown}");
+    ensure!(
+        shown["plan"]["p_recall_fail"].as_f64() > Some(0.0),
+        "{shown}"
+    );
+    let short = profk(&["params", "--n", "4096", "--k", "8", "--device", "cpu"])?;
+    ensure!(
+        String::from_utf8_lossy(&short.stdout).contains("exact selection without sampling"),
+        "{}",
+        String::from_utf8_lossy(&short.stdout)
+    );
+    Ok(())
+}
+
+#[test]
+fn epsilon_counts_first_attempts_on_the_cpu() -> Result<()> {
+    let run = profk(&[
+        "epsilon",
+        "--device",
+        "cpu",
+        "--n",
+        "2^14",
+        "--k",
+        "512",
+        "--rows",
+        "50",
+        "--attempts",
+        "100",
+        "--sample",
+        "512",
+        "--eps",
+        "0.3",
+        "--inputs",
+        "normal,infinities",
+        "--json",
+    ])?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&run.stdout)
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<std::result::Result<_, _>>()?;
+    ensure!(lines.len() == 2, "{lines:?}");
+    ensure!(lines[1]["input"] == "infinities" && lines[1]["attempts"] == 100);
+    let bad = profk(&["epsilon", "--device", "cpu", "--inputs", "nope"])?;
+    ensure!(!bad.status.success());
+    ensure!(String::from_utf8_lossy(&bad.stderr).contains("--inputs nope"));
+    Ok(())
+}
+
+/// `profk params`: its JSON object, its table and its errors.
+mod params_cli {
+    use profk::params::{self, Method};
+
+    fn run_cli(args: &[&str]) -> std::process::Output {
+        std::process::Command::new(env!("CARGO_BIN_EXE_profk"))
+            .arg("params")
+            .args(args)
+            .output()
+            .expect("running profk")
+    }
+
+    #[test]
+    fn cli_json_is_one_object_with_the_documented_keys() {
+        for (flags, method) in [
+            (&[][..], Method::Exact),
+            (&["--exact"][..], Method::Exact),
+            (&["--fast"][..], Method::Fast),
+        ] {
+            let mut args = vec!["--n", "2^24", "--k", "1000", "--eps", "1e-4", "--json"];
+            args.extend_from_slice(flags);
+            let out = run_cli(&args);
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let stdout = String::from_utf8(out.stdout).unwrap();
+            assert_eq!(stdout.trim().lines().count(), 1, "{stdout}");
+            let value: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+            let object = value.as_object().unwrap();
+            let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+            keys.sort_unstable();
+            assert_eq!(
+                keys,
+                [
+                    "capacity",
+                    "eps",
+                    "k",
+                    "n",
+                    "p_overflow",
+                    "p_recall_fail",
+                    "sample",
+                    "t"
+                ]
+            );
+            let expected = match method {
+                Method::Exact => params::exact(1 << 24, 1000, 1e-4, None).unwrap(),
+                Method::Fast => params::fast(1 << 24, 1000, 1e-4, None).unwrap(),
+            };
+            assert_eq!(value, serde_json::to_value(expected).unwrap());
+        }
+    }
+
+    #[test]
+    fn cli_table_and_sample_override() {
+        let out = run_cli(&["--n", "1000000", "--k", "100", "--sample", "5000"]);
+        assert!(out.status.success());
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        let expected = params::exact(1_000_000, 100, 1e-3, Some(5000)).unwrap();
+        for needle in [
+            format!("sample S       {}", expected.sample),
+            format!("threshold t    {}", expected.t),
+            format!("capacity M     {}", expected.capacity),
+            "Pr(R < k)".to_string(),
+            "Pr(R > M)".to_string(),
+        ] {
+            assert!(
+                stdout.contains(&needle),
+                "{needle:?} missing from\n{stdout}"
+            );
+        }
+    }
+
+    #[test]
+    fn cli_errors_are_one_line_with_nonzero_exit() {
+        for args in [
+            &["--n", "10", "--k", "11"][..],
+            &["--n", "10", "--k", "3", "--eps", "2"][..],
+            &["--n", "10", "--k", "3", "--exact", "--fast"][..],
+            &["--n", "2^70", "--k", "3"][..],
+        ] {
+            let out = run_cli(args);
+            assert!(!out.status.success(), "{args:?}");
+            assert!(out.stdout.is_empty(), "{args:?}");
+            let stderr = String::from_utf8(out.stderr).unwrap();
+            assert!(!stderr.trim().is_empty(), "{args:?}");
+            if args.len() == 4 && args[3] == "11" {
+                assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+                assert!(stderr.contains("k = 11"), "{stderr}");
+            }
+        }
+    }
+}

@@ -5,8 +5,14 @@ Median milliseconds over CUDA-event-timed calls after a warm-up, inputs rotated,
 device memory of one call. Prints a markdown table (stdout) in the columns of profk's table.
 
     python3 bench/peers/torch_topk.py [--quick | --targets] [--dtype f32|f16|bf16]
+
+With --case, one case of bench/topk_peers.sh instead, with the flags of bench/peers/topk_peers.cu,
+checked against a sort of every row, as one JSON line (also on failure):
+
+    python3 bench/peers/torch_topk.py --case --shape LABEL --rows R --n N --k K --dtype D [--masked]
 """
 import argparse
+import json
 import math
 
 import torch
@@ -75,13 +81,55 @@ def timed(fn, xs, reps):
     return times[len(times) // 2], peak
 
 
+def checked(x, values, indices, k):
+    """None when every row's values are its top-k multiset and the indices distinct and pointing at
+    them; else what differs."""
+    if not torch.equal(torch.gather(x, -1, indices), values):
+        return "check: values differ from the input at their indices"
+    if k > 1 and not bool((torch.sort(indices, dim=-1).values.diff(dim=-1) > 0).all()):
+        return "check: a row repeats an index"
+    want = torch.sort(x, dim=-1, descending=True).values[:, :k]
+    if not torch.equal(torch.sort(values, dim=-1, descending=True).values, want):
+        return "check: values are not the top-k multiset of their row"
+    return None
+
+
+def case(args, dtype):
+    """One case: torch.topk on [rows, n], timed and checked, reported as one JSON line."""
+    line = {"peer": "torch", "shape": args.shape, "rows": args.rows, "n": args.n, "k": args.k,
+            "dtype": args.dtype, "masked": args.masked, "ms": None, "aux_bytes": 0, "ok": False,
+            "error": None}
+    try:
+        dims = [args.rows, args.n]
+        dist = "masked" if args.masked else "normal"
+        xs = [make(dims, dist, dtype) for _ in range(3 if args.rows * args.n * 4 * 3 <= 1 << 30 else 1)]
+        fn = lambda x: torch.topk(x, args.k, dim=-1)
+        values, indices = fn(xs[0])
+        line["error"] = checked(xs[0], values, indices, args.k)
+        del values, indices
+        line["ms"], line["aux_bytes"] = timed(fn, xs, args.reps)
+        line["ok"] = line["error"] is None
+    except Exception as e:  # an OOM or a launch failure is a result of this peer, not a crash
+        line["error"] = f"{type(e).__name__}: {e}".splitlines()[0]
+    print(json.dumps(line), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--targets", action="store_true", help="only the target rows, torch.topk only")
     ap.add_argument("--dtype", default="f32", choices=["f32", "f16", "bf16"])
+    ap.add_argument("--case", action="store_true", help="one case as a JSON line (flags below)")
+    ap.add_argument("--shape", default="")
+    ap.add_argument("--rows", type=int, default=1)
+    ap.add_argument("--n", type=int, default=1 << 20)
+    ap.add_argument("--k", type=int, default=64)
+    ap.add_argument("--masked", action="store_true")
+    ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
     dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    if args.case:
+        return case(args, dtype)
     print(f"# torch {torch.__version__} on {torch.cuda.get_device_name()}")
     print("| shape | mode | dist | k | selector | ms | GB/s | of read BW | aux MB |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -18,6 +18,8 @@ enum Command {
     Select(cli::select::SelectArgs),
     /// Time Prof-K against the baselines and print a table.
     Bench(cli::bench::BenchArgs),
+    /// Count the failures of many first attempts against the plan's exact probabilities.
+    Epsilon(cli::epsilon::EpsilonArgs),
 }
 
 fn main() {
@@ -26,6 +28,7 @@ fn main() {
         Command::Params(args) => cli::params::run(args),
         Command::Select(args) => cli::select::run(args),
         Command::Bench(args) => cli::bench::run(args),
+        Command::Epsilon(args) => cli::epsilon::run(args),
     };
     if let Err(err) = result {
         eprintln!("profk: {err:#}");

@@ -8,6 +8,7 @@
 pub mod accumulate;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod epsilon;
 pub mod error;
 pub mod options;
 pub mod params;
@@ -17,6 +18,6 @@ pub use accumulate::{accumulate, topk_accumulate, Accumulation, FlatSpans};
 pub use error::{Error, Result};
 pub use options::{Mode, NanPolicy, Order, Selector, TopKOptions};
 pub use select::{
-    cpu_plan_for, gpu_plan_for, plan_for, topk, topk_gather, topk_with_plan, Plan, SelectStats,
-    TopK, MAX_ATTEMPTS,
+    cpu_params_for, cpu_plan_for, gpu_params_for, gpu_plan_for, plan_for, topk, topk_gather,
+    topk_with_plan, Plan, SelectStats, TopK, MAX_ATTEMPTS,
 };

@@ -69,7 +69,7 @@ pub struct TopKOptions {
 
 impl TopKOptions {
     /// The failure budget of one row: row-wise mode splits ε over the rows.
-    pub(crate) fn row_budget(&self, rows: usize) -> f64 {
+    pub fn row_budget(&self, rows: usize) -> f64 {
         match self.mode {
             Mode::Flat => self.eps,
             Mode::Rowwise => self.eps / rows.max(1) as f64,

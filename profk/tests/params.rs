@@ -1,6 +1,6 @@
 //! Prof-K parameters checked against values computed another way: exact integer pmf sums for small
 //! N, a product-form pmf recurrence for large N, statrs where it is accurate, brute-force searches
-//! for t* and M*, and the `profk params` command line.
+//! for t* and M* (the `profk params` command line is tested beside the binary, tests/profk_cli.rs).
 
 use profk::params::{
     self, cached, failure_probabilities, sample_size, CostModel, Hypergeometric, Method, Params,
@@ -501,95 +501,5 @@ fn cached_parameters_equal_fresh_ones_across_threads() {
         .collect();
     for handle in handles {
         assert_eq!(handle.join().unwrap(), expected);
-    }
-}
-
-fn run_cli(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_profk"))
-        .arg("params")
-        .args(args)
-        .output()
-        .expect("running profk")
-}
-
-#[test]
-fn cli_json_is_one_object_with_the_documented_keys() {
-    for (flags, method) in [
-        (&[][..], Method::Exact),
-        (&["--exact"][..], Method::Exact),
-        (&["--fast"][..], Method::Fast),
-    ] {
-        let mut args = vec!["--n", "2^24", "--k", "1000", "--eps", "1e-4", "--json"];
-        args.extend_from_slice(flags);
-        let out = run_cli(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        assert_eq!(stdout.trim().lines().count(), 1, "{stdout}");
-        let value: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-        let object = value.as_object().unwrap();
-        let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
-        keys.sort_unstable();
-        assert_eq!(
-            keys,
-            [
-                "capacity",
-                "eps",
-                "k",
-                "n",
-                "p_overflow",
-                "p_recall_fail",
-                "sample",
-                "t"
-            ]
-        );
-        let expected = match method {
-            Method::Exact => params::exact(1 << 24, 1000, 1e-4, None).unwrap(),
-            Method::Fast => params::fast(1 << 24, 1000, 1e-4, None).unwrap(),
-        };
-        assert_eq!(value, serde_json::to_value(expected).unwrap());
-    }
-}
-
-#[test]
-fn cli_table_and_sample_override() {
-    let out = run_cli(&["--n", "1000000", "--k", "100", "--sample", "5000"]);
-    assert!(out.status.success());
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let expected = params::exact(1_000_000, 100, 1e-3, Some(5000)).unwrap();
-    for needle in [
-        format!("sample S       {}", expected.sample),
-        format!("threshold t    {}", expected.t),
-        format!("capacity M     {}", expected.capacity),
-        "Pr(R < k)".to_string(),
-        "Pr(R > M)".to_string(),
-    ] {
-        assert!(
-            stdout.contains(&needle),
-            "{needle:?} missing from\n{stdout}"
-        );
-    }
-}
-
-#[test]
-fn cli_errors_are_one_line_with_nonzero_exit() {
-    for args in [
-        &["--n", "10", "--k", "11"][..],
-        &["--n", "10", "--k", "3", "--eps", "2"][..],
-        &["--n", "10", "--k", "3", "--exact", "--fast"][..],
-        &["--n", "2^70", "--k", "3"][..],
-    ] {
-        let out = run_cli(args);
-        assert!(!out.status.success(), "{args:?}");
-        assert!(out.stdout.is_empty(), "{args:?}");
-        let stderr = String::from_utf8(out.stderr).unwrap();
-        assert!(!stderr.trim().is_empty(), "{args:?}");
-        if args.len() == 4 && args[3] == "11" {
-            assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-            assert!(stderr.contains("k = 11"), "{stderr}");
-        }
     }
 }

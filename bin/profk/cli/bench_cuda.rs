@@ -20,6 +20,9 @@ pub struct CudaBenchArgs {
     /// SAE), in both output orders.
     #[arg(long)]
     pub targets: bool,
+    /// Time only Prof-K on the shapes of the peer comparison (bench/topk_peers.sh).
+    #[arg(long)]
+    pub peers: bool,
     /// Only the checks, no timing table.
     #[arg(long)]
     pub no_table: bool,
@@ -62,6 +65,8 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     let mut table = String::new();
     if args.stages {
         profk::cuda::bench::run_stages(&dev, &mut table)?;
+    } else if args.peers {
+        profk::cuda::bench::run_peers(&dev, dtype, &mut table)?;
     } else if args.targets {
         profk::cuda::bench::run_targets(&dev, &mut table)?;
     } else {

@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use profk::params::{self, Params};
+use profk::{Mode, TopKOptions};
 
 #[derive(clap::Args)]
 pub struct ParamsArgs {
@@ -23,12 +24,37 @@ pub struct ParamsArgs {
     /// Closed-form t and M of Algorithm 1.
     #[arg(long)]
     fast: bool,
+    /// The plan a device's selection path takes for a call of --rows rows of n (row-wise: ε is the
+    /// call's budget, split over the rows), instead of Theorem 4 with the default sample size.
+    #[arg(long, value_enum, conflicts_with_all = ["sample", "exact", "fast"])]
+    device: Option<PlanDevice>,
+    /// Rows of the call, with --device.
+    #[arg(long, default_value_t = 1, value_parser = parse_count, requires = "device")]
+    rows: u64,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum PlanDevice {
+    Cpu,
+    Cuda,
+}
+
+impl PlanDevice {
+    pub fn name(self) -> &'static str {
+        match self {
+            PlanDevice::Cpu => "cpu",
+            PlanDevice::Cuda => "cuda",
+        }
+    }
+}
+
 pub fn run(args: ParamsArgs) -> anyhow::Result<()> {
+    if let Some(device) = args.device {
+        return run_device(&args, device);
+    }
     let params = if args.fast {
         params::fast(args.n, args.k, args.eps, args.sample)?
     } else {
@@ -52,6 +78,50 @@ pub fn run(args: ParamsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The plan of `device`'s path, computed by the function that plans its calls.
+fn run_device(args: &ParamsArgs, device: PlanDevice) -> anyhow::Result<()> {
+    let rows = usize::try_from(args.rows.max(1)).context("--rows does not fit in memory")?;
+    let n = usize::try_from(args.n).context("--n does not fit in memory")?;
+    let k = usize::try_from(args.k).context("--k does not fit in memory")?;
+    anyhow::ensure!(k <= n, "--k {k} exceeds the --n {n} elements of a row");
+    let call = TopKOptions {
+        mode: Mode::Rowwise,
+        eps: args.eps,
+        ..TopKOptions::default()
+    };
+    let row_eps = call.row_budget(rows);
+    let plan = match device {
+        PlanDevice::Cpu => profk::cpu_params_for(n, k, row_eps)?,
+        PlanDevice::Cuda => profk::gpu_params_for(n, k, row_eps, rows)?,
+    };
+    if args.json {
+        // The call, the budget of one row and the plan (null: exact selection without sampling).
+        let shown = serde_json::json!({
+            "device": device.name(), "rows": rows, "row_eps": row_eps, "plan": plan,
+        });
+        println!("{shown}");
+        return Ok(());
+    }
+    let path = match device {
+        PlanDevice::Cpu => "cpu (the plan of the CPU path)",
+        PlanDevice::Cuda => "cuda (the plan of the CUDA path)",
+    };
+    println!("device         {path}");
+    println!("rows           {rows}");
+    println!("eps per row    {row_eps:e}");
+    match plan {
+        Some(p) => print_table(&p, "exact (Theorem 4) for the sample size of this path"),
+        None => {
+            println!("n              {n}");
+            println!("k              {k}");
+            println!(
+                "plan           exact selection without sampling (short rows or k close to n)"
+            );
+        }
+    }
+    Ok(())
+}
+
 fn print_table(p: &Params, method: &str) {
     println!("method         {method}");
     println!("n              {}", p.n);
@@ -71,7 +141,7 @@ fn print_table(p: &Params, method: &str) {
 }
 
 /// A non-negative integer, written plainly or as base^exponent.
-fn parse_count(text: &str) -> Result<u64, String> {
+pub fn parse_count(text: &str) -> Result<u64, String> {
     let parsed = match text.split_once('^') {
         Some((base, exponent)) => {
             let base: u64 = base

@@ -217,22 +217,61 @@ pub fn time_host_plan(
 
 /// Prints the timing table; `selectors` picks the columns.
 pub fn run_grid(dev: &Device, quick: bool, dtype: DType, out: &mut String) -> Result<()> {
+    run_cases(dev, grid(quick), false, dtype, out)
+}
+
+/// The shapes the peers are measured on (bench/topk_peers.sh): single rows of 2^24, 2^28 and 2^30
+/// at k = 8192, the batched and masked rows, and the flat 8192x2^17 selection.
+pub fn peer_cases() -> Vec<Case> {
+    const LABELS: [&str; 8] = [
+        "2^24",
+        "2^28",
+        "2^30",
+        "16x2^20",
+        "128x2^20",
+        "1024x2^18",
+        "flat 8192x2^17",
+        "masked 8192x32768",
+    ];
+    grid(true)
+        .into_iter()
+        .filter(|c| LABELS.contains(&c.label.as_str()))
+        .filter(|c| matches!(c.dist, Dist::Normal | Dist::Masked))
+        .collect()
+}
+
+/// Prof-K alone on [`peer_cases`], in the columns of [`run_grid`].
+pub fn run_peers(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
+    run_cases(dev, peer_cases(), true, dtype, out)
+}
+
+/// The timing table over `cases`: Prof-K, and unless `profk_only` the `radix` and `sort` baselines.
+fn run_cases(
+    dev: &Device,
+    cases: Vec<Case>,
+    profk_only: bool,
+    dtype: DType,
+    out: &mut String,
+) -> Result<()> {
     writeln!(
         out,
         "| shape | mode | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |"
     )
     .ok();
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|").ok();
-    for c in grid(quick) {
+    for c in cases {
         let n: usize = c.dims.iter().product();
         let inputs = if n >= 1 << 30 { 1 } else { 3 };
         let xs: Vec<Tensor> = (0..inputs)
             .map(|_| input(&c.dims, c.dist, dtype, dev))
             .collect::<Result<_>>()?;
         let reps = if n >= 1 << 28 { 10 } else { 30 };
-        let mut sels = vec![Selector::Profk, Selector::Radix];
-        if c.k == 1 << 13 || c.dims.len() > 1 {
-            sels.push(Selector::Sort);
+        let mut sels = vec![Selector::Profk];
+        if !profk_only {
+            sels.push(Selector::Radix);
+            if c.k == 1 << 13 || c.dims.len() > 1 {
+                sels.push(Selector::Sort);
+            }
         }
         for s in sels {
             if s == Selector::Sort && n > 1 << 30 {

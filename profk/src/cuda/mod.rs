@@ -183,6 +183,25 @@ pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferre
     topk_deferred_spec(x, &spec, opts, plan, None)
 }
 
+/// Only the first attempt of Prof-K with `plan` on every row of `x` (sample, threshold, filter and
+/// the k <= R <= M check; no redraw, buffer top-k, fallback or output sort): the statistics count
+/// each row's R < k and R > M once. The outputs of such a call are not meaningful.
+#[cfg(feature = "bench")]
+pub fn first_attempts(x: &Tensor, k: usize, plan: Plan, seed: u64) -> Result<SelectStats> {
+    let opts = TopKOptions {
+        seed,
+        nan: NanPolicy::Largest,
+        ..TopKOptions::default()
+    };
+    let spec = RowsSpec::new(x.dims(), k, crate::Mode::Rowwise)?;
+    let stages = skip::REDRAW | skip::BUFFER | skip::FALLBACK | skip::OUTPUT;
+    skip::with(stages, || {
+        topk_deferred_spec(x, &spec, &opts, Some(plan), None)?
+            .status
+            .read()
+    })
+}
+
 pub(crate) fn suffix(dtype: DType) -> Result<(&'static str, u32)> {
     match dtype {
         DType::F32 => Ok(("f32", 32)),

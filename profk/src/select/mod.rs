@@ -135,12 +135,19 @@ pub fn plan_for(n: usize, k: usize, eps: f64) -> Result<Option<Plan>> {
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
     }
-    worth_sampling(n, params::cached(n as u64, k as u64, eps, Method::Exact)?)
+    Ok(worth_sampling(n, params::cached(n as u64, k as u64, eps, Method::Exact)?).map(Plan::from))
 }
 
-/// [`plan_for`] on a GPU, for `rows` rows: among the default sample size, [`GPU_FUSED_SAMPLE`] and,
-/// for a single row, a few larger sizes (at most n/64), the exact parameters of least [`gpu_cost`].
+/// [`plan_for`] on a GPU, for `rows` rows: the plan of [`gpu_params_for`].
 pub fn gpu_plan_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<Plan>> {
+    Ok(gpu_params_for(n, k, eps, rows)?.map(Plan::from))
+}
+
+/// The parameters, with their exact failure probabilities, of the plan the CUDA path takes for
+/// `rows` rows of `n` with budget `eps` per row: among the default sample size, [`GPU_FUSED_SAMPLE`]
+/// and, for a single row, a few larger sizes (at most n/64), the exact parameters of least
+/// [`gpu_cost`]; `None` when exact selection is cheaper.
+pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<params::Params>> {
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
     }
@@ -159,23 +166,32 @@ pub fn gpu_plan_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<
             best = p;
         }
     }
-    worth_sampling(n, best)
+    Ok(worth_sampling(n, best))
 }
 
-/// [`plan_for`] with the CPU's sample size (see `cpu::plan`).
+/// [`plan_for`] with the CPU's sample size: the plan of [`cpu_params_for`].
 pub fn cpu_plan_for(n: usize, k: usize, eps: f64) -> Result<Option<Plan>> {
+    Ok(cpu_params_for(n, k, eps)?.map(Plan::from))
+}
+
+/// The parameters, with their exact failure probabilities, of the plan the CPU path takes (see
+/// `cpu::plan`); `None` when exact selection is cheaper.
+pub fn cpu_params_for(n: usize, k: usize, eps: f64) -> Result<Option<params::Params>> {
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
     }
-    worth_sampling(n, cpu::plan::params(n as u64, k as u64, eps)?)
+    Ok(worth_sampling(
+        n,
+        cpu::plan::params(n as u64, k as u64, eps)?,
+    ))
 }
 
-fn worth_sampling(n: usize, p: params::Params) -> Result<Option<Plan>> {
+fn worth_sampling(n: usize, p: params::Params) -> Option<params::Params> {
     // A sample plus a buffer over half the row would do the work of a full selection twice.
     if p.is_full_selection() || p.sample.saturating_add(p.capacity) >= n as u64 / 2 {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(p.into()))
+    Some(p)
 }
 
 /// How the elements are grouped: `rows` selections of `n` elements each.

@@ -184,6 +184,25 @@ fn select_row<T: Element, const MAG: bool>(
     Ok(RowOut { indices, stats })
 }
 
+/// R of Prof-K's first attempt with `plan` on every row of `x` (a contiguous f32 CPU tensor whose
+/// last dimension is the row), the sampling and count stage only; NaN ranks above +inf.
+pub(crate) fn first_attempts(x: &Tensor, plan: Plan, seed: u64) -> Result<Vec<u64>> {
+    let n = x.dims().last().copied().unwrap_or(1).max(1);
+    if plan.sample == 0 || plan.sample > n as u64 || plan.t == 0 || plan.t > plan.sample {
+        return Err(Error::Param(format!(
+            "plan {plan:?} needs 1 <= t <= sample <= n = {n}"
+        )));
+    }
+    let data: Vec<f32> = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+    data.par_chunks(n)
+        .enumerate()
+        .map(|(r, row)| {
+            profk::first_attempt_retained::<f32, false>(row, r as u64, seed, plan)
+                .map_err(|NanFound| nan_report(&data))
+        })
+        .collect()
+}
+
 /// Exact selection without sampling: pairs for short rows, radix histograms (memory O(k)) for long ones.
 fn exact<T: Element, const MAG: bool>(row: &[T], k: usize, order: Order) -> Vec<u64> {
     if k == 0 {

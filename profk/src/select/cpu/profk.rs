@@ -16,21 +16,15 @@ pub fn select<T: Element, const MAG: bool>(
     job: &RowJob,
     plan: Plan,
 ) -> Result<RowOut, NanFound> {
-    let n = row.len() as u64;
     let k = job.k as u64;
     let mut out = RowOut::default();
     for attempt in 0..MAX_ATTEMPTS {
         out.stats.attempts = attempt + 1;
         let started = Instant::now();
-        let mut rng = sample::stream(job.seed, row_id, attempt);
-        let sampled = sample::draw(&mut rng, n, plan.sample);
-        let thr = sample::threshold::<T, MAG>(row, &sampled, plan.t, job.nan_error)
-            .map_err(|_| NanFound)?;
-        let sampled_at = Instant::now();
-        out.stats.time_sample += sampled_at - started;
-
-        let pass = filter::filter::<T, MAG>(row, thr, plan.capacity);
+        let (pass, sampled_at) =
+            sample_and_filter::<T, MAG>(row, row_id, job.seed, attempt, plan, job.nan_error)?;
         let filtered_at = Instant::now();
+        out.stats.time_sample += sampled_at - started;
         out.stats.time_filter += filtered_at - sampled_at;
         if job.nan_error && pass.nans > 0 {
             return Err(NanFound);
@@ -57,4 +51,40 @@ pub fn select<T: Element, const MAG: bool>(
     out.indices = exact::<T, MAG>(row, job.k, job.order);
     out.stats.time_select += started.elapsed();
     Ok(out)
+}
+
+/// R of the first attempt on `row`: how many of its elements rank at or above the threshold of the
+/// attempt's sample (NaN ranks above +inf).
+pub fn first_attempt_retained<T: Element, const MAG: bool>(
+    row: &[T],
+    row_id: u64,
+    seed: u64,
+    plan: Plan,
+) -> Result<u64, NanFound> {
+    Ok(
+        sample_and_filter::<T, MAG>(row, row_id, seed, 0, plan, false)?
+            .0
+            .retained,
+    )
+}
+
+/// Stages 1 to 3 of one attempt: its sample, the threshold, the filter pass; and when the threshold
+/// was known.
+fn sample_and_filter<T: Element, const MAG: bool>(
+    row: &[T],
+    row_id: u64,
+    seed: u64,
+    attempt: u32,
+    plan: Plan,
+    nan_error: bool,
+) -> Result<(filter::Pass<T::Key>, Instant), NanFound> {
+    let mut rng = sample::stream(seed, row_id, attempt);
+    let sampled = sample::draw(&mut rng, row.len() as u64, plan.sample);
+    let thr =
+        sample::threshold::<T, MAG>(row, &sampled, plan.t, nan_error).map_err(|_| NanFound)?;
+    let sampled_at = Instant::now();
+    Ok((
+        filter::filter::<T, MAG>(row, thr, plan.capacity),
+        sampled_at,
+    ))
 }
