@@ -175,7 +175,7 @@ pub fn prefix_errors(
 pub fn prefix_upstream(errors: &Tensor, coefs: &Tensor, grad: &Tensor) -> Result<Tensor> {
     let groups = coefs.dims1()?;
     let total = errors.elem_count();
-    if groups == 0 || total == 0 || total % groups != 0 || grad.elem_count() != 1 {
+    if groups == 0 || total == 0 || !total.is_multiple_of(groups) || grad.elem_count() != 1 {
         bail!("prefix_upstream: {total} residuals over {groups} groups, a scalar gradient");
     }
     // SAFETY: the kernel writes every element.
