@@ -174,7 +174,7 @@ pub fn time_host_plan(
     let call = |x: &Tensor| match plan {
         Some(p) => {
             let spec = crate::select::Selection::new(x.dims(), k, opts.mode)?;
-            super::topk_deferred_spec(x, &spec, opts, Some(p), None)
+            super::topk_deferred_spec(x, &spec, opts, Some(p), None, false)
         }
         None => super::topk_deferred(x, k, opts),
     };
