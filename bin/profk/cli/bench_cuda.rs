@@ -20,6 +20,10 @@ pub struct CudaBenchArgs {
     /// SAE), in both output orders.
     #[arg(long)]
     pub targets: bool,
+    /// Time only the row-wise shapes (1024x2^18, 128x2^20, masked 8192x32768), in both output
+    /// orders, with the one-block-per-row kernel and with the sampled path.
+    #[arg(long)]
+    pub rows: bool,
     /// Only the checks, no timing table.
     #[arg(long)]
     pub no_table: bool,
@@ -62,6 +66,8 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     let mut table = String::new();
     if args.stages {
         profk::cuda::bench::run_stages(&dev, &mut table)?;
+    } else if args.rows {
+        profk::cuda::bench::run_rows(&dev, dtype, &mut table)?;
     } else if args.targets {
         profk::cuda::bench::run_targets(&dev, &mut table)?;
     } else {
