@@ -88,9 +88,7 @@ pub fn adversarial_rows(dev: &Device) -> Result<()> {
         ("descending", ramp.iter().rev().copied().collect()),
         (
             "+-inf and zeros",
-            (0..n)
-                .map(|i| [inf, -inf, 0.0, -0.0, 1.0][i % 5])
-                .collect(),
+            (0..n).map(|i| [inf, -inf, 0.0, -0.0, 1.0][i % 5]).collect(),
         ),
         ("masked tail", masked_tail),
         ("three visible", three_visible),
@@ -179,7 +177,12 @@ pub fn many_long_rows(dev: &Device) -> Result<()> {
             }
         }
     }
-    let x = tensor(&normal(rows * (1 << 16), 8), &[rows, 1 << 16], DType::F32, dev)?;
+    let x = tensor(
+        &normal(rows * (1 << 16), 8),
+        &[rows, 1 << 16],
+        DType::F32,
+        dev,
+    )?;
     check(&x, 1024, &TopKOptions::default())?;
     Ok(())
 }
@@ -195,7 +198,10 @@ pub fn nan_error(dev: &Device) -> Result<()> {
         let x = tensor(&data, &[4, n], dtype, dev)?;
         match profk::topk(&x, 3, &TopKOptions::default()) {
             Err(profk::Error::NaN { count: 3, first }) if first == 2 * n + 5 => {}
-            other => anyhow::bail!("{dtype:?}: expected 3 NaN from {}, got {other:?}", 2 * n + 5),
+            other => anyhow::bail!(
+                "{dtype:?}: expected 3 NaN from {}, got {other:?}",
+                2 * n + 5
+            ),
         }
     }
     Ok(())

@@ -129,7 +129,10 @@ fn a_bad_shard_mid_run_stops_with_a_checkpoint_that_resumes_bit_exact() {
         let saved: Vec<_> = std::fs::read_dir(&ckpts)
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
             .unwrap_or_default();
-        if saved.iter().any(|n| n.to_string_lossy().starts_with("step-")) {
+        if saved
+            .iter()
+            .any(|n| n.to_string_lossy().starts_with("step-"))
+        {
             failed_mid_run = Some((shard, good, err.to_string()));
             break;
         }
@@ -147,5 +150,9 @@ fn a_bad_shard_mid_run_stops_with_a_checkpoint_that_resumes_bit_exact() {
     })
     .unwrap();
     assert_eq!(resumed.step, 30);
-    assert_same(whole.path(), broken.path(), "resumed after a bad shard vs uninterrupted");
+    assert_same(
+        whole.path(),
+        broken.path(),
+        "resumed after a bad shard vs uninterrupted",
+    );
 }

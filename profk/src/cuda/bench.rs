@@ -557,7 +557,13 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
             ));
         }
         let x = Tensor::ones((160, 5000), dt, dev)?;
-        cases.push((format!("{dt:?} rows kernel ties"), x, 10, base.clone(), None));
+        cases.push((
+            format!("{dt:?} rows kernel ties"),
+            x,
+            10,
+            base.clone(),
+            None,
+        ));
     }
     let x = input(&[1 << 22], Dist::Uniform, DType::BF16, dev)?;
     cases.push(("bf16 uniform ties".into(), x, 5000, base.clone(), None));
