@@ -5,5 +5,7 @@
 #   bash bench/profk_rows_pack.sh
 set -euo pipefail
 . bench/pack.sh
-pack .devbin/pkrows "-p sparsetrain -p profk --bins --tests" \
-  profk/selection profk/rows profk/statistics sparsetrain/profk
+# Named test targets: profk's params test reads the profk binary, which lives in the root package.
+pack .devbin/pkrows "-p profk --test selection --test rows --test statistics" \
+  profk/selection profk/rows profk/statistics
+pack .devbin/pkrows "-p sparsetrain --bin profk" sparsetrain/profk
