@@ -2,7 +2,14 @@
 //! family, and `kernels/cub_sort.cu` (CUB's device-wide sorts, host-launched) as a static library.
 fn main() {
     cuda_build::compile(
-        &["sample", "filter", "select", "baselines", "accumulate"],
+        &[
+            "sample",
+            "filter",
+            "select",
+            "baselines",
+            "accumulate",
+            "rows",
+        ],
         Some(cuda_build::HostLibrary {
             source: "cub_sort",
             lib: "profk_cub",

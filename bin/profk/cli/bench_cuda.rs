@@ -23,6 +23,10 @@ pub struct CudaBenchArgs {
     /// Time only Prof-K on the shapes of the peer comparison (bench/topk_peers.sh).
     #[arg(long)]
     pub peers: bool,
+    /// Time only the row-wise shapes (1024x2^18, 128x2^20, masked 8192x32768), in both output
+    /// orders, with the one-block-per-row kernel and with the sampled path.
+    #[arg(long)]
+    pub rows: bool,
     /// Only the checks, no timing table.
     #[arg(long)]
     pub no_table: bool,
@@ -67,6 +71,8 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
         profk::cuda::bench::run_stages(&dev, &mut table)?;
     } else if args.peers {
         profk::cuda::bench::run_peers(&dev, dtype, &mut table)?;
+    } else if args.rows {
+        profk::cuda::bench::run_rows(&dev, dtype, &mut table)?;
     } else if args.targets {
         profk::cuda::bench::run_targets(&dev, &mut table)?;
     } else {

@@ -139,7 +139,7 @@ pub(crate) fn topk(
 ) -> Result<TopK> {
     let launch = prepare(spans, acc, grads)?;
     let spec = RowsSpec::new(&[spans.total()], k, Mode::Flat)?;
-    let d = super::topk_deferred_spec(acc.residual, &spec, opts, plan, Some(&launch.args))?;
+    let d = super::topk_deferred_spec(acc.residual, &spec, opts, plan, Some(&launch.args), false)?;
     let stats = d.status.read()?;
     Ok(TopK {
         values: d.values,

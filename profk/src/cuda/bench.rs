@@ -174,7 +174,7 @@ pub fn time_host_plan(
     let call = |x: &Tensor| match plan {
         Some(p) => {
             let spec = crate::select::Selection::new(x.dims(), k, opts.mode)?;
-            super::topk_deferred_spec(x, &spec, opts, Some(p), None)
+            super::topk_deferred_spec(x, &spec, opts, Some(p), None, false)
         }
         None => super::topk_deferred(x, k, opts),
     };
@@ -375,6 +375,77 @@ pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
     Ok(())
 }
 
+/// The row-wise shapes: the batched rows and the masked block-selection rows.
+pub fn row_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (rows, lg) in [(1024usize, 18u32), (128, 20)] {
+        for k in [64, 1024] {
+            v.push(case(
+                format!("{rows}x2^{lg}"),
+                vec![rows, 1 << lg],
+                k,
+                Mode::Rowwise,
+                Dist::Normal,
+            ));
+        }
+    }
+    for k in [64, 512] {
+        v.push(case(
+            "masked 8192x32768".into(),
+            vec![8192, 32768],
+            k,
+            Mode::Rowwise,
+            Dist::Masked,
+        ));
+    }
+    v
+}
+
+/// Prof-K on the [`row_cases`] in both output orders, with the one-block-per-row kernel where it
+/// serves and with the sampled path (`skip::ROWS`), beside the read floor.
+pub fn run_rows(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
+    writeln!(
+        out,
+        "| shape | dist | dtype | k | order | path | ms | floor ms | of floor | aux MB |"
+    )
+    .ok();
+    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|").ok();
+    for c in row_cases() {
+        let n: usize = c.dims.iter().product();
+        let xs: Vec<Tensor> = (0..3)
+            .map(|_| input(&c.dims, c.dist, dtype, dev))
+            .collect::<Result<_>>()?;
+        let floor = (n * dtype.size_in_bytes()) as f64 / (READ_TBPS * 1e9);
+        for order in [Order::Desc, Order::Index] {
+            let opts = TopKOptions {
+                mode: c.mode,
+                order,
+                ..Default::default()
+            };
+            for (path, mask) in [("default", 0), ("sampled", super::skip::ROWS)] {
+                let (ms, _, aux) = super::skip::with(mask, || time(&xs, c.k, &opts, 30))?;
+                writeln!(
+                    out,
+                    "| {} | {} | {:?} | {} | {:?} | {} | {:.3} | {:.3} | {:.2} | {:.1} |",
+                    c.label,
+                    c.dist.name(),
+                    dtype,
+                    c.k,
+                    order,
+                    path,
+                    ms,
+                    floor,
+                    ms / floor,
+                    aux as f64 / 1e6
+                )
+                .ok();
+                eprintln!("{}", out.lines().last().unwrap_or(""));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Times Prof-K with stages left out (see [`super::skip`]) on the shapes where the targets are set:
 /// the differences between rows place the time of each stage.
 pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
@@ -510,6 +581,28 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
         }
         let x = input(&[256, 32768], Dist::Masked, dt, dev)?;
         cases.push((format!("{dt:?} masked rows"), x, 512, base.clone(), None));
+        // The row kernel: short rows of odd length, and tied rows whose bin overflows its buffer.
+        let x = input(&[200, 3001], Dist::Normal, dt, dev)?;
+        for order in [Order::Desc, Order::Index] {
+            cases.push((
+                format!("{dt:?} rows kernel {order:?}"),
+                x.clone(),
+                64,
+                TopKOptions {
+                    order,
+                    ..base.clone()
+                },
+                None,
+            ));
+        }
+        let x = Tensor::ones((160, 5000), dt, dev)?;
+        cases.push((
+            format!("{dt:?} rows kernel ties"),
+            x,
+            10,
+            base.clone(),
+            None,
+        ));
     }
     let x = input(&[1 << 22], Dist::Uniform, DType::BF16, dev)?;
     cases.push(("bf16 uniform ties".into(), x, 5000, base.clone(), None));

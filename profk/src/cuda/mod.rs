@@ -14,6 +14,7 @@ pub mod bench;
 mod filter;
 mod launch;
 mod module;
+mod rows;
 mod sample;
 mod select;
 mod sort;
@@ -50,6 +51,8 @@ pub mod skip {
     /// Not a skip: take the path of composites wider than 64 bits (rows over 2^32 f32 elements)
     /// even where 64 bits suffice, so that tests reach it with small inputs.
     pub const WIDE: u32 = 16;
+    /// Not a skip: take the sampled path where the one-block-per-row kernel would run, to time both.
+    pub const ROWS: u32 = 32;
     #[cfg(feature = "bench")]
     thread_local!(static SKIP: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
     /// Runs `f` with the given stages left out of every call on this thread.
@@ -140,7 +143,12 @@ impl DeviceStatus {
             // SAFETY: RowRun is plain old data of exactly ROW_RUN_BYTES bytes.
             let r: RowRun = unsafe { std::ptr::read_unaligned(chunk.as_ptr() as *const RowRun) };
             if self.plan.is_none() {
+                // The row kernel's rows that went to the dense selection.
                 stats.exact_rows += 1;
+                if r.status == ROW_FALLBACK {
+                    stats.fell_back = true;
+                    stats.fallbacks += 1;
+                }
                 continue;
             }
             stats.attempts = stats.attempts.max(r.attempts);
@@ -158,14 +166,16 @@ impl DeviceStatus {
     }
 }
 
-/// The CUDA branch of the dispatch: queue the call, then read its status once.
+/// The CUDA branch of the dispatch: queue the call, then read its status once. A `forced` plan (one
+/// the caller chose) always takes the sampled path.
 pub(crate) fn topk(
     x: &Tensor,
     sel: &RowsSpec,
     opts: &TopKOptions,
     plan: Option<Plan>,
+    forced: bool,
 ) -> Result<TopK> {
-    let d = topk_deferred_spec(x, sel, opts, plan, None)?;
+    let d = topk_deferred_spec(x, sel, opts, plan, None, !forced)?;
     let stats = d.status.read()?;
     Ok(TopK {
         values: d.values,
@@ -180,7 +190,7 @@ pub fn topk_deferred(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Deferre
     let spec = RowsSpec::new(x.dims(), k, opts.mode)?;
     let eps = opts.row_budget(spec.rows);
     let plan = crate::select::gpu_plan_for(spec.n, k, eps, spec.rows)?;
-    topk_deferred_spec(x, &spec, opts, plan, None)
+    topk_deferred_spec(x, &spec, opts, plan, None, true)
 }
 
 /// Only the first attempt of Prof-K with `plan` on every row of `x` (sample, threshold, filter and
@@ -216,13 +226,15 @@ fn index_bits(n: u64) -> u32 {
 }
 
 /// The call on `x`; with `acc`, `x` is the flat residual and the accumulation is applied first: fused
-/// into Prof-K's first attempt when it samples, else as a pass of its own.
+/// into Prof-K's first attempt when it samples, else as a pass of its own. With `row_kernel`, Prof-K
+/// on a shape that [`rows::fits`] takes the one-block-per-row kernel instead of its plan.
 fn topk_deferred_spec(
     x: &Tensor,
     spec: &RowsSpec,
     opts: &TopKOptions,
     plan: Option<Plan>,
     acc: Option<&abi::AccArgs>,
+    row_kernel: bool,
 ) -> Result<Deferred> {
     let started = Instant::now();
     let Device::Cuda(dev) = x.device() else {
@@ -267,7 +279,12 @@ fn topk_deferred_spec(
         record_ptr + (spec.rows * ROW_RUN_BYTES) as u64,
         GLOBAL_BYTES,
     );
-    let plan = if opts.selector == Selector::Profk {
+    let row_kernel = row_kernel
+        && acc.is_none()
+        && opts.selector == Selector::Profk
+        && !skip::has(skip::ROWS)
+        && rows::fits(&shape, k, arena.sms);
+    let plan = if opts.selector == Selector::Profk && !row_kernel {
         plan
     } else {
         None
@@ -285,6 +302,10 @@ fn topk_deferred_spec(
         )
     } else {
         let slots = match (opts.selector, plan) {
+            _ if row_kernel => {
+                let count_nan = opts.nan == NanPolicy::Error;
+                rows::select(&mut arena, &input, &shape, k, count_nan, &run, &global)?
+            }
             (Selector::Sort, _) => {
                 nan_scan(&arena, &input, &shape, opts, &global)?;
                 sort_baseline(&mut arena, &input, &shape, k)?

@@ -13,16 +13,18 @@ pub enum Family {
     Select,
     Baselines,
     Accumulate,
+    Rows,
 }
 
 impl Family {
     fn fatbin(self) -> &'static Fatbin {
-        static FATBINS: [Fatbin; 5] = [
+        static FATBINS: [Fatbin; 6] = [
             runtime::fatbin!("sample"),
             runtime::fatbin!("filter"),
             runtime::fatbin!("select"),
             runtime::fatbin!("baselines"),
             runtime::fatbin!("accumulate"),
+            runtime::fatbin!("rows"),
         ];
         &FATBINS[self as usize]
     }

@@ -241,7 +241,7 @@ pub fn topk(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<TopK> {
         Device::Cpu => cpu_plan_for(sel.n, k, eps)?,
         _ => gpu_plan_for(sel.n, k, eps, sel.rows)?,
     };
-    dispatch(x, &sel, opts, plan)
+    dispatch(x, &sel, opts, plan, false)
 }
 
 /// [`topk`] with explicit Prof-K parameters, for benchmarks and tests. Any plan gives the exact
@@ -254,7 +254,7 @@ pub fn topk_with_plan(x: &Tensor, k: usize, opts: &TopKOptions, plan: Plan) -> R
             sel.n
         )));
     }
-    dispatch(x, &sel, opts, (k > 0).then_some(plan))
+    dispatch(x, &sel, opts, (k > 0).then_some(plan), true)
 }
 
 /// [`topk`] with the plan already chosen (`None`: exact selection without sampling).
@@ -265,7 +265,7 @@ pub(crate) fn topk_on_plan(
     plan: Option<Plan>,
 ) -> Result<TopK> {
     let sel = validate(x, k, opts)?;
-    dispatch(x, &sel, opts, plan)
+    dispatch(x, &sel, opts, plan, false)
 }
 
 fn validate(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Selection> {
@@ -284,12 +284,20 @@ fn validate(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Selection> {
     Selection::new(x.dims(), k, opts.mode)
 }
 
-fn dispatch(x: &Tensor, sel: &Selection, opts: &TopKOptions, plan: Option<Plan>) -> Result<TopK> {
+/// `forced`: the plan is the caller's, so the CUDA path runs it even where its row kernel would serve.
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+fn dispatch(
+    x: &Tensor,
+    sel: &Selection,
+    opts: &TopKOptions,
+    plan: Option<Plan>,
+    forced: bool,
+) -> Result<TopK> {
     match x.device() {
         Device::Cpu => cpu::topk(x, sel, opts, plan),
         // f64 has no CUDA kernels: it takes the CPU route below.
         #[cfg(feature = "cuda")]
-        Device::Cuda(_) if x.dtype() != DType::F64 => crate::cuda::topk(x, sel, opts, plan),
+        Device::Cuda(_) if x.dtype() != DType::F64 => crate::cuda::topk(x, sel, opts, plan, forced),
         // Devices without a path of their own select on the CPU and get the results back.
         device => {
             let out = cpu::topk(&x.to_device(&Device::Cpu)?, sel, opts, plan)?;
