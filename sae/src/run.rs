@@ -55,6 +55,7 @@ const RESUMABLE: &[&str] = &[
 ];
 
 pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
+    let began = std::time::Instant::now();
     let (cfg, source) = Config::load(&opts.config, &opts.overrides)?;
     let device = activations::models::open_device("device", cfg.device)?;
     set_precision(cfg.train.precision);
@@ -64,6 +65,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     }
     // The model and data load before the run directory exists: a missing model leaves nothing behind.
     let mut data = Data::open(&cfg, &device)?;
+    let data_ready = began.elapsed();
     let random_weights = match &cfg.data {
         DataConfig::Model { model, .. } => activations::models::random_weights_warning(model),
         _ => None,
@@ -124,13 +126,17 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         pending,
         random_weights: random_weights.is_some(),
         data_failed: false,
+        checkpointing: std::time::Duration::ZERO,
     };
     let run_dir = launch.run_dir().clone();
     let mut facts = details(&cfg);
     if let Some(w) = &random_weights {
         facts.insert("warning".into(), w.clone().into());
     }
+    let training = std::time::Instant::now();
+    let startup = began.elapsed();
     let finished = launch.train(&mut job, &loop_cfg, start, facts, &opts.stop)?;
+    let trained = training.elapsed();
     if !finished.stopped() {
         let sae_dir = run_dir.path().join("sae");
         std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
@@ -145,6 +151,16 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         // The report the launcher wrote, again with the dashboards.
         eval::report::write_report(std::slice::from_ref(&run_dir), &run_dir.report_path())?;
     }
+    // Where a whole run's wall time goes beside the loop's own (bench/data_path.py reads this line).
+    eprintln!(
+        "time: {:.1} s before the first step (data {:.1} s), {:.1} s training ({:.1} s of it checkpointing), \
+         {:.1} s exporting",
+        startup.as_secs_f64(),
+        data_ready.as_secs_f64(),
+        trained.as_secs_f64(),
+        job.checkpointing.as_secs_f64(),
+        (began.elapsed() - startup - trained).as_secs_f64()
+    );
     Ok(RunSummary {
         run_dir: finished.run_dir.clone(),
         stopped: finished.stopped(),
@@ -410,6 +426,8 @@ struct SaeJob {
     random_weights: bool,
     /// The last step failed reading its batch, before anything was updated.
     data_failed: bool,
+    /// Wall time spent writing checkpoints.
+    checkpointing: std::time::Duration,
 }
 
 impl eval::Trainer for SaeJob {
@@ -462,7 +480,10 @@ impl eval::Trainer for SaeJob {
     }
 
     fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<()> {
-        save_state(dir, &self.trainer)
+        let began = std::time::Instant::now();
+        let saved = save_state(dir, &self.trainer);
+        self.checkpointing += began.elapsed();
+        saved
     }
 
     fn intact_after_failed_step(&self) -> bool {
