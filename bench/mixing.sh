@@ -3,7 +3,7 @@
 # default tiny GPT-2, 600 steps of 1024 tokens) with 4096 latents, trained on the same activations served
 # four ways, three seeds each, and the held-out share of latents firing on < 1e-4 of the tokens
 # (heldout_rare_fraction) beside held-out FVU and the dead fraction:
-#   otf-corpus   on the fly, contexts in corpus order through the 16k-token buffer (shuffle_contexts = false)
+#   otf-corpus   on the fly, contexts in corpus order through the config's buffer (shuffle_contexts = false)
 #   otf          on the fly as configured by default (contexts visited in a reshuffled order)
 #   shards       from `extract`ed shards with the default cross-shard mixing (mix_shards = 4)
 #   global       from the same shards through one buffer holding every training token (a global shuffle)
@@ -17,6 +17,7 @@ WORK=${MIX_WORK:-/tmp/mixing}
 LOG=${MIX_LOG:-$WORK/logs}
 DEVICE=${DEVICE:-cpu}
 SEEDS=${MIX_SEEDS:-0 1 2}
+VARIANTS=${MIX_VARIANTS:-otf-corpus otf shards global}
 LATENTS=${MIX_LATENTS:-4096}
 HELD=65536
 mkdir -p "$WORK" "$LOG"
@@ -65,7 +66,7 @@ shard_config shards 16384 4
 shard_config global $(((TRAIN_TOKENS + 1023) / 1024 * 1024)) 1000
 
 for seed in $SEEDS; do
-  for variant in otf-corpus otf shards global; do
+  for variant in $VARIANTS; do
     case $variant in
       otf-corpus) cfg=(configs/tiny.toml --set data.shuffle_contexts=false --set data.held_out_tokens=$HELD) ;;
       otf) cfg=(configs/tiny.toml --set data.held_out_tokens=$HELD) ;;
@@ -78,10 +79,11 @@ for seed in $SEEDS; do
   done
 done
 
-python3 - "$WORK/runs" "$SEEDS" "$DEVICE" "$LATENTS" <<'PY'
+python3 - "$WORK/runs" "$SEEDS" "$DEVICE" "$LATENTS" "$VARIANTS" <<'PY'
 import json, statistics, sys
 from pathlib import Path
 runs, seeds, device, latents = Path(sys.argv[1]), sys.argv[2].split(), sys.argv[3], sys.argv[4]
+variants = sys.argv[5].split()
 def final(run):
     path = run / "metrics.jsonl"
     if not path.exists():
@@ -98,7 +100,7 @@ print(f"\nShuffle quality on the tiny config, {latents} latents, {device}, seeds
       "firing on < 1e-4 of 65536 held-out tokens (mean ± spread over seeds)")
 print("| stream | rare fraction | per seed | held-out FVU | dead fraction |")
 print("|---|---|---|---|---|")
-for variant in ["otf-corpus", "otf", "shards", "global"]:
+for variant in variants:
     finals = [final(runs / f"{variant}-{s}") for s in seeds]
     finals = [f for f in finals if f and "heldout_rare_fraction" in f]
     if not finals:

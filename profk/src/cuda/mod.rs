@@ -206,7 +206,7 @@ pub fn first_attempts(x: &Tensor, k: usize, plan: Plan, seed: u64) -> Result<Sel
     let spec = RowsSpec::new(x.dims(), k, crate::Mode::Rowwise)?;
     let stages = skip::REDRAW | skip::BUFFER | skip::FALLBACK | skip::OUTPUT;
     skip::with(stages, || {
-        topk_deferred_spec(x, &spec, &opts, Some(plan), None)?
+        topk_deferred_spec(x, &spec, &opts, Some(plan), None, false)?
             .status
             .read()
     })
