@@ -11,8 +11,8 @@ step "profk selection tests (cuda)" 60 selection "$B/selection" cuda
 step "profk row-kernel tests (cuda)" 60 rows "$B/rows" cuda
 step "profk statistics test (cuda)" 20 statistics "$B/statistics" cuda
 step "CUDA vs CPU, every selector" 60 check "$B/profk" bench --device cuda --check --no-table
-step "row-wise shapes, f32" 40 rows-f32 "$B/profk" bench --device cuda --rows --dtype f32
-step "row-wise shapes, bf16" 40 rows-bf16 "$B/profk" bench --device cuda --rows --dtype bf16
+step "row-wise shapes, f32" 40 rows-f32 "$B/profk" bench --device cuda --row-shapes --dtype f32
+step "row-wise shapes, bf16" 40 rows-bf16 "$B/profk" bench --device cuda --row-shapes --dtype bf16
 
 echo "## Prof-K row kernel on $GPU ($(date -u +%F\ %H:%M) UTC), total $((SECONDS - START)) s"
 echo "| run | result | time | tests |"

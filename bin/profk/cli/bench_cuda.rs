@@ -26,7 +26,7 @@ pub struct CudaBenchArgs {
     /// Time only the row-wise shapes (1024x2^18, 128x2^20, masked 8192x32768), in both output
     /// orders, with the one-block-per-row kernel and with the sampled path.
     #[arg(long)]
-    pub rows: bool,
+    pub row_shapes: bool,
     /// Only the checks, no timing table.
     #[arg(long)]
     pub no_table: bool,
@@ -71,7 +71,7 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
         profk::cuda::bench::run_stages(&dev, &mut table)?;
     } else if args.peers {
         profk::cuda::bench::run_peers(&dev, dtype, &mut table)?;
-    } else if args.rows {
+    } else if args.row_shapes {
         profk::cuda::bench::run_rows(&dev, dtype, &mut table)?;
     } else if args.targets {
         profk::cuda::bench::run_targets(&dev, &mut table)?;
