@@ -15,9 +15,9 @@
 use crate::config::{ConfigSource, LogConfig};
 use crate::error::{Error, Result};
 use crate::interrupt::StopSignal;
-use crate::output_path::check_output_dir;
 use crate::lock::{shell_quote, DirLock, LOCK_FILE};
 use crate::metrics::{MetricsSink, SinkOptions};
+use crate::output_path::check_output_dir;
 use crate::run_dir::{
     Checkpoint, Progress, RunDir, RunMeta, CHECKPOINTS_DIR, CONFIG_JSON_FILE, CONFIG_TOML_FILE,
     METRICS_FILE, REPORT_FILE, RUN_FILES, RUN_META_FILE,
@@ -103,11 +103,7 @@ impl Launch {
         }
         let (dir, created_dir) = match &spec.out {
             Some(out) => {
-                check_output_dir(
-                    out,
-                    &RUN_FILES,
-                    &[spec.source.path.as_path()],
-                )?;
+                check_output_dir(out, &RUN_FILES, &[spec.source.path.as_path()])?;
                 let created = !out.exists();
                 fs::create_dir_all(out).map_err(Error::io("creating directory", out))?;
                 (out.clone(), created)
@@ -300,6 +296,10 @@ impl<T: Trainer> Trainer for Watched<'_, T> {
 
     fn eval(&mut self, progress: &Progress) -> std::result::Result<Metrics, T::Error> {
         self.inner.eval(progress)
+    }
+
+    fn intact_after_failed_step(&self) -> bool {
+        self.inner.intact_after_failed_step()
     }
 }
 

@@ -122,3 +122,22 @@ fn an_out_that_would_overwrite_the_config_or_is_a_file_is_refused() {
     assert!(err.contains("--out names a directory"), "{err}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 }
+
+#[test]
+fn a_step_failing_on_its_data_checkpoints_the_last_step_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let launch = Launch::open(spec(tmp.path(), 0.1, 8, false)).unwrap();
+    let mut trainer = FakeTrainer::new(0.1);
+    trainer.fail_at = Some(5);
+    trainer.fail_intact = true;
+    assert!(train(launch, &mut trainer, 8).is_err());
+    let launch = Launch::open(spec(tmp.path(), 0.1, 8, true)).unwrap();
+    assert_eq!(launch.resume_from().map(|c| c.progress.step), Some(5));
+    // A failure that may have touched the state leaves no such checkpoint.
+    let other = tempfile::tempdir().unwrap();
+    let launch = Launch::open(spec(other.path(), 0.1, 8, false)).unwrap();
+    let mut trainer = FakeTrainer::new(0.1);
+    trainer.fail_at = Some(5);
+    assert!(train(launch, &mut trainer, 8).is_err());
+    assert!(Launch::open(spec(other.path(), 0.1, 8, true)).is_err());
+}

@@ -19,7 +19,7 @@ fn tiny_crosscoder_toml() -> String {
         ("steps = 600", "steps = 4"),
         ("batch_size = 1024", "batch_size = 256"),
         ("held_out_tokens = 4096", "held_out_tokens = 512"),
-        ("buffer_tokens = 16384", "buffer_tokens = 1024"),
+        ("buffer_tokens = 65536", "buffer_tokens = 1024"),
         ("latents = 1024", "latents = 256"),
         ("compare_every = 100", "compare_every = 2"),
         ("every = 10", "every = 2\nprogress = false"),

@@ -11,7 +11,7 @@ fn tiny_model_run_end_to_end() {
         .replace("steps = 600", "steps = 4")
         .replace("batch_size = 1024", "batch_size = 256")
         .replace("held_out_tokens = 4096", "held_out_tokens = 512")
-        .replace("buffer_tokens = 16384", "buffer_tokens = 1024")
+        .replace("buffer_tokens = 65536", "buffer_tokens = 1024")
         .replace("latents = 1024", "latents = 256")
         .replace("compare_every = 100", "compare_every = 2")
         .replace("every = 10", "every = 2\nprogress = false");

@@ -11,6 +11,8 @@ pub struct FakeTrainer {
     pub steps_taken: u64,
     pub select_ms: f64,
     pub fail_at: Option<u64>,
+    /// The injected failure leaves the state of the last step intact (a data error).
+    pub fail_intact: bool,
 }
 
 impl FakeTrainer {
@@ -20,6 +22,7 @@ impl FakeTrainer {
             steps_taken: 0,
             select_ms,
             fail_at: None,
+            fail_intact: false,
         }
     }
 
@@ -32,6 +35,7 @@ impl FakeTrainer {
             steps_taken: v["steps"].as_u64().expect("steps"),
             select_ms,
             fail_at: None,
+            fail_intact: false,
         }
     }
 }
@@ -65,6 +69,10 @@ impl Trainer for FakeTrainer {
         let state = serde_json::json!({ "x": self.x, "steps": self.steps_taken });
         std::fs::write(dir.join("state.json"), state.to_string()).expect("write state");
         Ok(())
+    }
+
+    fn intact_after_failed_step(&self) -> bool {
+        self.fail_intact
     }
 
     fn eval(&mut self, _progress: &Progress) -> Result<Metrics, eval::Error> {
