@@ -287,8 +287,7 @@ fn col_reduce_raw(
         drop(temp);
         let chunks = pairs.div_ceil(COL_CHUNK);
         // SAFETY: sae_col_combine reads only the partial sums sae_col_chunks wrote.
-        let (head, tail) =
-            unsafe { (dev.alloc::<f32>(chunks * d)?, dev.alloc::<f32>(chunks * d)?) };
+        let (head, tail) = unsafe { (dev.alloc::<f32>(chunks * d)?, dev.alloc::<f32>(chunks * d)?) };
         let (head_p, tail_p) = (head.device_ptr(&stream).0, tail.device_ptr(&stream).0);
         launch!(dev, Family::Sparse, "sae_col_chunks", (chunks, 1), threads_for(d);
             g, idx, vals, kout_p, vout_p, o, head_p, tail_p, pairs_i, n_i, d_i, accumulate);
