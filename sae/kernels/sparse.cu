@@ -118,70 +118,24 @@ extern "C" __global__ void sae_pair_keys(const int64_t* idx, uint32_t* keys, uin
   }
 }
 
-// out[j] (+)= sum over the pairs of latent j of vals[s] * g[row(s)], in ascending s (the sort is stable):
-// `keys` sorted ascending, `pos` the pairs in that order. The sorted pairs are cut into chunks of
-// COL_CHUNK, one block each, so that a latent chosen by most of the batch costs as much as any other
-// (one block per latent left those waiting on one block). A latent whose pairs lie inside one chunk is
-// written by that chunk; one that crosses chunks leaves partial sums (`head`: the chunk's first run when it
-// began in an earlier chunk; `tail`: its last run when it goes on past the chunk) that sae_col_combine adds
-// in chunk order, so every sum still runs in one fixed order. Latents without pairs are not written
-// (the caller zeroes `out` unless it accumulates).
-#define COL_CHUNK 64
-extern "C" __global__ void sae_col_chunks(const float* g, const int64_t* idx, const float* vals,
-                                          const uint32_t* keys, const uint32_t* pos, float* out, float* head,
-                                          float* tail, int64_t pairs, int64_t n, int64_t d, int accumulate) {
-  __shared__ uint32_t key_s[COL_CHUNK];
-  __shared__ int64_t row_s[COL_CHUNK];
-  __shared__ float val_s[COL_CHUNK];
-  const int64_t chunk = blockIdx.x, begin = chunk * COL_CHUNK;
-  const int cnt = (int)min((int64_t)COL_CHUNK, pairs - begin);
-  if (threadIdx.x < cnt) {
-    const uint32_t s = pos[begin + threadIdx.x];
-    key_s[threadIdx.x] = keys[begin + threadIdx.x];
-    row_s[threadIdx.x] = idx[s] / n;
-    val_s[threadIdx.x] = vals[s];
-  }
-  __syncthreads();
-  const bool first_began_before = begin > 0 && keys[begin - 1] == key_s[0];
-  const bool last_goes_on = begin + cnt < pairs && keys[begin + cnt] == key_s[cnt - 1];
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    float acc = 0.f;
-    int start = 0;
-    for (int t = 0; t < cnt; ++t) {
-      acc = fmaf(val_s[t], g[row_s[t] * d + c], acc);
-      if (t + 1 < cnt && key_s[t + 1] == key_s[t]) continue;
-      if (start == 0 && first_began_before) {
-        head[chunk * d + c] = acc;
-      } else if (t + 1 == cnt && last_goes_on) {
-        tail[chunk * d + c] = acc;
-      } else {
-        const int64_t o = (int64_t)key_s[t] * d + c;
-        out[o] = accumulate ? out[o] + acc : acc;
+// out[j] (+)= sum over the pairs of latent j of vals[s] * g[row(s)], in ascending s (the sort is
+// stable): `keys` sorted ascending, `pos` the pairs in that order. One block per latent; latents without
+// a pair get a zero row (or keep theirs when accumulating).
+extern "C" __global__ void sae_col_reduce(const float* g, const int64_t* idx, const float* vals,
+                                          const uint32_t* keys, const uint32_t* pos, float* out, int64_t pairs,
+                                          int64_t cols, int64_t n, int64_t d, int accumulate) {
+  for (int64_t j = blockIdx.x; j < cols; j += gridDim.x) {
+    const int64_t lo = lower_bound(keys, pairs, (uint32_t)j);
+    const int64_t hi = lower_bound(keys, pairs, (uint32_t)(j + 1));
+    if (accumulate && lo == hi) continue;
+    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
+      float acc = accumulate ? out[j * d + c] : 0.f;
+      for (int64_t t = lo; t < hi; ++t) {
+        const uint32_t s = pos[t];
+        acc = fmaf(vals[s], g[(idx[s] / n) * d + c], acc);
       }
-      acc = 0.f;
-      start = t + 1;
+      out[j * d + c] = acc;
     }
-  }
-}
-
-// For each chunk where a latent's run begins and goes on into later chunks: its tail plus the heads of
-// the chunks it continues through, in chunk order, into out.
-extern "C" __global__ void sae_col_combine(const uint32_t* keys, const float* head, const float* tail, float* out,
-                                           int64_t pairs, int64_t d, int accumulate) {
-  const int64_t chunk = blockIdx.x, begin = chunk * COL_CHUNK;
-  const int64_t end = min(begin + COL_CHUNK, pairs);
-  const uint32_t j = keys[end - 1];
-  if (end >= pairs || keys[end] != j) return;
-  if (keys[begin] == j && begin > 0 && keys[begin - 1] == j) return;
-  for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-    float acc = tail[chunk * d + c];
-    for (int64_t b = chunk + 1;; ++b) {
-      acc += head[b * d + c];
-      const int64_t b_end = min((b + 1) * COL_CHUNK, pairs);
-      if (keys[b_end - 1] != j || b_end >= pairs || keys[b_end] != j) break;
-    }
-    const int64_t o = (int64_t)j * d + c;
-    out[o] = accumulate ? out[o] + acc : acc;
   }
 }
 

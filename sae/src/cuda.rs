@@ -114,9 +114,6 @@ fn threads_for(d: usize) -> usize {
 
 const MAX_GRID: usize = 65535 * 16;
 
-/// Sorted pairs per block of the latent-grouped reduction (COL_CHUNK of kernels/sparse.cu).
-const COL_CHUNK: usize = 64;
-
 /// `out [rows, d]`: out[b] = Σ over the pairs of row b of vals[s]·w[col(s)]; idx ascending.
 pub(crate) fn decode_rows(
     dev: &CudaDevice,
@@ -215,11 +212,9 @@ pub(crate) fn col_reduce(
     n: usize,
     d: usize,
 ) -> Result<CudaStorage> {
-    // Zeroed: latents without pairs are not written.
-    let slice = dev.alloc_zeros::<f32>((n * d).max(1))?;
-    let o = slice.device_ptr(&dev.cuda_stream()).0;
+    let (out, o) = output(dev, n * d)?;
     col_reduce_raw(dev, ptrs, pairs, (n, d), (o, 0))?;
-    Ok(CudaStorage::wrap_cuda_slice(slice, dev.clone()))
+    Ok(out)
 }
 
 /// In place: `acc [n, d]` += the [`col_reduce`] of `rows [B, d]`, `idx [S]`, `vals [S]`.
@@ -285,16 +280,9 @@ fn col_reduce_raw(
             bail!("CUB sort failed ({e})")
         }
         drop(temp);
-        let chunks = pairs.div_ceil(COL_CHUNK);
-        // SAFETY: sae_col_combine reads only the partial sums sae_col_chunks wrote.
-        let (head, tail) = unsafe { (dev.alloc::<f32>(chunks * d)?, dev.alloc::<f32>(chunks * d)?) };
-        let (head_p, tail_p) = (head.device_ptr(&stream).0, tail.device_ptr(&stream).0);
-        launch!(dev, Family::Sparse, "sae_col_chunks", (chunks, 1), threads_for(d);
-            g, idx, vals, kout_p, vout_p, o, head_p, tail_p, pairs_i, n_i, d_i, accumulate);
-        launch!(dev, Family::Sparse, "sae_col_combine", (chunks, 1), threads_for(d);
-            kout_p, head_p, tail_p, o, pairs_i, d_i, accumulate);
-        drop((head, tail));
     }
+    launch!(dev, Family::Sparse, "sae_col_reduce", (n.clamp(1, MAX_GRID), 1), threads_for(d);
+        g, idx, vals, kout_p, vout_p, o, pairs_i, n_i, n_i, d_i, accumulate);
     drop((kin, vin, kout, vout));
     Ok(())
 }
