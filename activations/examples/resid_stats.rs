@@ -3,6 +3,8 @@
 //! embedding norms. The analysis behind docs/tiny-model.md.
 //!
 //!     cargo run --release -p activations --example resid_stats -- --model tiny --layer 2
+// The covariance and eigenvector loops index rows and columns of square matrices by design.
+#![allow(clippy::needless_range_loop)]
 use activations::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use activations::models::load_model;
 use activations::tokenizer::END_OF_TEXT;

@@ -11,10 +11,10 @@ use crate::Result;
 
 /// Longest row the kernel takes. A block reads its row twice; the second read comes from L2 while
 /// the rows in flight (two or more per SM) fit in it, which holds up to rows of 2^15 f32 on the
-/// H200's 50 MB. Up to 2^18 the second read costs at most one more read of the input from memory,
-/// still less than the sampled path's random sectors and per-row launches; beyond, one block per row
-/// reads too long a row alone.
-pub const MAX_N: u64 = 1 << 18;
+/// H200's 50 MB. Measured on the H200 (2026-12-01, `profk bench --device cuda --row-shapes`), the kernel
+/// as it stands is slower than the sampled path on rows of 2^15 and more (masked 8192×32768, k = 64:
+/// 2.09 ms against 1.41; 1024×2^18: 1.59 against 0.70), so it serves only the short rows below.
+pub const MAX_N: u64 = SHORT_N;
 /// Rows this short take the kernel even when they are few: one block reads such a row in about a
 /// microsecond, less than one of the launches the other paths chain.
 pub const SHORT_N: u64 = 1 << 14;
