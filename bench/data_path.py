@@ -6,6 +6,7 @@ of the loop's wall time spent waiting for data.
     python3 bench/data_path.py LOG_DIR EXTRACTED_TOKENS
 """
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -72,7 +73,31 @@ def main():
         print(f"| {name} | {rc} | {tokens} | {wall:.1f} | {whole:.3g} | {tokens / loop_wall:.3g} | "
               f"{stall_free:.2f} | {limited:.3g} | {whole / limited:.2f} | "
               f"{100 * waited / 1e3 / loop_wall:.1f} | {busy}/{len(recs)} |")
+    split_table(log, w)
     stage_table(log, w)
+
+
+TIME_LINE = re.compile(r"^time: ([\d.]+) s before the first step \(device ([\d.]+) s, data ([\d.]+) s, "
+                       r"first batch and SAE ([\d.]+) s\), ([\d.]+) s training \(([\d.]+) s of it "
+                       r"checkpointing\), ([\d.]+) s exporting", re.M)
+
+
+def split_table(log, w):
+    """Where each train-sae command's wall time went, from the `time:` line it prints last."""
+    rows = []
+    for name in sorted(k for k in w if k != "extract"):
+        path = log / f"{name}.log"
+        m = TIME_LINE.search(path.read_text(errors="replace")) if path.exists() else None
+        if m:
+            start, device, data, first, train, ckpt, export = map(float, m.groups())
+            rows.append(f"| {name} | {w[name][0]:.1f} | {start:.1f} | {device:.1f} | {data:.1f} | {first:.1f} | "
+                        f"{train - ckpt:.1f} | {ckpt:.1f} | {export:.1f} |")
+    if rows:
+        print("\nWhere the command's wall time goes (s; from its `time:` line)")
+        print("| run | command wall | before the first step | device | data | first batch + SAE | loop "
+              "(less checkpoints) | checkpointing | exporting |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(rows))
 
 
 def stage_table(log, w):

@@ -6,6 +6,7 @@
 # from the loop's start), stall-free step ms and data-wait share come from its metrics.jsonl
 # (bench/data_path.py prints the table). Binaries: .devbin/data/*.xz (bench/data_path_pack.sh).
 #   DP_TOKENS   tokens to extract (default 5242880 = 20 shards of 262144)
+#   DP_PACK     the packed binaries (default .devbin/data)
 #   DP_ONLY     a space-separated subset of: extract shards profile otf matryoshka crosscoder mixing
 # `profile` is the (2^16, 4096) shards run again with train.profile_stages (stage times, synchronized);
 # `mixing` is the shuffle-quality measurement on the tiny config (bench/mixing.sh).
@@ -19,7 +20,7 @@ TOKENS=${DP_TOKENS:-5242880}
 ONLY=${DP_ONLY:-extract shards profile otf matryoshka crosscoder mixing}
 mkdir -p "$LOG" "$WORK"
 . bench/lib.sh
-unpack .devbin/data "$BIN"
+unpack "${DP_PACK:-.devbin/data}" "$BIN"
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/device.txt" 2>&1
 nproc >>"$LOG/device.txt"; df -h "$WORK" >>"$LOG/device.txt"
@@ -109,6 +110,7 @@ train() { # NAME SOURCE ARCH N B STEPS [EXTRA-TRAIN-KEY]
   [ -n "${7:-}" ] && sed -i "/^\[train\]/a $7" "$WORK/$1.toml"
   timed "$1" "$BIN/train-sae" "$WORK/$1.toml" --out "$WORK/runs/$1"
   cp "$WORK/runs/$1/metrics.jsonl" "$LOG/$1.metrics.jsonl" 2>/dev/null
+  rm -rf "$WORK/runs/$1" # checkpoints of GB each: the local disk holds the shards and one run
 }
 BTK='arch = "batchtopk"'
 MAT16='arch = "matryoshka"

@@ -10,6 +10,7 @@
 #
 # SAE_PRECISIONS (default tf32) adds bf16 / f32 rows on both sides; SAE_SHAPES overrides the shapes.
 #
+# SAE_M_PACK (default .devbin/sae-m) is where the packed binaries are; sparse_ops runs if packed.
 # The binaries come prebuilt in .devbin/sae-m/ and the wheel in .whl/ (bash bench/sae_matryoshka_pack.sh);
 # carry both.
 set -uo pipefail
@@ -19,7 +20,7 @@ LOG=$OUT/sae-m
 BIN=/tmp/sae-m-bin
 mkdir -p "$LOG"
 . bench/lib.sh
-unpack .devbin/sae-m "$BIN"
+unpack "${SAE_M_PACK:-.devbin/sae-m}" "$BIN"
 SHAPES=${SAE_SHAPES:-65536x4096,131072x8192}
 PRECISIONS=${SAE_PRECISIONS:-tf32}
 START=$(date +%s)
@@ -28,7 +29,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"
 # A fresh machine JIT-compiles candle's PTX modules in the first CUDA process (tens of seconds).
 timeout 150 "$BIN/matryoshka" --test-threads=1 >>"$LOG/tests.log" 2>&1
 TESTS_RC=$?
-timeout 120 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+[ -x "$BIN/sparse_ops" ] && timeout 120 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
 TESTS_RC="$TESTS_RC/$?"
 timeout 150 "$BIN/sae-bench" --device cuda --d 1600 --shapes "$SHAPES" --k 32 --selectors profk \
   --precisions "$PRECISIONS" --archs matryoshka,crosscoder --layers 3 --warmup 2 --steps 5 --profile \

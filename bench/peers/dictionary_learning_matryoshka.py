@@ -36,11 +36,13 @@ def trainers():
     from dictionary_learning.trainers.matryoshka_batch_top_k import MatryoshkaBatchTopKTrainer
 
     return {
+        # Its learning-rate schedule asserts warmup_steps < steps (warmup's default is 1000).
         "batchtopk": lambda d, n, k: BatchTopKTrainer(
-            steps=1000, activation_dim=d, dict_size=n, k=k, layer=0, lm_name="bench", device="cuda", seed=0
+            steps=10000, warmup_steps=100, activation_dim=d, dict_size=n, k=k, layer=0, lm_name="bench", device="cuda", seed=0
         ),
         "matryoshka": lambda d, n, k: MatryoshkaBatchTopKTrainer(
-            steps=1000,
+            steps=10000,
+            warmup_steps=100,
             activation_dim=d,
             dict_size=n,
             k=k,

@@ -118,23 +118,52 @@ extern "C" __global__ void sae_pair_keys(const int64_t* idx, uint32_t* keys, uin
   }
 }
 
+// offsets[j] = the first sorted position whose latent is >= j, for j in 0..=cols: latent j's pairs are
+// offsets[j]..offsets[j + 1]. One thread per latent, so the reduction's blocks start without a search.
+extern "C" __global__ void sae_latent_offsets(const uint32_t* keys, int64_t* offsets, int64_t pairs,
+                                              int64_t cols) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j <= cols; j += stride) {
+    offsets[j] = lower_bound(keys, pairs, (uint32_t)j);
+  }
+}
+
 // out[j] (+)= sum over the pairs of latent j of vals[s] * g[row(s)], in ascending s (the sort is
-// stable): `keys` sorted ascending, `pos` the pairs in that order. One block per latent; latents without
-// a pair get a zero row (or keep theirs when accumulating).
+// stable): `pos` the pairs sorted by latent, `offsets` from sae_latent_offsets. One block per latent;
+// latents without a pair get a zero row (or keep theirs when accumulating). The block stages each tile of
+// its pairs' rows and values in shared memory with all its threads, so that the per-pair loop reads only
+// g, whose loads are independent and kept in flight by the unrolled loop: a latent chosen by much of the
+// batch was otherwise a long chain of dependent global loads on one block.
+namespace {
+constexpr int COL_TILE = 256;
+}
 extern "C" __global__ void sae_col_reduce(const float* g, const int64_t* idx, const float* vals,
-                                          const uint32_t* keys, const uint32_t* pos, float* out, int64_t pairs,
+                                          const int64_t* offsets, const uint32_t* pos, float* out,
                                           int64_t cols, int64_t n, int64_t d, int accumulate) {
+  __shared__ int64_t row_s[COL_TILE];
+  __shared__ float val_s[COL_TILE];
   for (int64_t j = blockIdx.x; j < cols; j += gridDim.x) {
-    const int64_t lo = lower_bound(keys, pairs, (uint32_t)j);
-    const int64_t hi = lower_bound(keys, pairs, (uint32_t)(j + 1));
+    const int64_t lo = offsets[j], hi = offsets[j + 1];
     if (accumulate && lo == hi) continue;
-    for (int64_t c = threadIdx.x; c < d; c += blockDim.x) {
-      float acc = accumulate ? out[j * d + c] : 0.f;
-      for (int64_t t = lo; t < hi; ++t) {
-        const uint32_t s = pos[t];
-        acc = fmaf(vals[s], g[(idx[s] / n) * d + c], acc);
+    for (int64_t c0 = 0; c0 < d; c0 += blockDim.x) {
+      const int64_t c = c0 + threadIdx.x;
+      const bool live = c < d;
+      float acc = accumulate && live ? out[j * d + c] : 0.f;
+      for (int64_t t0 = lo; t0 < hi; t0 += COL_TILE) {
+        const int cnt = (int)min((int64_t)COL_TILE, hi - t0);
+        __syncthreads();  // every thread is done with the previous tile
+        for (int i = threadIdx.x; i < cnt; i += blockDim.x) {
+          const uint32_t s = pos[t0 + i];
+          row_s[i] = idx[s] / n * d;
+          val_s[i] = vals[s];
+        }
+        __syncthreads();
+        if (live) {
+#pragma unroll 8
+          for (int i = 0; i < cnt; ++i) acc = fmaf(val_s[i], g[row_s[i] + c], acc);
+        }
       }
-      out[j * d + c] = acc;
+      if (live) out[j * d + c] = acc;
     }
   }
 }

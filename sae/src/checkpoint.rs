@@ -170,6 +170,13 @@ pub fn write_saelens(
     threshold: f64,
     scales: &[f64],
 ) -> Result<()> {
+    let tensors = saelens_tensors(sae, threshold, scales)?;
+    save_tensors(&dir.join(SAELENS_TENSORS), &tensors)?;
+    write_saelens_cfg(dir, cfg, sae)
+}
+
+/// The SAELens weights on the host: input scaling folded in, W_enc [d_in, n], crosscoder layers split.
+fn saelens_tensors(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<HashMap<String, Tensor>> {
     let e = fold_scales(sae, threshold, scales)?;
     let Shape {
         n, d_model, layers, ..
@@ -183,7 +190,7 @@ pub fn write_saelens(
     } else {
         (e.w_enc, e.w_dec, e.b_dec)
     };
-    let tensors: HashMap<String, Tensor> = [
+    [
         ("W_enc", w_enc),
         ("b_enc", e.b_enc),
         ("W_dec", w_dec),
@@ -192,11 +199,31 @@ pub fn write_saelens(
     ]
     .into_iter()
     .map(|(k, v)| Ok((k.to_string(), v.to_device(&Device::Cpu)?.contiguous()?)))
-    .collect::<Result<_>>()?;
-    save_tensors(&dir.join("sae_weights.safetensors"), &tensors)?;
-    let text = serde_json::to_string_pretty(&saelens_cfg(cfg, &sae.shape)).expect("JSON value");
-    write_atomic(&dir.join("cfg.json"), text.as_bytes())
+    .collect()
 }
+
+fn write_saelens_cfg(dir: &Path, cfg: &Config, sae: &Sae) -> Result<()> {
+    let text = serde_json::to_string_pretty(&saelens_cfg(cfg, &sae.shape)).expect("JSON value");
+    write_atomic(&dir.join(SAELENS_CFG), text.as_bytes())
+}
+
+/// The SAELens pair of the checkpoint `ckpt` in `dir` as hard links (the same bytes: a finished run's
+/// export is its final checkpoint's SAE), each linked under a temporary name and renamed into place.
+pub fn link_saelens(ckpt: &Path, dir: &Path) -> Result<()> {
+    for name in [SAELENS_TENSORS, SAELENS_CFG] {
+        let (from, to) = (ckpt.join(name), dir.join(name));
+        let tmp = runtime::fs::temp_path(&to);
+        std::fs::hard_link(&from, &tmp).map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, &to).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            Error::io(&to, e)
+        })?;
+    }
+    Ok(())
+}
+
+const SAELENS_TENSORS: &str = "sae_weights.safetensors";
+const SAELENS_CFG: &str = "cfg.json";
 
 fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
     Ok(runtime::fs::write_atomic_via(path, |tmp| {
@@ -207,13 +234,7 @@ fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
 /// Writes the SAELens pair, `training_state.safetensors` and `trainer_state.json` into `dir` (an empty
 /// folder that the training loop renames into place).
 pub fn save_state(dir: &Path, trainer: &Trainer) -> Result<()> {
-    write_saelens(
-        dir,
-        &trainer.cfg,
-        &trainer.sae,
-        trainer.threshold,
-        &trainer.scales,
-    )?;
+    let saelens = saelens_tensors(&trainer.sae, trainer.threshold, &trainer.scales)?;
     let mut state: HashMap<String, Tensor> = HashMap::new();
     for (i, (name, var)) in PARAM_NAMES.iter().zip(trainer.sae.vars()).enumerate() {
         state.insert(name.to_string(), var.as_tensor().to_device(&Device::Cpu)?);
@@ -230,7 +251,19 @@ pub fn save_state(dir: &Path, trainer: &Trainer) -> Result<()> {
         "since_fired".into(),
         trainer.dead.since_fired.to_device(&Device::Cpu)?,
     );
-    save_tensors(&dir.join(STATE_TENSORS), &state)?;
+    // The two files at once, from the host copies: each is mostly the disk's time.
+    std::thread::scope(|s| {
+        let weights = s.spawn(|| save_tensors(&dir.join(SAELENS_TENSORS), &saelens));
+        let state = save_tensors(&dir.join(STATE_TENSORS), &state);
+        let weights = weights.join().unwrap_or_else(|_| {
+            Err(Error::io(
+                dir.join(SAELENS_TENSORS),
+                std::io::Error::other("the writer thread panicked"),
+            ))
+        });
+        weights.and(state)
+    })?;
+    write_saelens_cfg(dir, &trainer.cfg, &trainer.sae)?;
     let progress = TrainerState {
         step: trainer.step,
         tokens: trainer.tokens,

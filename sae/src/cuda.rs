@@ -281,9 +281,14 @@ fn col_reduce_raw(
         }
         drop(temp);
     }
+    // SAFETY: sae_latent_offsets writes all n + 1 entries before the reduction reads them.
+    let offsets = unsafe { dev.alloc::<i64>(n + 1)? };
+    let offsets_p = offsets.device_ptr(&stream).0;
+    launch!(dev, Family::Sparse, "sae_latent_offsets", ((n + 1).div_ceil(256).clamp(1, MAX_GRID), 1), 256;
+        kout_p, offsets_p, pairs_i, n_i);
     launch!(dev, Family::Sparse, "sae_col_reduce", (n.clamp(1, MAX_GRID), 1), threads_for(d);
-        g, idx, vals, kout_p, vout_p, o, pairs_i, n_i, n_i, d_i, accumulate);
-    drop((kin, vin, kout, vout));
+        g, idx, vals, offsets_p, vout_p, o, n_i, n_i, d_i, accumulate);
+    drop((kin, vin, kout, vout, offsets));
     Ok(())
 }
 

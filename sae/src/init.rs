@@ -1,6 +1,7 @@
 //! Initialization statistics from the first batch: the input scale and the geometric median for b_dec.
 use crate::Result;
 use candle_core::{DType, Tensor};
+use rayon::prelude::*;
 
 /// Per-layer factors `s_l` with mean ‖s_l · x_l‖² = 1 over the batch [B, L, d].
 pub fn unit_square_norm_scales(x: &Tensor) -> Result<Vec<f64>> {
@@ -15,37 +16,56 @@ pub fn unit_square_norm_scales(x: &Tensor) -> Result<Vec<f64>> {
 
 /// Rows of the batch used for the geometric median: plenty for an initial bias.
 const MEDIAN_ROWS: usize = 4096;
+/// Rows per parallel partial sum: fixed, so that the sums run in one order whatever the thread count.
+const MEDIAN_CHUNK: usize = 64;
 
 /// Geometric median of the rows of `x` [B, d] (at most the first 4096) by Weiszfeld's iteration, in f64 on
-/// the host.
+/// the host. Each iteration's sums are partial sums over fixed chunks of rows, on all cores, added in
+/// chunk order: deterministic, and at GPT-2 XL widths a fraction of a second instead of seconds.
 pub fn geometric_median(x: &Tensor, iterations: usize) -> Result<Vec<f32>> {
     let x = x.narrow(0, 0, x.dim(0)?.min(MEDIAN_ROWS))?;
     let (b, d) = x.dims2()?;
     let data: Vec<f64> = x.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?;
-    let rows: Vec<&[f64]> = data.chunks(d.max(1)).collect();
-    let mut median = vec![0f64; d];
-    for row in &rows {
-        median
-            .iter_mut()
-            .zip(row.iter())
-            .for_each(|(m, v)| *m += v / b as f64);
-    }
+    let chunks: Vec<&[f64]> = data.chunks(MEDIAN_CHUNK * d.max(1)).collect();
+    let mut median = add_in_order(
+        chunks
+            .par_iter()
+            .map(|chunk| {
+                let mut sum = vec![0f64; d];
+                for row in chunk.chunks(d.max(1)) {
+                    sum.iter_mut()
+                        .zip(row)
+                        .for_each(|(m, v)| *m += v / b as f64);
+                }
+                (sum, 0.0)
+            })
+            .collect(),
+        d,
+    )
+    .0;
     for _ in 0..iterations {
-        let mut num = vec![0f64; d];
-        let mut den = 0f64;
-        for row in &rows {
-            let dist = row
-                .iter()
-                .zip(&median)
-                .map(|(a, m)| (a - m) * (a - m))
-                .sum::<f64>()
-                .sqrt()
-                .max(1e-8);
-            den += 1.0 / dist;
-            num.iter_mut()
-                .zip(row.iter())
-                .for_each(|(n, v)| *n += v / dist);
-        }
+        let (num, den) = add_in_order(
+            chunks
+                .par_iter()
+                .map(|chunk| {
+                    let mut num = vec![0f64; d];
+                    let mut den = 0f64;
+                    for row in chunk.chunks(d.max(1)) {
+                        let dist = row
+                            .iter()
+                            .zip(&median)
+                            .map(|(a, m)| (a - m) * (a - m))
+                            .sum::<f64>()
+                            .sqrt()
+                            .max(1e-8);
+                        den += 1.0 / dist;
+                        num.iter_mut().zip(row).for_each(|(n, v)| *n += v / dist);
+                    }
+                    (num, den)
+                })
+                .collect(),
+            d,
+        );
         let next: Vec<f64> = num.iter().map(|n| n / den).collect();
         let moved = next
             .iter()
@@ -59,4 +79,14 @@ pub fn geometric_median(x: &Tensor, iterations: usize) -> Result<Vec<f32>> {
         }
     }
     Ok(median.into_iter().map(|v| v as f32).collect())
+}
+
+/// The chunks' partial (vector, scalar) sums added in chunk order.
+fn add_in_order(parts: Vec<(Vec<f64>, f64)>, d: usize) -> (Vec<f64>, f64) {
+    parts
+        .into_iter()
+        .fold((vec![0f64; d], 0f64), |(mut acc, s), (part, p)| {
+            acc.iter_mut().zip(&part).for_each(|(a, v)| *a += v);
+            (acc, s + p)
+        })
 }

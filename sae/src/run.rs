@@ -2,7 +2,7 @@
 //! the shared launcher (run directory and lock, progress, metrics.jsonl, checkpoints, SIGINT / SIGTERM), evaluates on held-out tokens
 //! (FVU, L0, CE-loss recovered with the SAE spliced in at its hook, a crosscoder at all of its hooks) and writes
 //! the SAE in SAELens' layout.
-use crate::checkpoint::{load_state, save_state, write_saelens};
+use crate::checkpoint::{link_saelens, load_state, save_state, write_saelens};
 use crate::config::{Config, DataConfig, Precision};
 use crate::data::{skip, with_layer_axis, Synthetic};
 use crate::heldout::heldout_rows;
@@ -58,6 +58,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let began = std::time::Instant::now();
     let (cfg, source) = Config::load(&opts.config, &opts.overrides)?;
     let device = activations::models::open_device("device", cfg.device)?;
+    let device_ready = began.elapsed();
     set_precision(cfg.train.precision);
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
@@ -114,6 +115,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
             )
         }
     };
+    let sae_ready = began.elapsed();
     let mut loop_cfg = LoopConfig::new(cfg.train.steps, &cfg.log);
     loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
     loop_cfg.final_eval = cfg.eval.enabled;
@@ -141,7 +143,16 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         let sae_dir = run_dir.path().join("sae");
         std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
         let t = &job.trainer;
-        write_saelens(&sae_dir, &t.cfg, &t.sae, t.threshold, &t.scales)?;
+        // The final checkpoint holds this SAE already: linked, not written again (written where the
+        // file system has no hard links).
+        let linked = finished
+            .summary
+            .last_checkpoint
+            .as_deref()
+            .is_some_and(|ckpt| link_saelens(ckpt, &sae_dir).is_ok());
+        if !linked {
+            write_saelens(&sae_dir, &t.cfg, &t.sae, t.threshold, &t.scales)?;
+        }
         if let Some(splice) = &job.data.splice {
             let sae = crate::features::InferenceSae::from_trained(&t.sae, t.threshold, &t.scales)?;
             let opts = crate::features::FeatureOptions::default();
@@ -153,10 +164,12 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     }
     // Where a whole run's wall time goes beside the loop's own (bench/data_path.py reads this line).
     eprintln!(
-        "time: {:.1} s before the first step (data {:.1} s), {:.1} s training ({:.1} s of it checkpointing), \
-         {:.1} s exporting",
+        "time: {:.1} s before the first step (device {:.1} s, data {:.1} s, first batch and SAE {:.1} s), \
+         {:.1} s training ({:.1} s of it checkpointing), {:.1} s exporting",
         startup.as_secs_f64(),
-        data_ready.as_secs_f64(),
+        device_ready.as_secs_f64(),
+        (data_ready - device_ready).as_secs_f64(),
+        (sae_ready - data_ready).as_secs_f64(),
         trained.as_secs_f64(),
         job.checkpointing.as_secs_f64(),
         (began.elapsed() - startup - trained).as_secs_f64()

@@ -36,6 +36,8 @@ pub fn forward(sae: &Sae, x: &Tensor, selector: profk::Selector, seed: u64) -> R
     for (&len, &c) in groups.iter().zip(&coefs) {
         let part = acts
             .narrow(1, start, len)?
+            // A column block of acts is strided; CUDA's matmul takes contiguous operands.
+            .contiguous()?
             .matmul(&w.narrow(0, start, len)?)?;
         recon = (recon + part)?;
         // l2_loss is the mean over tokens; the coefficient is per token.

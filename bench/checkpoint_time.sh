@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# How long a stop takes at GPT-2 XL shapes, on the GPU machine, from the repo root: `train-sae` from the
+# shards bench/data_path.sh extracted (d = 1600, k = 32, TF32) at (n, B) in {(2^16, 4096), (2^17, 8192)}
+# gets SIGTERM mid-run; the table gives the seconds from the signal to the process's exit (the step in
+# flight, the checkpoint, the exit), its exit code, the checkpoint's size, and the resume from it
+# (a few more steps, rc). What a scheduler's grace period (SLURM's KillWait, docker stop -t) must cover.
+#   CK_BIN   folder with train-sae (default /tmp/dp-bin, where data_path.sh unpacks)
+#   CK_WORK  folder with shards/ (default /tmp/dp)
+set -uo pipefail
+BIN=${CK_BIN:-/tmp/dp-bin}
+WORK=${CK_WORK:-/tmp/dp}
+LOG=${OUT:-/tmp/out}/checkpoint
+mkdir -p "$LOG"
+echo "| (n, B) | checkpoint bytes (training state + SAELens pair) | signal at | signal → exit s | rc | checkpoint on disk | resume rc |"
+echo "|---|---|---|---|---|---|---|"
+for shape in 65536x4096 131072x8192; do
+  n=${shape%x*} b=${shape#*x} name=ck-$shape run=$WORK/runs/ck-$shape
+  rm -rf "$run"
+  cat >"$WORK/$name.toml" <<TOML
+name = "$name"
+seed = 0
+device = "cuda"
+[data]
+source = "shards"
+dir = "$WORK/shards"
+[sae]
+arch = "batchtopk"
+latents = $n
+k = 32
+[train]
+batch_size = $b
+steps = 100000
+precision = "tf32"
+checkpoint_every = 0
+[selector]
+kind = "profk"
+compare = false
+[eval]
+enabled = false
+[log]
+every = 20
+progress = false
+TOML
+  "$BIN/train-sae" "$WORK/$name.toml" --out "$run" >"$LOG/$name.log" 2>&1 &
+  pid=$!
+  # Signal once the loop has logged a few windows (the run is in its steady state).
+  for _ in $(seq 1 600); do
+    c=$(grep -c '"kind":"train"' "$run/metrics.jsonl" 2>/dev/null)
+    [ "${c:-0}" -ge 5 ] && break
+    sleep 0.1
+  done
+  at=$(grep -c '"kind":"train"' "$run/metrics.jsonl" 2>/dev/null)
+  t0=$(date +%s.%N)
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  t1=$(date +%s.%N)
+  size=$(du -sh "$run/checkpoints" 2>/dev/null | cut -f1)
+  # f32: W_enc, W_dec with their two Adam moments, and the SAELens W_enc, W_dec (biases are negligible).
+  state=$(awk "BEGIN { printf \"%.2f GB\", 4 * 8 * $n * 1600 / 1e9 }")
+  timeout 120 "$BIN/train-sae" "$WORK/$name.toml" --out "$run" --resume --set "train.steps=$(( at * 20 + 40 ))" \
+    >"$LOG/$name.resume.log" 2>&1
+  rrc=$?
+  echo "| (2^$(awk "BEGIN { print log($n) / log(2) }"), $b) | $state | log record $at | $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") | $rc | $size | $rrc |"
+  rm -rf "$run" # GB of checkpoints: the local disk holds the shards and one run
+done
