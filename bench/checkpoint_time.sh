@@ -4,8 +4,11 @@
 # gets SIGTERM mid-run; the table gives the seconds from the signal to the process's exit (the step in
 # flight, the checkpoint, the exit), its exit code, the checkpoint's size, and the resume from it
 # (a few more steps, rc). What a scheduler's grace period (SLURM's KillWait, docker stop -t) must cover.
-#   CK_BIN   folder with train-sae (default /tmp/dp-bin, where data_path.sh unpacks)
+# With CK_FINETUNE=1, also `finetune configs/gpt2xl-finetune.toml` (GPT-2 XL, random weights, a checkpoint of
+# about 31 GB: weights, error-feedback residual, velocity, AdamW moments) the same way.
+#   CK_BIN   folder with train-sae and finetune (default /tmp/dp-bin, where data_path.sh unpacks)
 #   CK_WORK  folder with shards/ (default /tmp/dp)
+#   CK_SAE   0 to leave out the train-sae runs
 set -uo pipefail
 BIN=${CK_BIN:-/tmp/dp-bin}
 WORK=${CK_WORK:-/tmp/dp}
@@ -13,7 +16,27 @@ LOG=${OUT:-/tmp/out}/checkpoint
 mkdir -p "$LOG"
 echo "| (n, B) | checkpoint bytes (training state + SAELens pair) | signal at | signal → exit s | rc | checkpoint on disk | resume rc |"
 echo "|---|---|---|---|---|---|---|"
-for shape in 65536x4096 131072x8192; do
+# stop NAME RUN-DIR RECORDS COMMAND...: starts COMMAND, sends SIGTERM once RUN-DIR/metrics.jsonl holds
+# RECORDS train records; sets AT (records then), SECS (signal to exit) and RC.
+stop() {
+  local name=$1 run=$2 records=$3 pid t0 t1 c
+  shift 3
+  "$@" >"$LOG/$name.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 1200); do
+    c=$(grep -c '"kind":"train"' "$run/metrics.jsonl" 2>/dev/null)
+    [ "${c:-0}" -ge "$records" ] && break
+    sleep 0.1
+  done
+  AT=$(grep -c '"kind":"train"' "$run/metrics.jsonl" 2>/dev/null)
+  t0=$(date +%s.%N)
+  kill -TERM $pid
+  wait $pid
+  RC=$?
+  t1=$(date +%s.%N)
+  SECS=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
+}
+[ "${CK_SAE:-1}" = 0 ] || for shape in 65536x4096 131072x8192; do
   n=${shape%x*} b=${shape#*x} name=ck-$shape run=$WORK/runs/ck-$shape
   rm -rf "$run"
   cat >"$WORK/$name.toml" <<TOML
@@ -41,26 +64,24 @@ enabled = false
 every = 20
 progress = false
 TOML
-  "$BIN/train-sae" "$WORK/$name.toml" --out "$run" >"$LOG/$name.log" 2>&1 &
-  pid=$!
   # Signal once the loop has logged a few windows (the run is in its steady state).
-  for _ in $(seq 1 600); do
-    c=$(grep -c '"kind":"train"' "$run/metrics.jsonl" 2>/dev/null)
-    [ "${c:-0}" -ge 5 ] && break
-    sleep 0.1
-  done
-  at=$(grep -c '"kind":"train"' "$run/metrics.jsonl" 2>/dev/null)
-  t0=$(date +%s.%N)
-  kill -TERM $pid
-  wait $pid
-  rc=$?
-  t1=$(date +%s.%N)
+  stop "$name" "$run" 5 "$BIN/train-sae" "$WORK/$name.toml" --out "$run"
+  at=$AT rc=$RC
   size=$(du -sh "$run/checkpoints" 2>/dev/null | cut -f1)
   # f32: W_enc, W_dec with their two Adam moments, and the SAELens W_enc, W_dec (biases are negligible).
   state=$(awk "BEGIN { printf \"%.2f GB\", 4 * 8 * $n * 1600 / 1e9 }")
   timeout 120 "$BIN/train-sae" "$WORK/$name.toml" --out "$run" --resume --set "train.steps=$(( at * 20 + 40 ))" \
     >"$LOG/$name.resume.log" 2>&1
   rrc=$?
-  echo "| (2^$(awk "BEGIN { print log($n) / log(2) }"), $b) | $state | log record $at | $(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }") | $rc | $size | $rrc |"
+  echo "| (2^$(awk "BEGIN { print log($n) / log(2) }"), $b) | $state | log record $at | $SECS | $rc | $size | $rrc |"
   rm -rf "$run" # GB of checkpoints: the local disk holds the shards and one run
 done
+if [ "${CK_FINETUNE:-0}" = 1 ]; then
+  run=$WORK/runs/ck-finetune-xl
+  rm -rf "$run"
+  stop ck-finetune-xl "$run" 2 "$BIN/finetune" configs/gpt2xl-finetune.toml --out "$run" \
+    --set train.steps=100000 --set log.every=5
+  size=$(du -sh "$run/checkpoints" 2>/dev/null | cut -f1)
+  echo "| finetune GPT-2 XL (1.56e9 params), batch 4 x 512 | ~31 GB (weights, residual, velocity, AdamW moments) | log record $AT | $SECS | $RC | $size | – |"
+  rm -rf "$run"
+fi
