@@ -5,7 +5,7 @@
 # flight, the checkpoint, the exit), its exit code, the checkpoint's size, and the resume from it
 # (a few more steps, rc). What a scheduler's grace period (SLURM's KillWait, docker stop -t) must cover.
 # With CK_FINETUNE=1, also `finetune configs/gpt2xl-finetune.toml` (GPT-2 XL, random weights, a checkpoint of
-# about 31 GB: weights, error-feedback residual, velocity, AdamW moments) the same way.
+# 24 GiB: weights, error-feedback residual, AdamW moments) the same way.
 #   CK_BIN   folder with train-sae and finetune (default /tmp/dp-bin, where data_path.sh unpacks)
 #   CK_WORK  folder with shards/ (default /tmp/dp)
 #   CK_SAE   0 to leave out the train-sae runs
@@ -82,6 +82,6 @@ if [ "${CK_FINETUNE:-0}" = 1 ]; then
   stop ck-finetune-xl "$run" 2 "$BIN/finetune" configs/gpt2xl-finetune.toml --out "$run" \
     --set train.steps=100000 --set log.every=5
   size=$(du -sh "$run/checkpoints" 2>/dev/null | cut -f1)
-  echo "| finetune GPT-2 XL (1.56e9 params), batch 4 x 512 | ~31 GB (weights, residual, velocity, AdamW moments) | log record $AT | $SECS | $RC | $size | – |"
+  echo "| finetune GPT-2 XL (1.56e9 params), batch 4 x 512 | weights, error-feedback residual, AdamW moments (and the velocity with momentum correction) | log record $AT | $SECS | $RC | $size | – |"
   rm -rf "$run"
 fi
