@@ -8,7 +8,7 @@
 //! ran on) rather than a recomputation at the pairs; the matmuls run in the scores' dtype, and the weight
 //! gradients go to the same sinks as the sparse path's, reduced in place in a fixed order (no atomics).
 use crate::model::{Sae, WeightSinks};
-use crate::select::select_row_columns;
+use crate::select::select_indices;
 use crate::Result;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 
@@ -154,7 +154,7 @@ pub fn dead_column_acts(
     if keep >= n_dead {
         return Ok(scores_d);
     }
-    let top = select_row_columns(&scores_d, keep, selector, seed)?;
+    let top = select_indices(&scores_d, keep, profk::Mode::Rowwise, selector, seed)?;
     scatter(&scores_d, &top)
 }
 
