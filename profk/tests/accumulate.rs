@@ -148,6 +148,21 @@ fn bits(t: &Tensor) -> Result<Vec<u32>> {
     Ok(bits_of(&t.to_device(&Device::Cpu)?.to_vec1::<f32>()?))
 }
 
+/// `run` with Prof-K for each k of `profk_ks`, and with the radix selector for `radix_k`.
+fn profk_and_radix(c: &Case, profk_ks: [usize; 3], radix_k: usize, dev: &Device) -> Result<()> {
+    for k in profk_ks {
+        run(c, k, &magnitude(Selector::Profk, Order::Index), None, dev)?;
+    }
+    run(
+        c,
+        radix_k,
+        &magnitude(Selector::Radix, Order::Index),
+        None,
+        dev,
+    )?;
+    Ok(())
+}
+
 /// Runs the case and checks the updated state bit for bit and the selection against the f64 full
 /// sort of the expected accumulation.
 fn run(
@@ -235,16 +250,7 @@ fn momentum(dev: &Device) -> Result<()> {
                 .collect(),
             0.9,
         ));
-        for k in [1, 150, c.n()] {
-            run(&c, k, &magnitude(Selector::Profk, Order::Index), None, dev)?;
-        }
-        run(
-            &c,
-            150,
-            &magnitude(Selector::Radix, Order::Index),
-            None,
-            dev,
-        )?;
+        profk_and_radix(&c, [1, 150, c.n()], 150, dev)?;
     }
     Ok(())
 }
@@ -413,30 +419,23 @@ fn bad_input(dev: &Device) -> Result<()> {
         .to_string();
     ensure!(err.contains("1 gradients for 2 spans"), "{err}");
     let swapped = [s.grads[1].clone(), s.grads[0].clone()];
-    let err = profk::accumulate(
-        &s.spans,
-        &Accumulation {
-            grads: &swapped,
-            ..s.acc()
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    ensure!(
-        err.contains("gradient 0 has 4 elements, its span 3"),
-        "{err}"
-    );
+    let swapped = Accumulation {
+        grads: &swapped,
+        ..s.acc()
+    };
+    refuses(&s, &c, &swapped, "gradient 0 has 4 elements, its span 3")?;
     let half = s.residual.to_dtype(DType::F16)?;
-    let err = profk::accumulate(
-        &s.spans,
-        &Accumulation {
-            residual: &half,
-            ..s.acc()
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    ensure!(err.contains("residual must be f32"), "{err}");
+    let half = Accumulation {
+        residual: &half,
+        ..s.acc()
+    };
+    refuses(&s, &c, &half, "residual must be f32")
+}
+
+/// `accumulate` refuses `acc` with an error that says `wanted`, and leaves the residual as it was.
+fn refuses(s: &State, c: &Case, acc: &Accumulation, wanted: &str) -> Result<()> {
+    let err = profk::accumulate(&s.spans, acc).unwrap_err().to_string();
+    ensure!(err.contains(wanted), "{err}");
     ensure!(
         bits(&s.residual)? == bits_of(&c.residual),
         "bad input changed the residual"
@@ -461,16 +460,7 @@ fn absent_gradients(dev: &Device) -> Result<()> {
             "plain update with absent spans differs"
         );
         let n = c.n();
-        for k in [1, n / 1000, n] {
-            run(&c, k, &magnitude(Selector::Profk, Order::Index), None, dev)?;
-        }
-        run(
-            &c,
-            100,
-            &magnitude(Selector::Radix, Order::Index),
-            None,
-            dev,
-        )?;
+        profk_and_radix(&c, [1, n / 1000, n], 100, dev)?;
         let always_fails = Plan {
             sample: 256,
             t: 8,
@@ -490,15 +480,7 @@ fn absent_gradients(dev: &Device) -> Result<()> {
     c.velocity = Some((vec![0.5; 7], 0.9));
     c.absent = vec![1];
     let s = State::new(&c, dev)?;
-    let err = profk::accumulate(&s.spans, &s.acc())
-        .unwrap_err()
-        .to_string();
-    ensure!(err.contains("momentum correction needs every"), "{err}");
-    ensure!(
-        bits(&s.residual)? == bits_of(&c.residual),
-        "bad input changed the residual"
-    );
-    Ok(())
+    refuses(&s, &c, &s.acc(), "momentum correction needs every")
 }
 
 /// The plain update (no selection), and bf16 gradients converted on the way in.

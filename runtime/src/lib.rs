@@ -12,8 +12,12 @@ pub use workspace::{workspace_file, ROOT_ENV};
 
 /// `test_device!(name, body)`: the test `name::cpu`, and `name::cuda` under the calling crate's `cuda`
 /// feature. `body` is a `fn(&candle_core::Device) -> anyhow::Result<()>`.
+/// `test_device!(module::{a, b})` is `test_device!(a, module::a)` and `test_device!(b, module::b)`.
 #[macro_export]
 macro_rules! test_device {
+    ($module:ident :: { $($name:ident),+ $(,)? }) => {
+        $($crate::test_device!($name, $module::$name);)+
+    };
     ($name:ident, $body:path) => {
         mod $name {
             #[allow(unused_imports)]
