@@ -28,13 +28,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = Gpt2Config {
-        n_positions: 32,
-        n_embd: 32,
-        n_layer: 3,
-        n_head: 2,
-        ..Gpt2Config::tiny()
-    };
+    let cfg = Gpt2Config::miniature(3);
     let model_dir = dir.path().join("model");
     Gpt2::random(cfg, 11, DType::F32, &Device::Cpu)
         .unwrap()
@@ -75,6 +69,21 @@ max_tokens = 3000
         f.corpus
     );
     ExtractConfig::from_toml(&toml, Path::new("test.toml")).unwrap()
+}
+
+/// A fresh fixture, extracted with `config(.., out)`.
+fn extracted(out: &str) -> (Fixture, ExtractConfig) {
+    let f = fixture();
+    let cfg = config(&f, out);
+    extract(&cfg, &ExtractOptions::default()).unwrap();
+    (f, cfg)
+}
+
+/// The error of an extraction that must fail.
+fn refused(cfg: &ExtractConfig) -> String {
+    extract(cfg, &ExtractOptions::default())
+        .unwrap_err()
+        .to_string()
 }
 
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -126,9 +135,7 @@ fn killed_run_resumes_to_identical_shards() {
     // Another configuration in the same directory is refused.
     let mut other = config(&f, "resumed");
     other.data.context = 8;
-    let err = extract(&other, &ExtractOptions::default())
-        .unwrap_err()
-        .to_string();
+    let err = refused(&other);
     assert!(err.contains("different extraction"), "{err}");
 }
 
@@ -170,18 +177,14 @@ fn config_errors_name_the_key() {
     }
     let mut cfg = config(&f, "bad");
     cfg.hook_points = vec![HookPoint::ResidPost(3)];
-    let err = extract(&cfg, &ExtractOptions::default())
-        .unwrap_err()
-        .to_string();
+    let err = refused(&cfg);
     assert!(
         err.contains("hook_points") && err.contains("3 layers"),
         "{err}"
     );
     let mut cfg = config(&f, "bad");
     cfg.data.context = 64;
-    let err = extract(&cfg, &ExtractOptions::default())
-        .unwrap_err()
-        .to_string();
+    let err = refused(&cfg);
     assert!(err.contains("n_positions"), "{err}");
 }
 
@@ -208,9 +211,7 @@ fn sum(ts: &[Tensor]) -> f64 {
 
 #[test]
 fn reader_shuffles_deterministically_and_checks_shards() {
-    let f = fixture();
-    let cfg = config(&f, "data");
-    extract(&cfg, &ExtractOptions::default()).unwrap();
+    let (_f, cfg) = extracted("data");
     let dir = cfg.out_dir.as_path();
     let opts = ReaderOptions {
         buffer_bytes: 1000 * 2 * 32 * 4,
@@ -358,9 +359,7 @@ fn on_the_fly_serves_the_same_activations() {
 
 #[test]
 fn prefetch_serves_the_same_batches_as_inline_reading() {
-    let f = fixture();
-    let cfg = config(&f, "prefetch");
-    extract(&cfg, &ExtractOptions::default()).unwrap();
+    let (_f, cfg) = extracted("prefetch");
     for mix_shards in [1, 2, 5] {
         let opts = |prefetch, device: &Device| ReaderOptions {
             buffer_bytes: 600 * 2 * 32 * 4,
@@ -403,9 +402,7 @@ fn prefetch_serves_the_same_batches_as_inline_reading() {
 
 #[test]
 fn blocks_of_several_shards_mix_in_every_chunk() {
-    let f = fixture();
-    let cfg = config(&f, "mix");
-    extract(&cfg, &ExtractOptions::default()).unwrap();
+    let (_f, cfg) = extracted("mix");
     // The stored rows of each shard, to tell which shard a served row came from.
     let probe = ShardReader::open(&cfg.out_dir, ReaderOptions::default()).unwrap();
     let row_sums: Vec<Vec<f32>> = (0..5)
@@ -447,9 +444,7 @@ fn blocks_of_several_shards_mix_in_every_chunk() {
 
 #[test]
 fn shards_are_hashed_once_per_process_and_rechecked_when_rewritten() {
-    let f = fixture();
-    let cfg = config(&f, "once");
-    extract(&cfg, &ExtractOptions::default()).unwrap();
+    let (_f, cfg) = extracted("once");
     let dir = cfg.out_dir.as_path();
     let opts = ReaderOptions {
         buffer_bytes: 500 * 2 * 32 * 4,

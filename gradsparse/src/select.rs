@@ -58,48 +58,39 @@ pub fn select(
     step: u64,
 ) -> Result<Selection> {
     let (indices, values, time) = timed(acc, layout, density, scope, choice.kind)?;
-    let mut selection = Selection {
+    let selection = Selection {
         indices,
         values,
         time,
         compare_time: None,
         accumulate: Duration::ZERO,
     };
-    if let Some(other) = choice.compare_with {
-        compare(
-            &mut selection,
-            acc,
-            layout,
-            density,
-            scope,
-            choice.kind,
-            other,
-            step,
-        )?;
-    }
-    Ok(selection)
+    cross_checked(selection, acc, layout, density, scope, choice, step)
 }
 
-/// Runs `other` on `acc` and checks that it selects the same index set as `selection` (by `primary`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn compare(
-    selection: &mut Selection,
+/// `selection` (by `choice.kind`) with the time of `choice.compare_with` on `acc`, which must select
+/// the same index set; `selection` as it is when there is nothing to compare with.
+pub(crate) fn cross_checked(
+    mut selection: Selection,
     acc: &Tensor,
     layout: &FlatLayout,
     density: f64,
     scope: Scope,
-    primary: Selector,
-    other: Selector,
+    choice: &SelectorChoice,
     step: u64,
-) -> Result<()> {
+) -> Result<Selection> {
+    let Some(other) = choice.compare_with else {
+        return Ok(selection);
+    };
     let (other_idx, _, t) = timed(acc, layout, density, scope, other)?;
     selection.compare_time = Some(t);
     check_same(&selection.indices, &other_idx).map_err(|detail| Error::SelectorMismatch {
         step,
-        primary,
+        primary: choice.kind,
         secondary: other,
         detail,
-    })
+    })?;
+    Ok(selection)
 }
 
 fn timed(

@@ -159,7 +159,7 @@ pub fn dead_column_acts(
 }
 
 /// The fused selection kernel's A, where it applies (a CUDA tensor, rows that fit its shared memory).
-#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 fn fused_acts(
     scores: &Tensor,
     cols: Option<&Tensor>,
@@ -167,22 +167,12 @@ fn fused_acts(
     width: usize,
     keep: usize,
 ) -> Result<Option<Tensor>> {
-    if !scores.device().is_cuda() || width > crate::cuda::AUX_ROW_MAX {
-        return Ok(None);
+    #[cfg(feature = "cuda")]
+    if scores.device().is_cuda() && width <= crate::cuda::AUX_ROW_MAX {
+        return Ok(Some(crate::cuda::aux_topk_rows(
+            scores, cols, n_dead, width, keep,
+        )?));
     }
-    Ok(Some(crate::cuda::aux_topk_rows(
-        scores, cols, n_dead, width, keep,
-    )?))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn fused_acts(
-    _scores: &Tensor,
-    _cols: Option<&Tensor>,
-    _n_dead: usize,
-    _width: usize,
-    _keep: usize,
-) -> Result<Option<Tensor>> {
     Ok(None)
 }
 

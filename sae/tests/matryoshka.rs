@@ -420,8 +420,7 @@ fn model(
         k,
         groups: groups.to_vec(),
     };
-    let [w_enc, b_enc, w_dec, b_dec] = params;
-    let mut sae = Sae::from_rows(shape, w_enc, b_enc, w_dec, b_dec, decode)?;
+    let mut sae = Sae::from_rows(shape, params.each_ref(), decode)?;
     if sinks {
         sae.sinks = Some(Default::default());
     }

@@ -77,15 +77,13 @@ fn check_arch(arch: Arch, layers: usize, groups: Vec<usize>, decode: DecodeMode)
         k,
         groups: groups.clone(),
     };
-    let sae = Sae::from_tensors(
-        shape,
-        &randn(&[d, n], 1),
-        &(randn(&[n], 2) * 0.1).unwrap(),
-        &randn(&[n, d], 3),
-        &(randn(&[d], 4) * 0.1).unwrap(),
-        decode,
-    )
-    .unwrap();
+    let params = [
+        randn(&[d, n], 1),
+        (randn(&[n], 2) * 0.1).unwrap(),
+        randn(&[n, d], 3),
+        (randn(&[d], 4) * 0.1).unwrap(),
+    ];
+    let sae = Sae::from_tensors(shape, params.each_ref(), decode).unwrap();
     let x = randn(&[b, d], 5);
     let fwd = sae::arch::forward(&sae, &x, profk::Selector::Profk, 0).unwrap();
     let ends: Vec<usize> = if groups.is_empty() {
@@ -250,15 +248,13 @@ fn aux_loss_sparse_equals_dense() {
     let (b, d, n, k) = (8, 6, 16, 2);
     let shape = common::batchtopk_shape(d, n, k);
     let make = |mode| {
-        Sae::from_tensors(
-            shape.clone(),
-            &randn(&[d, n], 31),
-            &randn(&[n], 32),
-            &randn(&[n, d], 33),
-            &randn(&[d], 34),
-            mode,
-        )
-        .unwrap()
+        let params = [
+            randn(&[d, n], 31),
+            randn(&[n], 32),
+            randn(&[n, d], 33),
+            randn(&[d], 34),
+        ];
+        Sae::from_tensors(shape.clone(), params.each_ref(), mode).unwrap()
     };
     let x = randn(&[b, d], 35);
     let mut dead = vec![0u8; n];

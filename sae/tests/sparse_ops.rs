@@ -9,6 +9,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use common::{host, max_err, uniform};
 use rand::{Rng, SeedableRng};
 use runtime::test_device;
+use sae::config::DecodeMode;
 use sae::sparse::{gather_linear, sparse_decode};
 
 /// Named pair sets (ascending flat indices) over `b` rows of `n` latents. The empty set only on the
@@ -225,6 +226,16 @@ fn training_steps_match_cpu(dev: &Device) -> Result<()> {
 }
 test_device!(training_steps_match_cpu_on, training_steps_match_cpu);
 
+/// Random [W_enc [d, n], b_enc, W_dec, b_dec] in SAELens' layout, from seeds `seed..seed + 4`.
+fn saelens_params(d: usize, n: usize, seed: u64, dev: &Device) -> Result<[Tensor; 4]> {
+    Ok([
+        uniform(d * n, seed, dev)?.reshape((d, n))?,
+        (uniform(n, seed + 1, dev)? * 0.1)?,
+        uniform(n * d, seed + 2, dev)?.reshape((n, d))?,
+        (uniform(d, seed + 3, dev)? * 0.1)?,
+    ])
+}
+
 /// The weight sinks (used in training) receive the same gradients as candle's autograd, with the
 /// aux-k loss adding a second contribution to both weight matrices: pair reductions in the sparse
 /// form, row blocks of the dead latents (arriving before the main reduction) in the dense one.
@@ -238,14 +249,8 @@ fn sinks_equal_autograd(dev: &Device) -> Result<()> {
         dev,
     )?;
     let grads = |with_sinks: bool, form: sae::config::AuxDecode| -> Result<Vec<Vec<f64>>> {
-        let mut sae = sae::Sae::from_tensors(
-            shape.clone(),
-            &uniform(d * n, 42, dev)?.reshape((d, n))?,
-            &(uniform(n, 43, dev)? * 0.1)?,
-            &uniform(n * d, 44, dev)?.reshape((n, d))?,
-            &(uniform(d, 45, dev)? * 0.1)?,
-            sae::config::DecodeMode::Sparse,
-        )?;
+        let params = saelens_params(d, n, 42, dev)?;
+        let mut sae = sae::Sae::from_tensors(shape.clone(), params.each_ref(), DecodeMode::Sparse)?;
         if with_sinks {
             sae.sinks = Some(Default::default());
         }
@@ -355,12 +360,7 @@ fn aux_forms_match_reference(dev: &Device) -> Result<()> {
     let shape = common::batchtopk_shape(d, n, k);
     let x = uniform(b * d, 51, dev)?.reshape((b, d))?;
     let recon = (uniform(b * d, 52, dev)?.reshape((b, d))? * 0.5)?;
-    let params = [
-        uniform(d * n, 53, dev)?.reshape((d, n))?,
-        (uniform(n, 54, dev)? * 0.1)?,
-        uniform(n * d, 55, dev)?.reshape((n, d))?,
-        (uniform(d, 56, dev)? * 0.1)?,
-    ];
+    let params = saelens_params(d, n, 53, dev)?;
     let patterns: [(&str, Vec<u8>); 3] = [
         ("all dead", vec![1; n]),
         ("a third dead", (0..n).map(|j| (j % 3 == 0) as u8).collect()),
@@ -377,14 +377,8 @@ fn aux_forms_match_reference(dev: &Device) -> Result<()> {
             sae::config::AuxDecode::Sparse,
             sae::config::AuxDecode::Dense,
         ] {
-            let mut model = sae::Sae::from_tensors(
-                shape.clone(),
-                &params[0],
-                &params[1],
-                &params[2],
-                &params[3],
-                sae::config::DecodeMode::Sparse,
-            )?;
+            let mut model =
+                sae::Sae::from_tensors(shape.clone(), params.each_ref(), DecodeMode::Sparse)?;
             model.sinks = Some(Default::default());
             let (_, aux) =
                 common::forward_and_aux(&model, &x, Some(&recon), (&mask, n_dead), k_aux, form)?;

@@ -2,6 +2,7 @@
 //! differentiable (`layer_norm_train`, for training). On CUDA each direction is one kernel (plus a
 //! small fixed-order reduction of the weight and bias gradients); the training op's CPU path
 //! computes the same function over row blocks in parallel, accumulating in f64.
+use super::saved::Saved;
 use candle_core::backend::BackendStorage;
 use candle_core::{
     CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor, WithDType,
@@ -85,7 +86,7 @@ pub fn layer_norm_train(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f32) ->
     let rows = x.elem_count() / d;
     let op = LayerNormTrain {
         eps,
-        stats: Mutex::new(None),
+        stats: Saved::empty(),
     };
     x.contiguous()?
         .reshape((rows, d))?
@@ -105,13 +106,7 @@ struct RowStats {
 struct LayerNormTrain {
     eps: f32,
     /// Written by the forward, read by the backward.
-    stats: Mutex<Option<RowStats>>,
-}
-
-impl LayerNormTrain {
-    fn keep(&self, stats: RowStats) {
-        *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(stats);
-    }
+    stats: Saved<RowStats>,
 }
 
 impl CustomOp3 for LayerNormTrain {
@@ -143,7 +138,7 @@ impl CustomOp3 for LayerNormTrain {
                 op.eps,
             );
             let rows = mean.len();
-            op.keep(RowStats {
+            op.stats.keep(RowStats {
                 mean: Tensor::from_vec(mean, rows, &Device::Cpu)?,
                 rstd: Tensor::from_vec(rstd, rows, &Device::Cpu)?,
             });
@@ -165,21 +160,12 @@ impl CustomOp3 for LayerNormTrain {
         Ok((y, xl.shape().clone()))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        xl: &Layout,
-        w: &candle_core::CudaStorage,
-        wl: &Layout,
-        b: &candle_core::CudaStorage,
-        bl: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(|op, (x, xl), (w, wl), (b, bl)| {
         let (y, mean, rstd) =
-            super::cuda::layer_norm::forward_with_stats((x, xl), (w, wl), (b, bl), self.eps)?;
-        self.keep(RowStats { mean, rstd });
+            super::cuda::layer_norm::forward_with_stats((x, xl), (w, wl), (b, bl), op.eps)?;
+        op.stats.keep(RowStats { mean, rstd });
         Ok((y, xl.shape().clone()))
-    }
+    });
 
     fn bwd(
         &self,
@@ -189,14 +175,7 @@ impl CustomOp3 for LayerNormTrain {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let stats = self
-            .stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| {
-                candle_core::Error::Msg("layer_norm_train: backward before forward".into())
-            })?;
+        let stats = self.stats.get("layer_norm_train")?;
         let dy = dy.contiguous()?;
         #[cfg(feature = "cuda")]
         if x.device().is_cuda() {

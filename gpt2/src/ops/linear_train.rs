@@ -270,18 +270,9 @@ impl candle_core::CustomOp3 for LinearTrain {
         Ok((y, Shape::from((n, m))))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        x_l: &Layout,
-        w: &candle_core::CudaStorage,
-        w_l: &Layout,
-        b: &candle_core::CudaStorage,
-        b_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::linear_train::forward(self, (x, x_l), (w, w_l), (b, b_l))
-    }
+    cuda_fwd!(|op, (x, x_l), (w, w_l), (b, b_l)| {
+        super::cuda::linear_train::forward(op, (x, x_l), (w, w_l), (b, b_l))
+    });
 
     fn bwd(
         &self,

@@ -99,17 +99,7 @@ pub fn grid(quick: bool) -> Vec<Case> {
             Dist::Normal,
         ));
     }
-    for (rows, lg) in [(16usize, 20u32), (128, 20), (1024, 18)] {
-        for k in [64, 1024] {
-            v.push(case(
-                format!("{rows}x2^{lg}"),
-                vec![rows, 1 << lg],
-                k,
-                Mode::Rowwise,
-                Dist::Normal,
-            ));
-        }
-    }
+    v.extend(batched_rows(&[(16, 20), (128, 20), (1024, 18)]));
     v.push(case(
         "flat 4096x2^16".into(),
         vec![4096, 1 << 16],
@@ -124,16 +114,45 @@ pub fn grid(quick: bool) -> Vec<Case> {
         Mode::Flat,
         Dist::Normal,
     ));
-    for k in [64, 512] {
-        v.push(case(
-            "masked 8192x32768".into(),
-            vec![8192, 32768],
-            k,
-            Mode::Rowwise,
-            Dist::Masked,
-        ));
+    v.extend(masked_rows());
+    v
+}
+
+/// `rows` rows of 2^lg normal values for each (rows, lg), with k = 64 and 1024.
+fn batched_rows(shapes: &[(usize, u32)]) -> Vec<Case> {
+    let mut v = Vec::new();
+    for &(rows, lg) in shapes {
+        for k in [64, 1024] {
+            v.push(case(
+                format!("{rows}x2^{lg}"),
+                vec![rows, 1 << lg],
+                k,
+                Mode::Rowwise,
+                Dist::Normal,
+            ));
+        }
     }
     v
+}
+
+/// The masked block-selection rows, with k = 64 and 512.
+fn masked_rows() -> Vec<Case> {
+    [64, 512]
+        .map(|k| {
+            case(
+                "masked 8192x32768".into(),
+                vec![8192, 32768],
+                k,
+                Mode::Rowwise,
+                Dist::Masked,
+            )
+        })
+        .into()
+}
+
+/// Three inputs of the case, for the timing loop to rotate through.
+fn rotated_inputs(c: &Case, dtype: DType, dev: &Device) -> Result<Vec<Tensor>> {
+    (0..3).map(|_| input(&c.dims, c.dist, dtype, dev)).collect()
 }
 
 fn case(label: String, dims: Vec<usize>, k: usize, mode: Mode, dist: Dist) -> Case {
@@ -344,9 +363,7 @@ pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
     writeln!(out, "|---|---|---|---|---|---|---|---|---|").ok();
     for c in targets() {
         let n: usize = c.dims.iter().product();
-        let xs: Vec<Tensor> = (0..3)
-            .map(|_| input(&c.dims, c.dist, DType::F32, dev))
-            .collect::<Result<_>>()?;
+        let xs = rotated_inputs(&c, DType::F32, dev)?;
         let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
         for order in [Order::Desc, Order::Index] {
             let opts = TopKOptions {
@@ -377,27 +394,8 @@ pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
 
 /// The row-wise shapes: the batched rows and the masked block-selection rows.
 pub fn row_cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    for (rows, lg) in [(1024usize, 18u32), (128, 20)] {
-        for k in [64, 1024] {
-            v.push(case(
-                format!("{rows}x2^{lg}"),
-                vec![rows, 1 << lg],
-                k,
-                Mode::Rowwise,
-                Dist::Normal,
-            ));
-        }
-    }
-    for k in [64, 512] {
-        v.push(case(
-            "masked 8192x32768".into(),
-            vec![8192, 32768],
-            k,
-            Mode::Rowwise,
-            Dist::Masked,
-        ));
-    }
+    let mut v = batched_rows(&[(1024, 18), (128, 20)]);
+    v.extend(masked_rows());
     v
 }
 
@@ -412,9 +410,7 @@ pub fn run_rows(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
     writeln!(out, "|---|---|---|---|---|---|---|---|---|---|").ok();
     for c in row_cases() {
         let n: usize = c.dims.iter().product();
-        let xs: Vec<Tensor> = (0..3)
-            .map(|_| input(&c.dims, c.dist, dtype, dev))
-            .collect::<Result<_>>()?;
+        let xs = rotated_inputs(&c, dtype, dev)?;
         let floor = (n * dtype.size_in_bytes()) as f64 / (READ_TBPS * 1e9);
         for order in [Order::Desc, Order::Index] {
             let opts = TopKOptions {
@@ -493,9 +489,7 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
     writeln!(out, "|---|---|---|---|---|---|").ok();
     for c in shapes {
         let n: usize = c.dims.iter().product();
-        let xs: Vec<Tensor> = (0..3)
-            .map(|_| input(&c.dims, c.dist, DType::F32, dev))
-            .collect::<Result<_>>()?;
+        let xs = rotated_inputs(&c, DType::F32, dev)?;
         let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
         let mut row = |name: &str, ms: f64, host: f64| {
             writeln!(
