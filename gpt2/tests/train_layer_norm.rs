@@ -297,14 +297,18 @@ fn layer_norm_train_rejects_bad_shapes_with_a_clear_error() {
         let t = |dims: &[usize], dtype: DType| Tensor::zeros(dims, dtype, &device).unwrap();
         let f32_ = DType::F32;
         // (why, dims of x, w and b, dtype of w)
-        let bad: [(&str, &[usize], &[usize], &[usize], DType); 5] = [
-            ("weight and bias must be [d]", &[4, 8], &[9], &[8], f32_),
-            ("weight and bias must be [d]", &[4, 8], &[8], &[2, 8], f32_),
-            ("at least one dimension", &[], &[1], &[1], f32_),
-            ("the last dimension is empty", &[4, 0], &[0], &[0], f32_),
-            ("one dtype", &[4, 8], &[8], &[8], DType::F16),
+        let bad: [(&str, [&[usize]; 3], DType); 5] = [
+            ("weight and bias must be [d]", [&[4, 8], &[9], &[8]], f32_),
+            (
+                "weight and bias must be [d]",
+                [&[4, 8], &[8], &[2, 8]],
+                f32_,
+            ),
+            ("at least one dimension", [&[], &[1], &[1]], f32_),
+            ("the last dimension is empty", [&[4, 0], &[0], &[0]], f32_),
+            ("one dtype", [&[4, 8], &[8], &[8]], DType::F16),
         ];
-        for (why, x, w, b, w_dtype) in bad {
+        for (why, [x, w, b], w_dtype) in bad {
             let (x, w, b) = (t(x, f32_), t(w, w_dtype), t(b, f32_));
             let err = layer_norm_train(&x, &w, &b, 1e-5)
                 .expect_err(why)

@@ -105,8 +105,9 @@ impl ErrorFeedback {
             compare_time: None,
             accumulate: Duration::ZERO,
         };
-        let (residual, layout) = (&self.residual, &self.layout);
-        select::cross_checked(selection, residual, layout, density, scope, choice, step)
+        select::cross_checked(selection, choice, step, |other| {
+            select::timed(&self.residual, &self.layout, density, scope, other)
+        })
     }
 
     fn accumulation<'a>(&'a self, grads: &'a [Option<Tensor>]) -> Accumulation<'a> {

@@ -65,24 +65,23 @@ pub fn select(
         compare_time: None,
         accumulate: Duration::ZERO,
     };
-    cross_checked(selection, acc, layout, density, scope, choice, step)
+    cross_checked(selection, choice, step, |other| {
+        timed(acc, layout, density, scope, other)
+    })
 }
 
-/// `selection` (by `choice.kind`) with the time of `choice.compare_with` on `acc`, which must select
-/// the same index set; `selection` as it is when there is nothing to compare with.
+/// `selection` (by `choice.kind`) checked against `choice.compare_with`, run by `run_other`, which
+/// must select the same index set, and with its time; as it is when there is nothing to compare with.
 pub(crate) fn cross_checked(
     mut selection: Selection,
-    acc: &Tensor,
-    layout: &FlatLayout,
-    density: f64,
-    scope: Scope,
     choice: &SelectorChoice,
     step: u64,
+    run_other: impl FnOnce(Selector) -> Result<(Tensor, Tensor, Duration)>,
 ) -> Result<Selection> {
     let Some(other) = choice.compare_with else {
         return Ok(selection);
     };
-    let (other_idx, _, t) = timed(acc, layout, density, scope, other)?;
+    let (other_idx, _, t) = run_other(other)?;
     selection.compare_time = Some(t);
     check_same(&selection.indices, &other_idx).map_err(|detail| Error::SelectorMismatch {
         step,
@@ -93,7 +92,8 @@ pub(crate) fn cross_checked(
     Ok(selection)
 }
 
-fn timed(
+/// The selection by `selector`, timed between device synchronizations.
+pub(crate) fn timed(
     acc: &Tensor,
     layout: &FlatLayout,
     density: f64,

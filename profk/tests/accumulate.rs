@@ -163,6 +163,11 @@ fn profk_and_radix(c: &Case, profk_ks: [usize; 3], radix_k: usize, dev: &Device)
     Ok(())
 }
 
+/// `run` with Prof-K and `plan` in place of the computed parameters.
+fn run_planned(c: &Case, k: usize, order: Order, plan: Plan, dev: &Device) -> Result<profk::TopK> {
+    run(c, k, &magnitude(Selector::Profk, order), Some(plan), dev)
+}
+
 /// Runs the case and checks the updated state bit for bit and the selection against the f64 full
 /// sort of the expected accumulation.
 fn run(
@@ -358,13 +363,7 @@ fn forced_fallback(dev: &Device) -> Result<()> {
             },
         ];
         for plan in plans {
-            let got = run(
-                &c,
-                k,
-                &magnitude(Selector::Profk, Order::Index),
-                Some(plan),
-                dev,
-            )?;
+            let got = run_planned(&c, k, Order::Index, plan, dev)?;
             ensure!(
                 got.stats.fell_back,
                 "{plan:?} should fall back: {:?}",
@@ -388,13 +387,7 @@ fn large_sample(dev: &Device) -> Result<()> {
         }
         let k = 500;
         let plan: Plan = profk::params::exact(c.n() as u64, k as u64, 1e-3, Some(1 << 15))?.into();
-        let got = run(
-            &c,
-            k,
-            &magnitude(Selector::Profk, Order::Desc),
-            Some(plan),
-            dev,
-        )?;
+        let got = run_planned(&c, k, Order::Desc, plan, dev)?;
         ensure!(got.stats.sample == 1 << 15, "{:?}", got.stats);
     }
     Ok(())
@@ -466,13 +459,7 @@ fn absent_gradients(dev: &Device) -> Result<()> {
             t: 8,
             capacity: 100,
         };
-        let got = run(
-            &c,
-            300,
-            &magnitude(Selector::Profk, Order::Index),
-            Some(always_fails),
-            dev,
-        )?;
+        let got = run_planned(&c, 300, Order::Index, always_fails, dev)?;
         ensure!(got.stats.fell_back, "should fall back: {:?}", got.stats);
     }
     // Momentum correction updates every span's velocity: a missing gradient is an error.

@@ -10,7 +10,8 @@
 use crate::model::{Sae, WeightSinks};
 use crate::select::select_indices;
 use crate::Result;
-use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use candle_core::{CustomOp2, DType, Tensor};
+use runtime::{cpu_fwd, cuda_fwd};
 
 /// Whether the dense form is the cheaper: the sparse form makes six passes over B·keep rows of d f32
 /// (values, decode, gradient of the values, input gradient, two weight gradients), the dense one five
@@ -370,30 +371,9 @@ impl CustomOp2 for DeadColumnsGrad {
         "aux-dead-columns"
     }
 
-    fn cpu_fwd(
-        &self,
-        _s1: &CpuStorage,
-        _l1: &Layout,
-        _s2: &CpuStorage,
-        _l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        Ok((CpuStorage::F32(vec![0f32]), Shape::from(())))
-    }
+    cpu_fwd!(|_, (_s1, _l1), (_s2, _l2)| Ok(crate::sparse::zero_loss_cpu()));
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::cuda::CudaStorage,
-        _l1: &Layout,
-        _s2: &candle_core::cuda::CudaStorage,
-        _l2: &Layout,
-    ) -> candle_core::Result<(candle_core::cuda::CudaStorage, Shape)> {
-        let zero = s1.device.alloc_zeros::<f32>(1)?;
-        Ok((
-            candle_core::cuda::CudaStorage::wrap_cuda_slice(zero, s1.device.clone()),
-            Shape::from(()),
-        ))
-    }
+    cuda_fwd!(|_, (s1, _l1), (_s2, _l2)| crate::sparse::zero_loss_cuda(s1));
 
     fn bwd(
         &self,

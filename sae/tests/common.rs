@@ -66,17 +66,14 @@ pub fn batchtopk_shape(d_model: usize, n: usize, k: usize) -> sae::model::Shape 
     }
 }
 
+/// Largest |a - b|; a NaN difference fails.
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    (a - b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .max(0)
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap()
+    let (a, b) = (host(a).unwrap(), host(b).unwrap());
+    assert!(
+        a.iter().zip(&b).all(|(x, y)| !(x - y).is_nan()),
+        "NaN in the difference"
+    );
+    max_err(&a, &b) as f32
 }
 
 /// The exported weights of the runs in `a/run` and `b/run` are equal bit for bit.

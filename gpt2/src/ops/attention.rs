@@ -2,6 +2,7 @@
 //! then the key heads, then the value heads) -> [B, T, d] in head-major order, as `c_proj` takes
 //! it. A candle custom op: one fused kernel on CUDA, a direct loop on the CPU.
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+use runtime::cuda_fwd;
 
 /// Which CUDA kernel runs the attention (the CPU path is the same for both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,6 +13,7 @@ use candle_core::{
     CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor,
 };
 use rayon::prelude::*;
+use runtime::{cpu_fwd, cuda_fwd};
 
 /// Causal multi-head attention: `qkv` [b, t, 3d] (q, k, v packed as GPT-2's `c_attn` writes them)
 /// -> [b, t, d], scores scaled by 1/sqrt(d / n_head); differentiable with respect to `qkv`.
@@ -154,22 +155,14 @@ impl CustomOp3 for CausalAttentionBackward {
         "causal-attention-train-backward"
     }
 
-    fn cpu_fwd(
-        &self,
-        s_qkv: &CpuStorage,
-        l_qkv: &Layout,
-        s_grad: &CpuStorage,
-        l_grad: &Layout,
-        s_probs: &CpuStorage,
-        l_probs: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (b, t, h, hd) = self.dims.heads.of(l_qkv.shape())?;
+    cpu_fwd!(|op, (s_qkv, l_qkv), (s_grad, l_grad), (s_probs, l_probs)| {
+        let (b, t, h, hd) = op.dims.heads.of(l_qkv.shape())?;
         let x = f32_slice(s_qkv, l_qkv, "qkv")?;
         let dy = f32_slice(s_grad, l_grad, "output gradient")?;
         let p = f32_slice(s_probs, l_probs, "probabilities")?;
         let dx = backward_f32(x, dy, p, b, t, h, hd);
         Ok((CpuStorage::F32(dx), l_qkv.shape().clone()))
-    }
+    });
 
     cuda_fwd!(|op, (s_qkv, l_qkv), (s_grad, l_grad), (s_probs, l_probs)| {
         super::cuda::attention_train::backward(

@@ -8,6 +8,7 @@
 use super::saved::Saved;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
+use runtime::{cpu_fwd, cuda_fwd};
 
 /// Mean next-token cross-entropy of `logits` [B, T, V] for `tokens` [B, T] (positions 0..T-1
 /// predict 1..T), differentiable with respect to `logits`; computed in f32 whatever the logits'
@@ -49,13 +50,7 @@ impl CustomOp2 for NextTokenCrossEntropy {
         "next-token-cross-entropy"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (s1, l1), (s2, l2)| {
         let (b, t, v) = l1.shape().dims3()?;
         let (CpuStorage::F32(logits), CpuStorage::U32(tokens)) = (s1, s2) else {
             return Err(candle_core::Error::Msg(
@@ -79,11 +74,11 @@ impl CustomOp2 for NextTokenCrossEntropy {
             .collect();
         let total: f64 = per_row.iter().map(|&(_, l)| l as f64).sum();
         let lse: Vec<f32> = per_row.iter().map(|&(s, _)| s).collect();
-        self.log_sum_exp
+        op.log_sum_exp
             .keep(Tensor::from_vec(lse, rows, &candle_core::Device::Cpu)?);
         let mean = (total / rows as f64) as f32;
         Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
-    }
+    });
 
     cuda_fwd!(|op, (s1, l1), (s2, l2)| {
         let (mean, lse) = super::cuda::cross_entropy::forward(s1, l1, s2, l2)?;

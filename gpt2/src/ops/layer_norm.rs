@@ -5,8 +5,9 @@
 use super::saved::Saved;
 use candle_core::backend::BackendStorage;
 use candle_core::{
-    CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor, WithDType,
+    CpuStorage, CustomOp3, DType, Device, Layout, Result, Storage, Tensor, WithDType,
 };
+use runtime::{cpu_fwd, cuda_fwd};
 use std::sync::Mutex;
 
 /// `(x - mean) / sqrt(var + eps) * weight + bias` over the last dimension of `x`.
@@ -114,15 +115,7 @@ impl CustomOp3 for LayerNormTrain {
         "layer_norm_train"
     }
 
-    fn cpu_fwd(
-        &self,
-        x: &CpuStorage,
-        xl: &Layout,
-        w: &CpuStorage,
-        wl: &Layout,
-        b: &CpuStorage,
-        bl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (x, xl), (w, wl), (b, bl)| {
         fn run<T: WithDType>(
             op: &LayerNormTrain,
             x: (&CpuStorage, &Layout),
@@ -146,10 +139,10 @@ impl CustomOp3 for LayerNormTrain {
         }
         let args = ((x, xl), (w, wl), (b, bl));
         let y = match x.dtype() {
-            DType::F32 => run::<f32>(self, args.0, args.1, args.2)?,
-            DType::F64 => run::<f64>(self, args.0, args.1, args.2)?,
-            DType::BF16 => run::<half::bf16>(self, args.0, args.1, args.2)?,
-            DType::F16 => run::<half::f16>(self, args.0, args.1, args.2)?,
+            DType::F32 => run::<f32>(op, args.0, args.1, args.2)?,
+            DType::F64 => run::<f64>(op, args.0, args.1, args.2)?,
+            DType::BF16 => run::<half::bf16>(op, args.0, args.1, args.2)?,
+            DType::F16 => run::<half::f16>(op, args.0, args.1, args.2)?,
             other => {
                 return Err(candle_core::Error::UnsupportedDTypeForOp(
                     other,
@@ -158,7 +151,7 @@ impl CustomOp3 for LayerNormTrain {
             }
         };
         Ok((y, xl.shape().clone()))
-    }
+    });
 
     cuda_fwd!(|op, (x, xl), (w, wl), (b, bl)| {
         let (y, mean, rstd) =

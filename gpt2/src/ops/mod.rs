@@ -2,22 +2,6 @@
 //! with their bias, GELU or residual add folded in, and layer norm. On CUDA each is one kernel
 //! (`kernels/*.cu`; cuBLASLt epilogues for the linear layers); on the CPU they compute the same
 //! function. The plain ops are forward only (extraction); the `*_train` ops carry gradients.
-/// The `cuda_fwd` method of a candle custom op (`CustomOp1`, `2` or `3`), compiled under the `cuda`
-/// feature: `cuda_fwd!(|op, (s1, l1), (s2, l2)| body)` binds the op to `op` and each input's CUDA
-/// storage and layout to the names given, and `body` gives the output storage and shape.
-macro_rules! cuda_fwd {
-    (|$op:pat $(, ($storage:ident, $layout:ident))+| $body:expr) => {
-        #[cfg(feature = "cuda")]
-        fn cuda_fwd(
-            &self,
-            $($storage: &candle_core::CudaStorage, $layout: &candle_core::Layout),+
-        ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> {
-            let $op = self;
-            $body
-        }
-    };
-}
-
 mod attention;
 mod attention_train;
 mod cross_entropy;

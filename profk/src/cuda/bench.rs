@@ -150,6 +150,12 @@ fn masked_rows() -> Vec<Case> {
         .into()
 }
 
+/// A Markdown table's header row and the separator under it.
+fn table_head(out: &mut String, header: &str) {
+    let columns = header.matches('|').count() - 1;
+    writeln!(out, "{header}\n{}|", "|---".repeat(columns)).ok();
+}
+
 /// Three inputs of the case, for the timing loop to rotate through.
 fn rotated_inputs(c: &Case, dtype: DType, dev: &Device) -> Result<Vec<Tensor>> {
     (0..3).map(|_| input(&c.dims, c.dist, dtype, dev)).collect()
@@ -272,12 +278,10 @@ fn run_cases(
     dtype: DType,
     out: &mut String,
 ) -> Result<()> {
-    writeln!(
+    table_head(
         out,
-        "| shape | mode | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |"
-    )
-    .ok();
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|").ok();
+        "| shape | mode | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |",
+    );
     for c in cases {
         let n: usize = c.dims.iter().product();
         let inputs = if n >= 1 << 30 { 1 } else { 3 };
@@ -355,12 +359,10 @@ pub fn targets() -> Vec<Case> {
 /// Prof-K on the [`targets`], values-descending and ascending-index output (the SAE's order), with
 /// the read floor beside.
 pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
-    writeln!(
+    table_head(
         out,
-        "| shape | mode | k | order | Prof-K ms | floor ms | of floor | attempts | aux MB |"
-    )
-    .ok();
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|").ok();
+        "| shape | mode | k | order | Prof-K ms | floor ms | of floor | attempts | aux MB |",
+    );
     for c in targets() {
         let n: usize = c.dims.iter().product();
         let xs = rotated_inputs(&c, DType::F32, dev)?;
@@ -402,12 +404,10 @@ pub fn row_cases() -> Vec<Case> {
 /// Prof-K on the [`row_cases`] in both output orders, with the one-block-per-row kernel where it
 /// serves and with the sampled path (`skip::ROWS`), beside the read floor.
 pub fn run_rows(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
-    writeln!(
+    table_head(
         out,
-        "| shape | dist | dtype | k | order | path | ms | floor ms | of floor | aux MB |"
-    )
-    .ok();
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|").ok();
+        "| shape | dist | dtype | k | order | path | ms | floor ms | of floor | aux MB |",
+    );
     for c in row_cases() {
         let n: usize = c.dims.iter().product();
         let xs = rotated_inputs(&c, dtype, dev)?;
@@ -485,8 +485,7 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             skip::REDRAW | skip::FALLBACK | skip::BUFFER | skip::OUTPUT,
         ),
     ];
-    writeln!(out, "| shape | k | variant | ms | floor ms | host ms |").ok();
-    writeln!(out, "|---|---|---|---|---|---|").ok();
+    table_head(out, "| shape | k | variant | ms | floor ms | host ms |");
     for c in shapes {
         let n: usize = c.dims.iter().product();
         let xs = rotated_inputs(&c, DType::F32, dev)?;
