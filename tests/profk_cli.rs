@@ -11,6 +11,17 @@ fn profk(args: &[&str]) -> Result<Output> {
         .output()?)
 }
 
+/// `profk` that must succeed; its stderr is the message when it does not.
+fn profk_ok(args: &[&str]) -> Result<Output> {
+    let run = profk(args)?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    Ok(run)
+}
+
 fn save(path: &Path, tensors: &[(&str, Tensor)]) -> Result<()> {
     let map: HashMap<String, Tensor> = tensors
         .iter()
@@ -50,12 +61,7 @@ fn select_round_trip() -> Result<()> {
         let args = [
             "select", "--input", i, "--tensor", "scores", "--k", "3", "--mode", mode,
         ];
-        let run = profk(&[&args[..], &["--order", order, "--output", o]].concat())?;
-        ensure!(
-            run.status.success(),
-            "{}",
-            String::from_utf8_lossy(&run.stderr)
-        );
+        profk_ok(&[&args[..], &["--order", order, "--output", o]].concat())?;
         let out = candle_core::safetensors::load(&output, &Device::Cpu)?;
         let (values, indices) = (&out["values"], &out["indices"]);
         ensure!(values.dtype() == DType::BF16 && indices.dtype() == DType::I64);
@@ -73,14 +79,9 @@ fn select_round_trip() -> Result<()> {
         &input,
         &[("v", Tensor::new(&[2f64, 9.0, 4.0], &Device::Cpu)?)],
     )?;
-    let run = profk(&[
+    profk_ok(&[
         "select", "--input", i, "--tensor", "v", "--k", "2", "--output", o,
     ])?;
-    ensure!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let out = candle_core::safetensors::load(&output, &Device::Cpu)?;
     ensure!(out["indices"].to_vec1::<i64>()? == vec![1, 2]);
     ensure!(out["values"].to_vec1::<f64>()? == vec![9.0, 4.0]);
@@ -139,14 +140,9 @@ fn errors_exit_nonzero_with_one_line_and_leave_no_file() -> Result<()> {
     ])?;
     ensure!(!run.status.success() && !output.exists());
     // With nan = largest the same input works, NaN first.
-    let run = profk(&[
+    profk_ok(&[
         "select", "--input", i, "--tensor", "x", "--k", "2", "--nan", "largest", "--output", o,
     ])?;
-    ensure!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let out = candle_core::safetensors::load(&output, &Device::Cpu)?;
     ensure!(out["indices"].to_vec1::<i64>()? == vec![1, 2]);
     Ok(())
@@ -154,14 +150,9 @@ fn errors_exit_nonzero_with_one_line_and_leave_no_file() -> Result<()> {
 
 #[test]
 fn bench_prints_a_table() -> Result<()> {
-    let run = profk(&[
+    let run = profk_ok(&[
         "bench", "--device", "cpu", "--n", "100000", "--k", "10", "--reps", "1",
     ])?;
-    ensure!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let out = String::from_utf8_lossy(&run.stdout);
     ensure!(
         out.contains("| N | k | profk ms") && out.lines().any(|l| l.starts_with("| 2^16.6 | 10 |")),
@@ -217,7 +208,7 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
     std::fs::write(&target, b"old")?;
     let to_target = dir.path().join("to_target.st");
     std::os::unix::fs::symlink(&target, &to_target)?;
-    let run = profk(&[
+    profk_ok(&[
         "select",
         "--input",
         i,
@@ -228,11 +219,6 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
         "--output",
         to_target.to_str().unwrap(),
     ])?;
-    ensure!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     ensure!(std::fs::symlink_metadata(&to_target)?
         .file_type()
         .is_symlink());
@@ -243,14 +229,9 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
 
 #[test]
 fn params_device_shows_the_plan_of_that_path() -> Result<()> {
-    let run = profk(&[
+    let run = profk_ok(&[
         "params", "--n", "2^16", "--k", "256", "--device", "cuda", "--rows", "1024", "--json",
     ])?;
-    ensure!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let shown: serde_json::Value = serde_json::from_slice(&run.stdout)?;
     let plan = profk::gpu_params_for(1 << 16, 256, 1e-3 / 1024.0, 1024)?
         .ok_or_else(|| anyhow::anyhow!("the CUDA path does not sample here"))?;
@@ -270,7 +251,7 @@ fn params_device_shows_the_plan_of_that_path() -> Result<()> {
 
 #[test]
 fn epsilon_counts_first_attempts_on_the_cpu() -> Result<()> {
-    let run = profk(&[
+    let run = profk_ok(&[
         "epsilon",
         "--device",
         "cpu",
@@ -290,11 +271,6 @@ fn epsilon_counts_first_attempts_on_the_cpu() -> Result<()> {
         "normal,infinities",
         "--json",
     ])?;
-    ensure!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&run.stdout)
         .lines()
         .map(serde_json::from_str)

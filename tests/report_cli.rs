@@ -1,7 +1,7 @@
 //! `sparsetrain-report RUN... --out FILE.html` (the report tool, named so no shell built-in shadows it).
 use eval::{Metrics, Record, RunDir, RunMeta};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 fn synthetic_run(root: &Path, config: &str, selector: &str, select_ms: f64, steps: u64) -> RunDir {
     let run = RunDir::create_at(&root.join(format!("{config}-{selector}"))).unwrap();
@@ -26,17 +26,22 @@ fn synthetic_run(root: &Path, config: &str, selector: &str, select_ms: f64, step
     run
 }
 
+/// `sparsetrain-report RUN... --out OUT`.
+fn report(runs: &[&Path], out: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
+        .args(runs)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn cli_writes_a_report_and_names_a_missing_run_dir() {
     let tmp = tempfile::tempdir().unwrap();
     let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 20);
     let out = tmp.path().join("r.html");
-    let ok = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
-        .arg(profk.path())
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let ok = report(&[profk.path()], &out);
     assert!(
         ok.status.success(),
         "{}",
@@ -45,13 +50,7 @@ fn cli_writes_a_report_and_names_a_missing_run_dir() {
     assert!(out.exists());
 
     let missing = tmp.path().join("no-such-run");
-    let bad = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
-        .arg(profk.path())
-        .arg(&missing)
-        .arg("--out")
-        .arg(tmp.path().join("x.html"))
-        .output()
-        .unwrap();
+    let bad = report(&[profk.path(), &missing], &tmp.path().join("x.html"));
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(
@@ -62,12 +61,7 @@ fn cli_writes_a_report_and_names_a_missing_run_dir() {
 
     let no_metrics = tmp.path().join("empty");
     std::fs::create_dir(&no_metrics).unwrap();
-    let bad = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
-        .arg(&no_metrics)
-        .arg("--out")
-        .arg(tmp.path().join("y.html"))
-        .output()
-        .unwrap();
+    let bad = report(&[&no_metrics], &tmp.path().join("y.html"));
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a run directory"));
 }
@@ -80,12 +74,7 @@ fn report_refuses_to_overwrite_its_inputs() {
     let before = std::fs::read(&metrics).unwrap();
     for name in ["metrics.jsonl", "run.json", "./metrics.jsonl"] {
         let out = run_dir.path().join(name);
-        let bad = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
-            .arg(run_dir.path())
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
+        let bad = report(&[run_dir.path()], &out);
         let stderr = String::from_utf8_lossy(&bad.stderr);
         assert!(!bad.status.success(), "--out {name} succeeded");
         assert!(
@@ -94,11 +83,7 @@ fn report_refuses_to_overwrite_its_inputs() {
         );
     }
     assert_eq!(std::fs::read(&metrics).unwrap(), before, "metrics intact");
-    let bad = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
-        .arg(run_dir.path())
-        .args(["--out", "/dev/null"])
-        .output()
-        .unwrap();
+    let bad = report(&[run_dir.path()], Path::new("/dev/null"));
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("device node"));
     // The run's own report is fine.

@@ -16,13 +16,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = Gpt2Config {
-        n_positions: 32,
-        n_embd: 32,
-        n_layer: 2,
-        n_head: 2,
-        ..Gpt2Config::tiny()
-    };
+    let cfg = Gpt2Config::miniature(2);
     Gpt2::random(cfg, 5, DType::F32, &Device::Cpu)
         .unwrap()
         .save_hf(&dir.path().join("model"))

@@ -290,26 +290,23 @@ fn overrides_are_checked_recorded_and_progress_lines_reach_a_pipe() {
     assert!(toml.contains("--set train.steps=6"), "{toml}");
 
     // Resuming with a changed learning rate is refused, naming the key; more steps are fine.
-    let changed = finish(
-        Command::new(TRAIN_SAE)
-            .arg(&cfg)
-            .args(["--set", "train.lr=0.5", "--out"])
-            .arg(&out)
-            .arg("--resume"),
-    );
+    let resume_with = |set: &str| {
+        finish(
+            Command::new(TRAIN_SAE)
+                .arg(&cfg)
+                .args(["--set", set, "--out"])
+                .arg(&out)
+                .arg("--resume"),
+        )
+    };
+    let changed = resume_with("train.lr=0.5");
     assert!(!changed.status.success());
     assert!(
         text(&changed.stderr).contains("train.lr"),
         "{}",
         text(&changed.stderr)
     );
-    let longer = finish(
-        Command::new(TRAIN_SAE)
-            .arg(&cfg)
-            .args(["--set", "train.steps=8", "--out"])
-            .arg(&out)
-            .arg("--resume"),
-    );
+    let longer = resume_with("train.steps=8");
     assert!(longer.status.success(), "{}", text(&longer.stderr));
 }
 

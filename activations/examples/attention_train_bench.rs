@@ -87,16 +87,7 @@ fn main() -> anyhow::Result<()> {
         let [b, t, h, hd] = parse_shape(s)?;
         let d = h * hd;
         let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (b, t, 3 * d), &dev)?)?;
-        let mask: Vec<f32> = (0..t * t)
-            .map(|ij| {
-                if ij % t > ij / t {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (t, t), &dev)?;
+        let mask = activations::gpt2::causal_mask(0, t, &dev)?;
         let fwd = time(&dev, a.iters, || {
             causal_attention_train_with(qkv.as_tensor(), h, gemms)?;
             Ok(())

@@ -98,6 +98,8 @@ fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    // The layer norms' weight and bias (one view of `bias`, made once outside the timed calls).
+    let ln_weight = bias.narrow(0, 0, d)?;
     #[cfg_attr(not(feature = "cuda"), allow(unused_mut))]
     let mut ops: Vec<(&str, String, Op)> = vec![
         (
@@ -135,14 +137,7 @@ fn main() -> anyhow::Result<()> {
         (
             "layer_norm (fused kernel)",
             format!("[{n},{d}]"),
-            Box::new(|| {
-                Ok(layer_norm(
-                    &x,
-                    &bias.narrow(0, 0, d)?,
-                    &bias.narrow(0, 0, d)?,
-                    1e-5,
-                )?)
-            }),
+            Box::new(|| Ok(layer_norm(&x, &ln_weight, &ln_weight, 1e-5)?)),
         ),
         (
             "matmul (candle) mlp c_proj",
@@ -198,10 +193,7 @@ fn main() -> anyhow::Result<()> {
             format!("[{n},{d}]"),
             Box::new(|| {
                 Ok(candle_nn::ops::layer_norm(
-                    &x,
-                    &bias.narrow(0, 0, d)?,
-                    &bias.narrow(0, 0, d)?,
-                    1e-5,
+                    &x, &ln_weight, &ln_weight, 1e-5,
                 )?)
             }),
         ),

@@ -41,13 +41,6 @@ pub enum Error {
     #[error("config: `{key}`: {message}")]
     Config { key: String, message: String },
 
-    #[error("model `{name}` not found; looked in:\n  {}\n{hint}", looked.join("\n  "))]
-    ModelNotFound {
-        name: String,
-        looked: Vec<String>,
-        hint: String,
-    },
-
     #[error("model {path}: {message}")]
     Model { path: PathBuf, message: String },
 
@@ -74,12 +67,6 @@ pub enum Error {
 
     #[error("shard {path}: {message}")]
     Shard { path: PathBuf, message: String },
-
-    #[error("hook point `{point}` is past the model's depth: it has {n_layer} layers, valid layers are 0..={}", n_layer.saturating_sub(1))]
-    HookLayer { point: String, n_layer: usize },
-
-    #[error("hook point `{0}`: expected e.g. `blocks.6.hook_resid_post`, `blocks.0.hook_resid_pre`, `resid_post.6`, `ln_final`")]
-    HookPoint(String),
 }
 
 impl Error {

@@ -114,12 +114,29 @@ impl ShuffleBuffer {
 }
 
 /// Squeezes [n, 1, d] to [n, d]; several hooks stay [n, H, d].
-pub(crate) fn squeeze_single_hook(rows: Tensor) -> Result<Tensor> {
+fn squeeze_single_hook(rows: Tensor) -> Result<Tensor> {
     Ok(if rows.dim(1)? == 1 {
         rows.squeeze(1)?
     } else {
         rows
     })
+}
+
+/// Chunks from a producer thread, dealt out through a shuffle buffer: the batches of every source.
+pub(crate) struct ShuffledRows {
+    pub(crate) chunks: Prefetch,
+    pub(crate) buffer: ShuffleBuffer,
+}
+
+impl ShuffledRows {
+    /// Up to `n_tokens` rows, [n, d] for one hook point and [n, H, d] for several.
+    pub(crate) fn next_batch(&mut self, n_tokens: usize) -> Result<Option<Tensor>> {
+        let chunks = &mut self.chunks;
+        self.buffer
+            .next(n_tokens, || chunks.pull())?
+            .map(squeeze_single_hook)
+            .transpose()
+    }
 }
 
 /// Options of [`OnTheFly`].
@@ -166,8 +183,7 @@ pub struct OnTheFly {
     device: Device,
     d_model: usize,
     hooks: Vec<HookPoint>,
-    chunks: Prefetch,
-    buffer: ShuffleBuffer,
+    rows: ShuffledRows,
 }
 
 impl OnTheFly {
@@ -220,8 +236,7 @@ impl OnTheFly {
             device,
             d_model,
             hooks,
-            chunks,
-            buffer,
+            rows: ShuffledRows { chunks, buffer },
         })
     }
 
@@ -268,11 +283,7 @@ impl ChunkSource for ModelChunks {
 
 impl ActivationSource for OnTheFly {
     fn next_batch(&mut self, n_tokens: usize) -> Result<Option<Tensor>> {
-        let chunks = &mut self.chunks;
-        self.buffer
-            .next(n_tokens, || chunks.pull())?
-            .map(squeeze_single_hook)
-            .transpose()
+        self.rows.next_batch(n_tokens)
     }
 
     fn d_model(&self) -> usize {

@@ -7,7 +7,7 @@ use activations::{
     ActivationSource, Gpt2, Gpt2Config, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions,
 };
 use candle_core::{DType, Device, Tensor};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The CPU, and the GPU under the `cuda` feature.
@@ -28,13 +28,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = Gpt2Config {
-        n_positions: 32,
-        n_embd: 32,
-        n_layer: 3,
-        n_head: 2,
-        ..Gpt2Config::tiny()
-    };
+    let cfg = Gpt2Config::miniature(3);
     let model_dir = dir.path().join("model");
     Gpt2::random(cfg, 11, DType::F32, &Device::Cpu)
         .unwrap()
@@ -75,6 +69,21 @@ max_tokens = 3000
         f.corpus
     );
     ExtractConfig::from_toml(&toml, Path::new("test.toml")).unwrap()
+}
+
+/// A fresh fixture extracted with `config(.., out)`, and the directory of its shards.
+fn extracted(out: &str) -> (Fixture, PathBuf) {
+    let f = fixture();
+    let cfg = config(&f, out);
+    extract(&cfg, &ExtractOptions::default()).unwrap();
+    (f, cfg.out_dir)
+}
+
+/// The error of an extraction that must fail.
+fn refused(cfg: &ExtractConfig) -> String {
+    extract(cfg, &ExtractOptions::default())
+        .unwrap_err()
+        .to_string()
 }
 
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -126,9 +135,7 @@ fn killed_run_resumes_to_identical_shards() {
     // Another configuration in the same directory is refused.
     let mut other = config(&f, "resumed");
     other.data.context = 8;
-    let err = extract(&other, &ExtractOptions::default())
-        .unwrap_err()
-        .to_string();
+    let err = refused(&other);
     assert!(err.contains("different extraction"), "{err}");
 }
 
@@ -170,18 +177,14 @@ fn config_errors_name_the_key() {
     }
     let mut cfg = config(&f, "bad");
     cfg.hook_points = vec![HookPoint::ResidPost(3)];
-    let err = extract(&cfg, &ExtractOptions::default())
-        .unwrap_err()
-        .to_string();
+    let err = refused(&cfg);
     assert!(
         err.contains("hook_points") && err.contains("3 layers"),
         "{err}"
     );
     let mut cfg = config(&f, "bad");
     cfg.data.context = 64;
-    let err = extract(&cfg, &ExtractOptions::default())
-        .unwrap_err()
-        .to_string();
+    let err = refused(&cfg);
     assert!(err.contains("n_positions"), "{err}");
 }
 
@@ -208,16 +211,13 @@ fn sum(ts: &[Tensor]) -> f64 {
 
 #[test]
 fn reader_shuffles_deterministically_and_checks_shards() {
-    let f = fixture();
-    let cfg = config(&f, "data");
-    extract(&cfg, &ExtractOptions::default()).unwrap();
-    let dir = cfg.out_dir.as_path();
+    let (_f, dir) = extracted("data");
     let opts = ReaderOptions {
         buffer_bytes: 1000 * 2 * 32 * 4,
         seed: 5,
         ..Default::default()
     };
-    let mut reader = ShardReader::open(dir, opts.clone()).unwrap();
+    let mut reader = ShardReader::open(&dir, opts.clone()).unwrap();
     let batches = drain(&mut reader, 256);
     assert_eq!(batches[0].dims(), &[256, 2, 32]);
     assert_eq!(
@@ -237,10 +237,10 @@ fn reader_shuffles_deterministically_and_checks_shards() {
         .to_scalar::<f32>()
         .unwrap();
     assert!(diff > 0.0, "the first batch was not shuffled");
-    let again = drain(&mut ShardReader::open(dir, opts.clone()).unwrap(), 256);
+    let again = drain(&mut ShardReader::open(&dir, opts.clone()).unwrap(), 256);
     let other = drain(
         &mut ShardReader::open(
-            dir,
+            &dir,
             ReaderOptions {
                 seed: 6,
                 ..opts.clone()
@@ -269,7 +269,7 @@ fn reader_shuffles_deterministically_and_checks_shards() {
         repeat: true,
         ..opts.clone()
     };
-    let mut r = ShardReader::open(dir, one).unwrap();
+    let mut r = ShardReader::open(&dir, one).unwrap();
     for _ in 0..20 {
         assert_eq!(r.next_batch(300).unwrap().unwrap().dims(), &[300, 32]);
     }
@@ -278,7 +278,7 @@ fn reader_shuffles_deterministically_and_checks_shards() {
         hook_points: Some(vec![HookPoint::ResidPost(0)]),
         ..opts.clone()
     };
-    assert!(ShardReader::open(dir, absent)
+    assert!(ShardReader::open(&dir, absent)
         .err()
         .unwrap()
         .to_string()
@@ -291,7 +291,7 @@ fn reader_shuffles_deterministically_and_checks_shards() {
     let last = bad.len() - 1;
     bad[last] ^= 1;
     std::fs::write(&shard, &bad).unwrap();
-    let err = drain_err(dir, &opts);
+    let err = drain_err(&dir, &opts);
     assert!(
         err.contains("shard-00003") && err.contains("sha256"),
         "{err}"
@@ -300,12 +300,12 @@ fn reader_shuffles_deterministically_and_checks_shards() {
     let manifest_text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
     let mut m: Manifest = serde_json::from_str(&manifest_text).unwrap();
     m.dtype = "bf16".into();
-    m.write(dir).unwrap();
-    let err = drain_err(dir, &opts);
+    m.write(&dir).unwrap();
+    let err = drain_err(&dir, &opts);
     assert!(err.contains("manifest says"), "{err}");
     std::fs::write(dir.join("manifest.json"), manifest_text).unwrap();
     std::fs::remove_file(&shard).unwrap();
-    let err = ShardReader::open(dir, opts).err().unwrap().to_string();
+    let err = ShardReader::open(&dir, opts).err().unwrap().to_string();
     assert!(
         err.contains("missing") && err.contains("shard-00003"),
         "{err}"
@@ -358,9 +358,7 @@ fn on_the_fly_serves_the_same_activations() {
 
 #[test]
 fn prefetch_serves_the_same_batches_as_inline_reading() {
-    let f = fixture();
-    let cfg = config(&f, "prefetch");
-    extract(&cfg, &ExtractOptions::default()).unwrap();
+    let (_f, dir) = extracted("prefetch");
     for mix_shards in [1, 2, 5] {
         let opts = |prefetch, device: &Device| ReaderOptions {
             buffer_bytes: 600 * 2 * 32 * 4,
@@ -373,7 +371,7 @@ fn prefetch_serves_the_same_batches_as_inline_reading() {
             ..Default::default()
         };
         let take = |prefetch, device: &Device| {
-            let mut r = ShardReader::open(&cfg.out_dir, opts(prefetch, device)).unwrap();
+            let mut r = ShardReader::open(&dir, opts(prefetch, device)).unwrap();
             // 24 batches of 256 rows: two epochs of 3000 and a part of the third.
             (0..24)
                 .map(|_| {
@@ -403,11 +401,9 @@ fn prefetch_serves_the_same_batches_as_inline_reading() {
 
 #[test]
 fn blocks_of_several_shards_mix_in_every_chunk() {
-    let f = fixture();
-    let cfg = config(&f, "mix");
-    extract(&cfg, &ExtractOptions::default()).unwrap();
+    let (_f, dir) = extracted("mix");
     // The stored rows of each shard, to tell which shard a served row came from.
-    let probe = ShardReader::open(&cfg.out_dir, ReaderOptions::default()).unwrap();
+    let probe = ShardReader::open(&dir, ReaderOptions::default()).unwrap();
     let row_sums: Vec<Vec<f32>> = (0..5)
         .map(|i| {
             let (acts, _) = probe.load_shard(i).unwrap();
@@ -427,7 +423,7 @@ fn blocks_of_several_shards_mix_in_every_chunk() {
         chunk_tokens: 200,
         ..Default::default()
     };
-    let mut r = ShardReader::open(&cfg.out_dir, opts).unwrap();
+    let mut r = ShardReader::open(&dir, opts).unwrap();
     let batch = r.next_batch(100).unwrap().unwrap();
     let sums: Vec<f32> = batch
         .sum_keepdim((1, 2))
@@ -447,17 +443,14 @@ fn blocks_of_several_shards_mix_in_every_chunk() {
 
 #[test]
 fn shards_are_hashed_once_per_process_and_rechecked_when_rewritten() {
-    let f = fixture();
-    let cfg = config(&f, "once");
-    extract(&cfg, &ExtractOptions::default()).unwrap();
-    let dir = cfg.out_dir.as_path();
+    let (_f, dir) = extracted("once");
     let opts = ReaderOptions {
         buffer_bytes: 500 * 2 * 32 * 4,
         repeat: true,
         prefetch: 2,
         ..Default::default()
     };
-    let mut r = ShardReader::open(dir, opts.clone()).unwrap();
+    let mut r = ShardReader::open(&dir, opts.clone()).unwrap();
     // Three epochs.
     for _ in 0..30 {
         r.next_batch(300).unwrap().unwrap();
@@ -476,7 +469,7 @@ fn shards_are_hashed_once_per_process_and_rechecked_when_rewritten() {
     let mid = bad.len() / 2;
     bad[mid] ^= 0x40;
     std::fs::write(&shard, &bad).unwrap();
-    let mut r = ShardReader::open(dir, opts).unwrap();
+    let mut r = ShardReader::open(&dir, opts).unwrap();
     let err = loop {
         match r.next_batch(300) {
             Ok(Some(_)) => continue,

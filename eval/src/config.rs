@@ -166,6 +166,11 @@ impl ConfigSource {
         Self::from_text(path, text, overrides)
     }
 
+    /// Text given in code rather than read from a file: `<config>` in errors, no overrides.
+    pub fn inline(text: &str) -> Result<ConfigSource> {
+        Self::from_text(Path::new("<config>"), text.into(), &[])
+    }
+
     /// As [`ConfigSource::load`], for text already read (`path` names it in errors).
     pub fn from_text(path: &Path, text: String, overrides: &[String]) -> Result<ConfigSource> {
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| Error::Parse {

@@ -52,20 +52,23 @@ fn a_single_run_without_timing_metrics_still_renders() {
     assert!(!html.contains("Speed-up of profk"));
 }
 
+/// The page of one synthetic run.
+fn single_run_page(label: &str, selector: &str, select_ms: f64, steps: u64) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = synthetic_run(tmp.path(), label, selector, select_ms, steps);
+    render(&[RunData::load(&run).unwrap()]).unwrap()
+}
+
 #[test]
 fn labels_are_escaped() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run = synthetic_run(tmp.path(), "a<b>&c", "profk", 0.5, 5);
-    let html = render(&[RunData::load(&run).unwrap()]).unwrap();
+    let html = single_run_page("a<b>&c", "profk", 0.5, 5);
     assert!(html.contains("a&lt;b&gt;&amp;c"));
     assert!(!html.contains("a<b>&c"));
 }
 
 #[test]
 fn a_single_run_with_timing_gets_its_charts() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run = synthetic_run(tmp.path(), "tiny", "sort", 2.0, 1);
-    let html = render(&[RunData::load(&run).unwrap()]).unwrap();
+    let html = single_run_page("tiny", "sort", 2.0, 1);
     assert!(html.contains("Median step time, selection inside it"));
     assert!(html.contains("Step time"));
     assert!(

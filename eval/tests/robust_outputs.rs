@@ -4,8 +4,8 @@ mod common;
 use common::FakeTrainer;
 use eval::train_loop::{resume_point, run};
 use eval::{
-    LogConfig, LoopConfig, Metrics, MetricsSink, Progress, RunDir, SinkOptions, StepContext,
-    StepOutput, StopSignal, Trainer,
+    LogConfig, LoopConfig, Metrics, MetricsSink, Progress, SinkOptions, StepContext, StepOutput,
+    StopSignal, Trainer,
 };
 use std::path::Path;
 
@@ -51,8 +51,7 @@ fn loop_config(total: u64) -> LoopConfig {
 
 #[test]
 fn a_failed_checkpoint_leaves_no_temp_and_latest_on_a_complete_one() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run_dir = RunDir::create(tmp.path(), "t").unwrap();
+    let (_tmp, run_dir) = common::temp_run("t");
     // A partial folder from an earlier, killed process.
     let stale = run_dir.checkpoints_dir().join(".step-00000002.1.tmp");
     std::fs::create_dir_all(&stale).unwrap();
@@ -75,21 +74,22 @@ fn a_failed_checkpoint_leaves_no_temp_and_latest_on_a_complete_one() {
     let first = resume_point(&run_dir).unwrap();
     assert_eq!(first.progress.step, 4);
 
-    // Steps 5..8 fail to checkpoint at step 8.
-    let mut failing = FailingSave {
-        inner: FakeTrainer::load(&first.dir, 0.1),
-        fail: true,
+    // From the checkpoint at step 4 to step 8, whose checkpoint write fails when `fail`.
+    let resume_to_8 = |fail: bool| {
+        let mut trainer = FailingSave {
+            inner: FakeTrainer::load(&first.dir, 0.1),
+            fail,
+        };
+        run(
+            &mut trainer,
+            &run_dir,
+            &sink,
+            &loop_config(8),
+            first.progress,
+            &stop,
+        )
     };
-    let err = run(
-        &mut failing,
-        &run_dir,
-        &sink,
-        &loop_config(8),
-        first.progress,
-        &stop,
-    )
-    .unwrap_err()
-    .to_string();
+    let err = resume_to_8(true).unwrap_err().to_string();
     assert!(err.contains("weights") && err.contains("No space"), "{err}");
     let leftovers: Vec<String> = std::fs::read_dir(run_dir.checkpoints_dir())
         .unwrap()
@@ -104,19 +104,7 @@ fn a_failed_checkpoint_leaves_no_temp_and_latest_on_a_complete_one() {
     );
 
     // After "freeing space" the resume goes through.
-    let mut fixed = FailingSave {
-        inner: FakeTrainer::load(&first.dir, 0.1),
-        fail: false,
-    };
-    let done = run(
-        &mut fixed,
-        &run_dir,
-        &sink,
-        &loop_config(8),
-        first.progress,
-        &stop,
-    )
-    .unwrap();
+    let done = resume_to_8(false).unwrap();
     assert_eq!(done.progress.step, 8);
     assert_eq!(resume_point(&run_dir).unwrap().progress.step, 8);
     sink.finish().unwrap();

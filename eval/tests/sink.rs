@@ -10,16 +10,21 @@ fn record(step: u64) -> Record {
     Record::train(step, step * 10, step as f64, m)
 }
 
+/// A fresh sink on `run` logs train records of `steps`, then `more`, and is dropped right after.
+fn log_and_drop(run: &RunDir, steps: std::ops::RangeInclusive<u64>, more: &[Record]) {
+    let sink = MetricsSink::create(run, SinkOptions::default()).unwrap();
+    for step in steps {
+        sink.log(record(step));
+    }
+    for r in more {
+        sink.log(r.clone());
+    }
+}
+
 #[test]
 fn every_record_is_written_even_when_dropped_right_after_logging() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run = RunDir::create(tmp.path(), "t").unwrap();
-    {
-        let sink = MetricsSink::create(&run, SinkOptions::default()).unwrap();
-        for step in 1..=10_000 {
-            sink.log(record(step));
-        }
-    }
+    let (_tmp, run) = common::temp_run("t");
+    log_and_drop(&run, 1..=10_000, &[]);
     let records = read_records(&run.metrics_path()).unwrap();
     assert_eq!(records.len(), 10_000);
     for (i, r) in records.iter().enumerate() {
@@ -32,8 +37,7 @@ fn every_record_is_written_even_when_dropped_right_after_logging() {
 
 #[test]
 fn flush_makes_records_visible_while_the_sink_lives() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run = RunDir::create(tmp.path(), "t").unwrap();
+    let (_tmp, run) = common::temp_run("t");
     let sink = MetricsSink::create(&run, SinkOptions::default()).unwrap();
     sink.log(record(1));
     sink.log(record(2));
@@ -46,15 +50,8 @@ fn flush_makes_records_visible_while_the_sink_lives() {
 
 #[test]
 fn resume_drops_records_past_the_checkpoint_and_a_torn_line() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run = RunDir::create(tmp.path(), "t").unwrap();
-    {
-        let sink = MetricsSink::create(&run, SinkOptions::default()).unwrap();
-        for step in 1..=8 {
-            sink.log(record(step));
-        }
-        sink.log(Record::eval(5, 50, 5.0, Metrics::new()));
-    }
+    let (_tmp, run) = common::temp_run("t");
+    log_and_drop(&run, 1..=8, &[Record::eval(5, 50, 5.0, Metrics::new())]);
     // A run killed mid-write leaves half a line.
     let mut text = std::fs::read_to_string(run.metrics_path()).unwrap();
     text.push_str("{\"step\":9,\"tok");

@@ -4,8 +4,8 @@ use common::FakeTrainer;
 use eval::metrics::read_records;
 use eval::train_loop::{resume_point, run};
 use eval::{
-    LogConfig, LoopConfig, MetricsSink, Outcome, Progress, RecordKind, RunDir, SinkOptions,
-    StepContext, StepOutput, StopSignal, Trainer,
+    LogConfig, LoopConfig, LoopSummary, MetricsSink, Outcome, Progress, RecordKind, RunDir,
+    SinkOptions, StepContext, StepOutput, StopSignal, Trainer,
 };
 
 fn config(total: u64, log_every: u64, checkpoint_every: u64) -> LoopConfig {
@@ -22,21 +22,29 @@ fn config(total: u64, log_every: u64, checkpoint_every: u64) -> LoopConfig {
     cfg
 }
 
-#[test]
-fn a_full_run_logs_averages_checkpoints_and_evaluates() {
-    let tmp = tempfile::tempdir().unwrap();
-    let run_dir = RunDir::create(tmp.path(), "t").unwrap();
-    let sink = MetricsSink::create(&run_dir, SinkOptions::default()).unwrap();
-    let mut trainer = FakeTrainer::new(0.5);
-    let summary = run(
-        &mut trainer,
-        &run_dir,
-        &sink,
-        &config(25, 10, 10),
+/// `trainer` from the first step to the end of `cfg`, never stopped.
+fn run_through(
+    trainer: &mut FakeTrainer,
+    dir: &RunDir,
+    sink: &MetricsSink,
+    cfg: &LoopConfig,
+) -> Result<LoopSummary, eval::Error> {
+    run(
+        trainer,
+        dir,
+        sink,
+        cfg,
         Progress::default(),
         &StopSignal::new(),
     )
-    .unwrap();
+}
+
+#[test]
+fn a_full_run_logs_averages_checkpoints_and_evaluates() {
+    let (_tmp, run_dir) = common::temp_run("t");
+    let sink = MetricsSink::create(&run_dir, SinkOptions::default()).unwrap();
+    let mut trainer = FakeTrainer::new(0.5);
+    let summary = run_through(&mut trainer, &run_dir, &sink, &config(25, 10, 10)).unwrap();
     sink.finish().unwrap();
     assert_eq!(summary.outcome, Outcome::Completed);
     assert_eq!(summary.progress.step, 25);
@@ -103,15 +111,7 @@ fn a_stopped_and_resumed_run_matches_an_uninterrupted_one() {
     let straight_dir = RunDir::create(tmp.path(), "straight").unwrap();
     let sink = MetricsSink::create(&straight_dir, SinkOptions::default()).unwrap();
     let mut straight = FakeTrainer::new(0.1);
-    run(
-        &mut straight,
-        &straight_dir,
-        &sink,
-        &cfg,
-        Progress::default(),
-        &StopSignal::new(),
-    )
-    .unwrap();
+    run_through(&mut straight, &straight_dir, &sink, &cfg).unwrap();
     sink.finish().unwrap();
 
     let dir = RunDir::create(tmp.path(), "stopped").unwrap();
@@ -163,20 +163,11 @@ fn a_stopped_and_resumed_run_matches_an_uninterrupted_one() {
 
 #[test]
 fn a_failing_step_returns_its_error() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = RunDir::create(tmp.path(), "fail").unwrap();
+    let (_tmp, dir) = common::temp_run("fail");
     let sink = MetricsSink::create(&dir, SinkOptions::default()).unwrap();
     let mut trainer = FakeTrainer::new(0.1);
     trainer.fail_at = Some(3);
-    let err = run(
-        &mut trainer,
-        &dir,
-        &sink,
-        &config(10, 1, 0),
-        Progress::default(),
-        &StopSignal::new(),
-    )
-    .unwrap_err();
+    let err = run_through(&mut trainer, &dir, &sink, &config(10, 1, 0)).unwrap_err();
     assert!(err.to_string().contains("injected failure at 3"));
     drop(sink);
     assert_eq!(

@@ -21,6 +21,17 @@ fn python_has_wandb() -> bool {
     ok
 }
 
+/// Runs `cmd`, which must succeed; its stderr is the message when it does not.
+fn succeeds(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Reads an offline W&B run file with the wandb package's own reader: (history rows, last row).
 fn offline_history(run_dir: &Path) -> (usize, serde_json::Value) {
     let v = offline_records(run_dir);
@@ -69,16 +80,7 @@ while (data := ds.scan_data()) is not None:
         metrics[r.metric.name or r.metric.glob_name] = r.metric.step_metric
 print(json.dumps({"rows": rows, "last": last, "metrics": metrics}))
 "#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(Command::new("python3").args(["-c", script]).arg(&file));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -94,8 +96,14 @@ fn log_some(sink: &MetricsSink, steps: u64) {
     sink.log(Record::eval(steps, steps * 64, steps as f64 * 0.1, e));
 }
 
-fn offline_run(root: &Path) -> (RunDir, RunMeta, LogConfig) {
-    let run = RunDir::create(root, "tiny-profk").unwrap();
+/// A run folder set up for W&B offline mode, in a temporary directory that lives as long as the first
+/// value; None (the test is skipped) without a python that has wandb.
+fn offline_run() -> Option<(tempfile::TempDir, RunDir, RunMeta, LogConfig)> {
+    if !python_has_wandb() {
+        return None;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let run = RunDir::create(tmp.path(), "tiny-profk").unwrap();
     let meta = RunMeta {
         config_name: "tiny".into(),
         selector: "profk".into(),
@@ -111,16 +119,14 @@ fn offline_run(root: &Path) -> (RunDir, RunMeta, LogConfig) {
         wandb_mode: Some("offline".into()),
         ..LogConfig::default()
     };
-    (run, meta, log)
+    Some((tmp, run, meta, log))
 }
 
 #[test]
 fn live_bridge_streams_every_step_into_an_offline_run() {
-    if !python_has_wandb() {
+    let Some((_tmp, run, meta, log)) = offline_run() else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let (run, meta, log) = offline_run(tmp.path());
+    };
     let options = SinkOptions::for_run(&run, &meta, &log);
     let wandb = options.wandb.clone().unwrap();
     assert_eq!(wandb.group, "tiny");
@@ -152,25 +158,18 @@ fn live_bridge_streams_every_step_into_an_offline_run() {
 
 #[test]
 fn replay_uploads_a_finished_run() {
-    if !python_has_wandb() {
+    let Some((_tmp, run, _, _)) = offline_run() else {
         return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let (run, _, _) = offline_run(tmp.path());
+    };
     let sink = MetricsSink::create(&run, SinkOptions::default()).unwrap();
     log_some(&sink, 25);
     sink.finish().unwrap();
     let bridge = runtime::workspace_file("tools/wandb_bridge.py");
-    let out = Command::new("python3")
-        .arg(&bridge)
-        .args(["replay", "--mode", "offline"])
-        .arg(run.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeds(
+        Command::new("python3")
+            .arg(&bridge)
+            .args(["replay", "--mode", "offline"])
+            .arg(run.path()),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("logged 26 records"), "{stdout}");

@@ -59,6 +59,26 @@ impl Gpt2Config {
         }
     }
 
+    /// Width 32, 2 heads, 32 positions and `n_layer` layers: the smallest shape that extraction tests
+    /// run end to end in a fraction of a second.
+    pub fn miniature(n_layer: usize) -> Self {
+        Self {
+            n_positions: 32,
+            ..Self::sized(32, n_layer, 2)
+        }
+    }
+
+    /// Whether the model takes contexts of `context` tokens; the message says what it takes when not.
+    pub fn check_context(&self, context: usize) -> std::result::Result<(), String> {
+        if context > self.n_positions {
+            return Err(format!(
+                "{context} exceeds the model's n_positions; valid: 2..={}",
+                self.n_positions
+            ));
+        }
+        Ok(())
+    }
+
     /// A named size: `gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl` (or `small`/`medium`/`large`/`xl`), `tiny`.
     pub fn by_name(name: &str) -> Option<Self> {
         match name {

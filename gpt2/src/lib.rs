@@ -12,4 +12,4 @@ pub use config::Gpt2Config;
 pub use error::{Error, Result};
 pub use hook::HookPoint;
 pub use load::{hf_cache_roots, hf_shapes, hf_snapshot_dir, locate, ModelFiles};
-pub use model::{Gpt2, Patch, DEFAULT_ATTENTION_CHUNK};
+pub use model::{causal_mask, Gpt2, Patch, DEFAULT_ATTENTION_CHUNK};

@@ -265,24 +265,30 @@ impl MaskCache {
         if let Some(m) = masks.get(&key) {
             return Ok(m.clone());
         }
-        let keys = start + len;
-        let values: Vec<f32> = (0..len * keys)
-            .map(|i| {
-                let (row, col) = (start + i / keys, i % keys);
-                if col > row {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let mut mask = Tensor::from_vec(values, (len, keys), device)?.to_dtype(self.dtype)?;
+        let mut mask = causal_mask(start, len, device)?.to_dtype(self.dtype)?;
         if expand {
-            mask = mask.broadcast_as((b, h, len, keys))?.contiguous()?;
+            mask = mask.broadcast_as((b, h, len, start + len))?.contiguous()?;
         }
         masks.insert(key, mask.clone());
         Ok(mask)
     }
+}
+
+/// The additive causal mask of `len` queries from position `start` over the keys 0..start + len:
+/// 0 where a query may attend, -inf after it; f32 [len, start + len].
+pub fn causal_mask(start: usize, len: usize, device: &Device) -> candle_core::Result<Tensor> {
+    let keys = start + len;
+    let values: Vec<f32> = (0..len * keys)
+        .map(|i| {
+            let (row, col) = (start + i / keys, i % keys);
+            if col > row {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Tensor::from_vec(values, (len, keys), device)
 }
 
 /// GPT-2 with the residual stream exposed at hook points.

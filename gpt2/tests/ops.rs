@@ -30,16 +30,10 @@ fn attention_reference(qkv: &Tensor, h: usize) -> Tensor {
         .unwrap();
     let (q, k, v) = (x.get(0).unwrap(), x.get(1).unwrap(), x.get(2).unwrap());
     let scores = (q.matmul(&k.t().unwrap()).unwrap() / (hd as f64).sqrt()).unwrap();
-    let mask: Vec<f64> = (0..t * t)
-        .map(|i| {
-            if i % t > i / t {
-                f64::NEG_INFINITY
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap();
+    let mask = gpt2::causal_mask(0, t, &Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
     let p = candle_nn::ops::softmax(&scores.broadcast_add(&mask).unwrap(), D::Minus1).unwrap();
     p.matmul(&v)
         .unwrap()

@@ -41,11 +41,7 @@ fn run(
     dy: &Tensor,
     layers: usize,
 ) -> Run {
-    let (xv, wv, bv) = (
-        Var::from_tensor(x).unwrap(),
-        Var::from_tensor(w).unwrap(),
-        Var::from_tensor(b).unwrap(),
-    );
+    let [xv, wv, bv] = common::vars([x, w, b]);
     let mut y = xv.as_tensor().clone();
     for _ in 0..layers {
         y = f(&y, wv.as_tensor(), bv.as_tensor());
@@ -300,39 +296,20 @@ fn layer_norm_train_rejects_bad_shapes_with_a_clear_error() {
     for device in devices() {
         let t = |dims: &[usize], dtype: DType| Tensor::zeros(dims, dtype, &device).unwrap();
         let f32_ = DType::F32;
-        let bad = [
+        // (why, dims of x, w and b, dtype of w)
+        let bad: [(&str, [&[usize]; 3], DType); 5] = [
+            ("weight and bias must be [d]", [&[4, 8], &[9], &[8]], f32_),
             (
                 "weight and bias must be [d]",
-                t(&[4, 8], f32_),
-                t(&[9], f32_),
-                t(&[8], f32_),
+                [&[4, 8], &[8], &[2, 8]],
+                f32_,
             ),
-            (
-                "weight and bias must be [d]",
-                t(&[4, 8], f32_),
-                t(&[8], f32_),
-                t(&[2, 8], f32_),
-            ),
-            (
-                "at least one dimension",
-                t(&[], f32_),
-                t(&[1], f32_),
-                t(&[1], f32_),
-            ),
-            (
-                "the last dimension is empty",
-                t(&[4, 0], f32_),
-                t(&[0], f32_),
-                t(&[0], f32_),
-            ),
-            (
-                "one dtype",
-                t(&[4, 8], f32_),
-                t(&[8], DType::F16),
-                t(&[8], f32_),
-            ),
+            ("at least one dimension", [&[], &[1], &[1]], f32_),
+            ("the last dimension is empty", [&[4, 0], &[0], &[0]], f32_),
+            ("one dtype", [&[4, 8], &[8], &[8]], DType::F16),
         ];
-        for (why, x, w, b) in bad {
+        for (why, [x, w, b], w_dtype) in bad {
+            let (x, w, b) = (t(x, f32_), t(w, w_dtype), t(b, f32_));
             let err = layer_norm_train(&x, &w, &b, 1e-5)
                 .expect_err(why)
                 .to_string();

@@ -26,11 +26,7 @@ fn run(
     activation: Activation,
     composed: bool,
 ) -> Outcome {
-    let (xv, wv, bv) = (
-        Var::from_tensor(x).unwrap(),
-        Var::from_tensor(w).unwrap(),
-        Var::from_tensor(b).unwrap(),
-    );
+    let [xv, wv, bv] = common::vars([x, w, b]);
     let y = if composed {
         let d_in = x.dims()[x.rank() - 1];
         let mut out_dims = x.dims().to_vec();
@@ -222,11 +218,7 @@ fn gradient_sink_adds_the_weight_gradient_in_place() {
         for activation in [Activation::Identity, Activation::Gelu] {
             let plain = run(&x, &w, &b, &dy, activation, false);
             let buffer = start.copy().unwrap();
-            let (xv, wv, bv) = (
-                Var::from_tensor(&x).unwrap(),
-                Var::from_tensor(&w).unwrap(),
-                Var::from_tensor(&b).unwrap(),
-            );
+            let [xv, wv, bv] = common::vars([&x, &w, &b]);
             let y = linear_train(&xv, &wv, &bv, activation).unwrap();
             let loss = (&y * &dy).unwrap().sum_all().unwrap();
             let grads = {

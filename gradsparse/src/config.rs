@@ -224,11 +224,7 @@ impl FinetuneConfig {
 
     /// Parses and validates TOML text.
     pub fn from_toml(text: &str) -> Result<Self> {
-        Self::from_source(&ConfigSource::from_text(
-            Path::new("<config>"),
-            text.into(),
-            &[],
-        )?)
+        Self::from_source(&ConfigSource::inline(text)?)
     }
 
     fn from_source(source: &ConfigSource) -> Result<Self> {
@@ -276,6 +272,14 @@ impl FinetuneConfig {
             }
         };
         let unit = |x: f64| x > 0.0 && x <= 1.0;
+        let below_one = |x: f64, key: &str| {
+            check(
+                (0.0..1.0).contains(&x),
+                key,
+                format!("{x} must be in [0, 1)"),
+            )
+        };
+        let fraction = |x: f64, key: &str| check(unit(x), key, format!("{x} must be in (0, 1]"));
         let m = &self.model;
         check(
             !self.name.is_empty() && !self.name.contains(['/', '\\']),
@@ -300,11 +304,7 @@ impl FinetuneConfig {
             "train.batch_size",
             "must be at least 1".into(),
         )?;
-        check(
-            (0.0..1.0).contains(&d.held_out_fraction),
-            "data.held_out_fraction",
-            format!("{} must be in [0, 1)", d.held_out_fraction),
-        )?;
+        below_one(d.held_out_fraction, "data.held_out_fraction")?;
         check(
             d.corpus == "default" || d.corpus.starts_with("hf:") || Path::new(&d.corpus).exists(),
             "data.corpus",
@@ -325,16 +325,8 @@ impl FinetuneConfig {
             "train.min_lr_fraction",
             format!("{} must be in [0, 1]", t.min_lr_fraction),
         )?;
-        check(
-            (0.0..1.0).contains(&t.beta1),
-            "train.beta1",
-            format!("{} must be in [0, 1)", t.beta1),
-        )?;
-        check(
-            (0.0..1.0).contains(&t.beta2),
-            "train.beta2",
-            format!("{} must be in [0, 1)", t.beta2),
-        )?;
+        below_one(t.beta1, "train.beta1")?;
+        below_one(t.beta2, "train.beta2")?;
         check(
             t.eps > 0.0,
             "train.eps",
@@ -351,21 +343,9 @@ impl FinetuneConfig {
             "must be at least 1".into(),
         )?;
         let s = &self.sparsify;
-        check(
-            unit(s.density),
-            "sparsify.density",
-            format!("{} must be in (0, 1]", s.density),
-        )?;
-        check(
-            (0.0..1.0).contains(&s.momentum),
-            "sparsify.momentum",
-            format!("{} must be in [0, 1)", s.momentum),
-        )?;
-        check(
-            unit(s.warmup_start_density),
-            "sparsify.warmup_start_density",
-            format!("{} must be in (0, 1]", s.warmup_start_density),
-        )?;
+        fraction(s.density, "sparsify.density")?;
+        below_one(s.momentum, "sparsify.momentum")?;
+        fraction(s.warmup_start_density, "sparsify.warmup_start_density")?;
         self.log.validate().map_err(|message| {
             let key = message
                 .split_whitespace()

@@ -98,26 +98,16 @@ impl ErrorFeedback {
             &select::options(choice.kind),
         )?;
         device.synchronize()?;
-        let mut selection = Selection {
+        let selection = Selection {
             indices: top.indices,
             values: top.values,
             time: start.elapsed(),
             compare_time: None,
             accumulate: Duration::ZERO,
         };
-        if let Some(other) = choice.compare_with {
-            select::compare(
-                &mut selection,
-                &self.residual,
-                &self.layout,
-                density,
-                scope,
-                choice.kind,
-                other,
-                step,
-            )?;
-        }
-        Ok(selection)
+        select::cross_checked(selection, choice, step, |other| {
+            select::timed(&self.residual, &self.layout, density, scope, other)
+        })
     }
 
     fn accumulation<'a>(&'a self, grads: &'a [Option<Tensor>]) -> Accumulation<'a> {

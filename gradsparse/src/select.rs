@@ -58,51 +58,42 @@ pub fn select(
     step: u64,
 ) -> Result<Selection> {
     let (indices, values, time) = timed(acc, layout, density, scope, choice.kind)?;
-    let mut selection = Selection {
+    let selection = Selection {
         indices,
         values,
         time,
         compare_time: None,
         accumulate: Duration::ZERO,
     };
-    if let Some(other) = choice.compare_with {
-        compare(
-            &mut selection,
-            acc,
-            layout,
-            density,
-            scope,
-            choice.kind,
-            other,
-            step,
-        )?;
-    }
-    Ok(selection)
-}
-
-/// Runs `other` on `acc` and checks that it selects the same index set as `selection` (by `primary`).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn compare(
-    selection: &mut Selection,
-    acc: &Tensor,
-    layout: &FlatLayout,
-    density: f64,
-    scope: Scope,
-    primary: Selector,
-    other: Selector,
-    step: u64,
-) -> Result<()> {
-    let (other_idx, _, t) = timed(acc, layout, density, scope, other)?;
-    selection.compare_time = Some(t);
-    check_same(&selection.indices, &other_idx).map_err(|detail| Error::SelectorMismatch {
-        step,
-        primary,
-        secondary: other,
-        detail,
+    cross_checked(selection, choice, step, |other| {
+        timed(acc, layout, density, scope, other)
     })
 }
 
-fn timed(
+/// `selection` (by `choice.kind`) checked against `choice.compare_with`, run by `run_other`, which
+/// must select the same index set, and with its time; as it is when there is nothing to compare with.
+pub(crate) fn cross_checked(
+    mut selection: Selection,
+    choice: &SelectorChoice,
+    step: u64,
+    run_other: impl FnOnce(Selector) -> Result<(Tensor, Tensor, Duration)>,
+) -> Result<Selection> {
+    let Some(other) = choice.compare_with else {
+        return Ok(selection);
+    };
+    let (other_idx, _, t) = run_other(other)?;
+    selection.compare_time = Some(t);
+    check_same(&selection.indices, &other_idx).map_err(|detail| Error::SelectorMismatch {
+        step,
+        primary: choice.kind,
+        secondary: other,
+        detail,
+    })?;
+    Ok(selection)
+}
+
+/// The selection by `selector`, timed between device synchronizations.
+pub(crate) fn timed(
     acc: &Tensor,
     layout: &FlatLayout,
     density: f64,

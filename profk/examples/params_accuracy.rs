@@ -73,20 +73,9 @@ fn distribution_function_table() {
 
 /// t* and M* of Theorem 4 by binary search on statrs' distribution function, for comparison.
 fn exact_with_statrs(n: u64, k: u64, s: u64, budget: f64) -> (u64, u64) {
-    let search = |mut lo: u64, mut hi: u64, ok: &dyn Fn(u64) -> bool| {
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if ok(mid) {
-                hi = mid;
-            } else {
-                lo = mid + 1;
-            }
-        }
-        lo
-    };
     let top = StatrsHypergeometric::new(n, k - 1, s).expect("valid");
-    let t = search(1, s, &|t| top.sf(t - 1) <= budget);
-    let m = search(k, n, &|m| {
+    let t = params::partition_point(1, s, |t| top.sf(t - 1) <= budget);
+    let m = params::partition_point(k, n, |m| {
         StatrsHypergeometric::new(n, m, s)
             .expect("valid")
             .cdf(t - 1)

@@ -249,10 +249,13 @@ fn validate(spans: &FlatSpans, acc: &Accumulation) -> Result<Vec<Option<Tensor>>
         .collect()
 }
 
-/// `dst = dst + src` in place.
-struct AddAssign;
-/// `dst = μ·dst + src` in place (one fused multiply-add, as on CUDA).
-struct Momentum(f32);
+/// The in-place updates of the CPU accumulation.
+enum Update {
+    /// `dst = dst + src`.
+    Add,
+    /// `dst = μ·dst + src` (one fused multiply-add, as on CUDA).
+    Momentum(f32),
+}
 
 fn f32_slices<'a>(
     dst: &'a mut CpuStorage,
@@ -270,9 +273,12 @@ fn f32_slices<'a>(
     Ok((&mut d[d0..d1], &s[s0..s1]))
 }
 
-impl candle_core::InplaceOp2 for AddAssign {
+impl candle_core::InplaceOp2 for Update {
     fn name(&self) -> &'static str {
-        "profk-add-assign"
+        match self {
+            Update::Add => "profk-add-assign",
+            Update::Momentum(_) => "profk-momentum",
+        }
     }
 
     fn cpu_fwd(
@@ -283,27 +289,11 @@ impl candle_core::InplaceOp2 for AddAssign {
         sl: &Layout,
     ) -> candle_core::Result<()> {
         let (d, s) = f32_slices(dst, dl, src, sl)?;
-        d.iter_mut().zip(s).for_each(|(x, y)| *x += y);
-        Ok(())
-    }
-}
-
-impl candle_core::InplaceOp2 for Momentum {
-    fn name(&self) -> &'static str {
-        "profk-momentum"
-    }
-
-    fn cpu_fwd(
-        &self,
-        dst: &mut CpuStorage,
-        dl: &Layout,
-        src: &CpuStorage,
-        sl: &Layout,
-    ) -> candle_core::Result<()> {
-        let (d, s) = f32_slices(dst, dl, src, sl)?;
-        d.iter_mut()
-            .zip(s)
-            .for_each(|(u, g)| *u = self.0.mul_add(*u, *g));
+        let pairs = d.iter_mut().zip(s);
+        match *self {
+            Update::Add => pairs.for_each(|(x, y)| *x += y),
+            Update::Momentum(mu) => pairs.for_each(|(u, g)| *u = mu.mul_add(*u, *g)),
+        }
         Ok(())
     }
 }
@@ -317,11 +307,11 @@ fn add_cpu(spans: &FlatSpans, acc: &Accumulation, grads: &[Option<Tensor>]) -> R
         }
         let r = acc.residual.narrow(0, start, len)?;
         match acc.velocity {
-            None => r.inplace_op2(g, &AddAssign)?,
+            None => r.inplace_op2(g, &Update::Add)?,
             Some(velocity) => {
                 let u = velocity.narrow(0, start, len)?;
-                u.inplace_op2(g, &Momentum(acc.momentum))?;
-                r.inplace_op2(&u, &AddAssign)?;
+                u.inplace_op2(g, &Update::Momentum(acc.momentum))?;
+                r.inplace_op2(&u, &Update::Add)?;
             }
         }
     }

@@ -148,6 +148,26 @@ fn bits(t: &Tensor) -> Result<Vec<u32>> {
     Ok(bits_of(&t.to_device(&Device::Cpu)?.to_vec1::<f32>()?))
 }
 
+/// `run` with Prof-K for each k of `profk_ks`, and with the radix selector for `radix_k`.
+fn profk_and_radix(c: &Case, profk_ks: [usize; 3], radix_k: usize, dev: &Device) -> Result<()> {
+    for k in profk_ks {
+        run(c, k, &magnitude(Selector::Profk, Order::Index), None, dev)?;
+    }
+    run(
+        c,
+        radix_k,
+        &magnitude(Selector::Radix, Order::Index),
+        None,
+        dev,
+    )?;
+    Ok(())
+}
+
+/// `run` with Prof-K and `plan` in place of the computed parameters.
+fn run_planned(c: &Case, k: usize, order: Order, plan: Plan, dev: &Device) -> Result<profk::TopK> {
+    run(c, k, &magnitude(Selector::Profk, order), Some(plan), dev)
+}
+
 /// Runs the case and checks the updated state bit for bit and the selection against the f64 full
 /// sort of the expected accumulation.
 fn run(
@@ -235,16 +255,7 @@ fn momentum(dev: &Device) -> Result<()> {
                 .collect(),
             0.9,
         ));
-        for k in [1, 150, c.n()] {
-            run(&c, k, &magnitude(Selector::Profk, Order::Index), None, dev)?;
-        }
-        run(
-            &c,
-            150,
-            &magnitude(Selector::Radix, Order::Index),
-            None,
-            dev,
-        )?;
+        profk_and_radix(&c, [1, 150, c.n()], 150, dev)?;
     }
     Ok(())
 }
@@ -352,13 +363,7 @@ fn forced_fallback(dev: &Device) -> Result<()> {
             },
         ];
         for plan in plans {
-            let got = run(
-                &c,
-                k,
-                &magnitude(Selector::Profk, Order::Index),
-                Some(plan),
-                dev,
-            )?;
+            let got = run_planned(&c, k, Order::Index, plan, dev)?;
             ensure!(
                 got.stats.fell_back,
                 "{plan:?} should fall back: {:?}",
@@ -382,13 +387,7 @@ fn large_sample(dev: &Device) -> Result<()> {
         }
         let k = 500;
         let plan: Plan = profk::params::exact(c.n() as u64, k as u64, 1e-3, Some(1 << 15))?.into();
-        let got = run(
-            &c,
-            k,
-            &magnitude(Selector::Profk, Order::Desc),
-            Some(plan),
-            dev,
-        )?;
+        let got = run_planned(&c, k, Order::Desc, plan, dev)?;
         ensure!(got.stats.sample == 1 << 15, "{:?}", got.stats);
     }
     Ok(())
@@ -413,30 +412,23 @@ fn bad_input(dev: &Device) -> Result<()> {
         .to_string();
     ensure!(err.contains("1 gradients for 2 spans"), "{err}");
     let swapped = [s.grads[1].clone(), s.grads[0].clone()];
-    let err = profk::accumulate(
-        &s.spans,
-        &Accumulation {
-            grads: &swapped,
-            ..s.acc()
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    ensure!(
-        err.contains("gradient 0 has 4 elements, its span 3"),
-        "{err}"
-    );
+    let swapped = Accumulation {
+        grads: &swapped,
+        ..s.acc()
+    };
+    refuses(&s, &c, &swapped, "gradient 0 has 4 elements, its span 3")?;
     let half = s.residual.to_dtype(DType::F16)?;
-    let err = profk::accumulate(
-        &s.spans,
-        &Accumulation {
-            residual: &half,
-            ..s.acc()
-        },
-    )
-    .unwrap_err()
-    .to_string();
-    ensure!(err.contains("residual must be f32"), "{err}");
+    let half = Accumulation {
+        residual: &half,
+        ..s.acc()
+    };
+    refuses(&s, &c, &half, "residual must be f32")
+}
+
+/// `accumulate` refuses `acc` with an error that says `wanted`, and leaves the residual as it was.
+fn refuses(s: &State, c: &Case, acc: &Accumulation, wanted: &str) -> Result<()> {
+    let err = profk::accumulate(&s.spans, acc).unwrap_err().to_string();
+    ensure!(err.contains(wanted), "{err}");
     ensure!(
         bits(&s.residual)? == bits_of(&c.residual),
         "bad input changed the residual"
@@ -461,28 +453,13 @@ fn absent_gradients(dev: &Device) -> Result<()> {
             "plain update with absent spans differs"
         );
         let n = c.n();
-        for k in [1, n / 1000, n] {
-            run(&c, k, &magnitude(Selector::Profk, Order::Index), None, dev)?;
-        }
-        run(
-            &c,
-            100,
-            &magnitude(Selector::Radix, Order::Index),
-            None,
-            dev,
-        )?;
+        profk_and_radix(&c, [1, n / 1000, n], 100, dev)?;
         let always_fails = Plan {
             sample: 256,
             t: 8,
             capacity: 100,
         };
-        let got = run(
-            &c,
-            300,
-            &magnitude(Selector::Profk, Order::Index),
-            Some(always_fails),
-            dev,
-        )?;
+        let got = run_planned(&c, 300, Order::Index, always_fails, dev)?;
         ensure!(got.stats.fell_back, "should fall back: {:?}", got.stats);
     }
     // Momentum correction updates every span's velocity: a missing gradient is an error.
@@ -490,15 +467,7 @@ fn absent_gradients(dev: &Device) -> Result<()> {
     c.velocity = Some((vec![0.5; 7], 0.9));
     c.absent = vec![1];
     let s = State::new(&c, dev)?;
-    let err = profk::accumulate(&s.spans, &s.acc())
-        .unwrap_err()
-        .to_string();
-    ensure!(err.contains("momentum correction needs every"), "{err}");
-    ensure!(
-        bits(&s.residual)? == bits_of(&c.residual),
-        "bad input changed the residual"
-    );
-    Ok(())
+    refuses(&s, &c, &s.acc(), "momentum correction needs every")
 }
 
 /// The plain update (no selection), and bf16 gradients converted on the way in.

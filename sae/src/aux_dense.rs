@@ -8,9 +8,10 @@
 //! ran on) rather than a recomputation at the pairs; the matmuls run in the scores' dtype, and the weight
 //! gradients go to the same sinks as the sparse path's, reduced in place in a fixed order (no atomics).
 use crate::model::{Sae, WeightSinks};
-use crate::select::select_row_columns;
+use crate::select::select_indices;
 use crate::Result;
-use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
+use candle_core::{CustomOp2, DType, Tensor};
+use runtime::{cpu_fwd, cuda_fwd};
 
 /// Whether the dense form is the cheaper: the sparse form makes six passes over B·keep rows of d f32
 /// (values, decode, gradient of the values, input gradient, two weight gradients), the dense one five
@@ -154,12 +155,12 @@ pub fn dead_column_acts(
     if keep >= n_dead {
         return Ok(scores_d);
     }
-    let top = select_row_columns(&scores_d, keep, selector, seed)?;
+    let top = select_indices(&scores_d, keep, profk::Mode::Rowwise, selector, seed)?;
     scatter(&scores_d, &top)
 }
 
 /// The fused selection kernel's A, where it applies (a CUDA tensor, rows that fit its shared memory).
-#[cfg(feature = "cuda")]
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 fn fused_acts(
     scores: &Tensor,
     cols: Option<&Tensor>,
@@ -167,22 +168,12 @@ fn fused_acts(
     width: usize,
     keep: usize,
 ) -> Result<Option<Tensor>> {
-    if !scores.device().is_cuda() || width > crate::cuda::AUX_ROW_MAX {
-        return Ok(None);
+    #[cfg(feature = "cuda")]
+    if scores.device().is_cuda() && width <= crate::cuda::AUX_ROW_MAX {
+        return Ok(Some(crate::cuda::aux_topk_rows(
+            scores, cols, n_dead, width, keep,
+        )?));
     }
-    Ok(Some(crate::cuda::aux_topk_rows(
-        scores, cols, n_dead, width, keep,
-    )?))
-}
-
-#[cfg(not(feature = "cuda"))]
-fn fused_acts(
-    _scores: &Tensor,
-    _cols: Option<&Tensor>,
-    _n_dead: usize,
-    _width: usize,
-    _keep: usize,
-) -> Result<Option<Tensor>> {
     Ok(None)
 }
 
@@ -380,30 +371,9 @@ impl CustomOp2 for DeadColumnsGrad {
         "aux-dead-columns"
     }
 
-    fn cpu_fwd(
-        &self,
-        _s1: &CpuStorage,
-        _l1: &Layout,
-        _s2: &CpuStorage,
-        _l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        Ok((CpuStorage::F32(vec![0f32]), Shape::from(())))
-    }
+    cpu_fwd!(|_, (_s1, _l1), (_s2, _l2)| Ok(crate::sparse::zero_loss_cpu()));
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::cuda::CudaStorage,
-        _l1: &Layout,
-        _s2: &candle_core::cuda::CudaStorage,
-        _l2: &Layout,
-    ) -> candle_core::Result<(candle_core::cuda::CudaStorage, Shape)> {
-        let zero = s1.device.alloc_zeros::<f32>(1)?;
-        Ok((
-            candle_core::cuda::CudaStorage::wrap_cuda_slice(zero, s1.device.clone()),
-            Shape::from(()),
-        ))
-    }
+    cuda_fwd!(|_, (s1, _l1), (_s2, _l2)| crate::sparse::zero_loss_cuda(s1));
 
     fn bwd(
         &self,

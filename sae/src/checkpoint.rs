@@ -313,7 +313,7 @@ pub fn load_state(dir: &Path, cfg: Config, device: &Device) -> Result<Trainer> {
         groups: cfg.sae.group_sizes.clone(),
     };
     let [w_enc, b_enc, w_dec, b_dec] = PARAM_NAMES.map(get);
-    let sae = Sae::from_rows(shape, &w_enc?, &b_enc?, &w_dec?, &b_dec?, cfg.sae.decode)?;
+    let sae = Sae::from_rows(shape, [&w_enc?, &b_enc?, &w_dec?, &b_dec?], cfg.sae.decode)?;
     let mut trainer = Trainer::with_sae(cfg, sae, p.scales)?;
     for (i, name) in PARAM_NAMES.iter().enumerate() {
         trainer.adam.m[i] = get(&format!("adam_m.{name}"))?.to_dtype(DType::F32)?;

@@ -469,11 +469,7 @@ impl Config {
     }
 
     pub fn from_toml(text: &str) -> Result<Self> {
-        Self::from_source(&ConfigSource::from_text(
-            Path::new("<config>"),
-            text.into(),
-            &[],
-        )?)
+        Self::from_source(&ConfigSource::inline(text)?)
     }
 
     fn from_source(source: &ConfigSource) -> Result<Self> {

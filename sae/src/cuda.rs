@@ -318,12 +318,18 @@ fn suffix(t: &Tensor) -> Result<&'static str> {
 
 /// In place over `pre [rows, n]` (a fresh, contiguous tensor): pre = max(pre + bias, 0).
 pub fn bias_relu_inplace(pre: &Tensor, bias: &Tensor) -> Result<()> {
-    let (rows, n) = pre.dims2()?;
-    let name = format!("sae_bias_relu_{}", suffix(pre)?);
-    let (p, dev) = tensor_ptr(pre)?;
-    let (b, _) = tensor_ptr(bias)?;
+    per_column_inplace("sae_bias_relu", pre, bias)
+}
+
+/// The kernel `{kernel}_{dtype}` over `t [rows, n]` in place, with `columns [n]` holding a value per
+/// column: one thread an element.
+fn per_column_inplace(kernel: &str, t: &Tensor, columns: &Tensor) -> Result<()> {
+    let (rows, n) = t.dims2()?;
+    let name = format!("{kernel}_{}", suffix(t)?);
+    let (p, dev) = tensor_ptr(t)?;
+    let (c, _) = tensor_ptr(columns)?;
     let (rows_i, n_i) = (rows as i64, n as i64);
-    launch!(dev, Family::Sparse, &name, (n.div_ceil(256), rows.clamp(1, 65535)), 256; p, b, rows_i, n_i);
+    launch!(dev, Family::Sparse, &name, (n.div_ceil(256), rows.clamp(1, 65535)), 256; p, c, rows_i, n_i);
     Ok(())
 }
 
@@ -387,13 +393,7 @@ pub fn gather_rows(w: &Tensor, rows: &Tensor, dtype: DType) -> Result<Tensor> {
 
 /// In place over `scores [rows, n]`: the columns where `dead` (u8 [n]) is 0 become -1.
 pub fn mask_live_inplace(scores: &Tensor, dead: &Tensor) -> Result<()> {
-    let (rows, n) = scores.dims2()?;
-    let name = format!("sae_mask_live_{}", suffix(scores)?);
-    let (p, dev) = tensor_ptr(scores)?;
-    let (m, _) = tensor_ptr(dead)?;
-    let (rows_i, n_i) = (rows as i64, n as i64);
-    launch!(dev, Family::Sparse, &name, (n.div_ceil(256), rows.clamp(1, 65535)), 256; p, m, rows_i, n_i);
-    Ok(())
+    per_column_inplace("sae_mask_live", scores, dead)
 }
 
 /// `out [rows, cols]` (zeroed, the dtype of `src`) takes `src`'s elements at the columns `idx [rows, keep]`

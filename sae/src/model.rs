@@ -103,18 +103,12 @@ impl Sae {
             });
         let w_dec = Tensor::from_vec(w, (n, d_in), device)?;
         let b_enc = Tensor::zeros(n, DType::F32, device)?;
-        Self::from_rows(shape, &w_dec, &b_enc, &w_dec, b_dec, decode)
+        Self::from_rows(shape, [&w_dec, &b_enc, &w_dec, b_dec], decode)
     }
 
-    /// From tensors in SAELens' layout: W_enc [d_in, n].
-    pub fn from_tensors(
-        shape: Shape,
-        w_enc: &Tensor,
-        b_enc: &Tensor,
-        w_dec: &Tensor,
-        b_dec: &Tensor,
-        decode: DecodeMode,
-    ) -> Result<Self> {
+    /// From [W_enc, b_enc, W_dec, b_dec] in SAELens' layout: W_enc [d_in, n].
+    pub fn from_tensors(shape: Shape, params: [&Tensor; 4], decode: DecodeMode) -> Result<Self> {
+        let [w_enc, b_enc, w_dec, b_dec] = params;
         let (n, d_in) = (shape.n, shape.d_in());
         if w_enc.dims() != [d_in, n] {
             return Err(Error::Shape(format!(
@@ -123,18 +117,13 @@ impl Sae {
                 [d_in, n]
             )));
         }
-        Self::from_rows(shape, &w_enc.t()?, b_enc, w_dec, b_dec, decode)
+        Self::from_rows(shape, [&w_enc.t()?, b_enc, w_dec, b_dec], decode)
     }
 
-    /// From tensors in the internal layout: W_enc [n, d_in]. Every parameter is copied.
-    pub fn from_rows(
-        shape: Shape,
-        w_enc: &Tensor,
-        b_enc: &Tensor,
-        w_dec: &Tensor,
-        b_dec: &Tensor,
-        decode: DecodeMode,
-    ) -> Result<Self> {
+    /// From [W_enc, b_enc, W_dec, b_dec] in the internal layout: W_enc [n, d_in]. Every parameter is
+    /// copied.
+    pub fn from_rows(shape: Shape, params: [&Tensor; 4], decode: DecodeMode) -> Result<Self> {
+        let [w_enc, b_enc, w_dec, b_dec] = params;
         let (n, d_in) = (shape.n, shape.d_in());
         let want = [
             ("W_enc (as [n, d_in])", w_enc, vec![n, d_in]),

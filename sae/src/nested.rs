@@ -14,8 +14,9 @@
 //! reduction by latent), and b_dec's is the column sum of u_1 (b_dec is in every prefix).
 use crate::sparse::{ColReduce, GradSink, PairDot};
 use crate::{Error, Result};
-use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
+use candle_core::{CustomOp3, DType, Tensor};
 use rayon::prelude::*;
+use runtime::{cpu_fwd, cuda_fwd};
 
 /// The loss of the nested prefixes and the full-dictionary reconstruction.
 pub struct PrefixLoss {
@@ -249,34 +250,9 @@ impl CustomOp3 for PrefixGrad {
         "prefix-loss"
     }
 
-    fn cpu_fwd(
-        &self,
-        _s1: &CpuStorage,
-        _l1: &Layout,
-        _s2: &CpuStorage,
-        _l2: &Layout,
-        _s3: &CpuStorage,
-        _l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        Ok((CpuStorage::F32(vec![0f32]), Shape::from(())))
-    }
+    cpu_fwd!(|_, (_s1, _l1), (_s2, _l2), (_s3, _l3)| Ok(crate::sparse::zero_loss_cpu()));
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::cuda::CudaStorage,
-        _l1: &Layout,
-        _s2: &candle_core::cuda::CudaStorage,
-        _l2: &Layout,
-        _s3: &candle_core::cuda::CudaStorage,
-        _l3: &Layout,
-    ) -> candle_core::Result<(candle_core::cuda::CudaStorage, Shape)> {
-        let zero = s1.device.alloc_zeros::<f32>(1)?;
-        Ok((
-            candle_core::cuda::CudaStorage::wrap_cuda_slice(zero, s1.device.clone()),
-            Shape::from(()),
-        ))
-    }
+    cuda_fwd!(|_, (s1, _l1), (_s2, _l2), (_s3, _l3)| crate::sparse::zero_loss_cuda(s1));
 
     fn bwd(
         &self,

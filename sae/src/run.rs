@@ -398,16 +398,9 @@ fn check_model_fit(
             ),
         ));
     }
-    if context > model.n_positions {
-        return Err(Error::config(
-            "data.context",
-            format!(
-                "{context} exceeds the model's n_positions; valid: 2..={}",
-                model.n_positions
-            ),
-        ));
-    }
-    Ok(())
+    model
+        .check_context(context)
+        .map_err(|message| Error::config("data.context", message))
 }
 
 /// A held-out set that came out smaller than FVU can be measured on is an error, not a number.

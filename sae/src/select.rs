@@ -17,18 +17,10 @@ pub fn select_flat(
     selector: profk::Selector,
     seed: u64,
 ) -> Result<Selected> {
-    let opts = profk::TopKOptions {
-        selector,
-        mode: profk::Mode::Flat,
-        order: profk::Order::Index,
-        seed,
-        ..Default::default()
-    };
     // The scores may still be in flight: wait, so that the time is the selection's own.
     sync(pre)?;
     let t0 = Instant::now();
-    let sel = profk::topk(pre, keep, &opts)?;
-    let indices = sel.indices.contiguous()?;
+    let indices = select_indices(pre, keep, profk::Mode::Flat, selector, seed)?;
     sync(&indices)?;
     Ok(Selected {
         indices,
@@ -44,28 +36,30 @@ pub fn select_rows(
     seed: u64,
 ) -> Result<Tensor> {
     let (b, n) = scores.dims2()?;
-    let cols = select_row_columns(scores, keep, selector, seed)?;
+    let cols = select_indices(scores, keep, profk::Mode::Rowwise, selector, seed)?;
     let offsets = Tensor::arange(0i64, b as i64, scores.device())?
         .broadcast_mul(&Tensor::new(n as i64, scores.device())?)?
         .unsqueeze(1)?;
     Ok(cols.broadcast_add(&offsets)?.flatten_all()?)
 }
 
-/// Per-row selection of `keep` elements of `scores [B, n]`: the columns (i64, ascending) [B, keep].
-pub fn select_row_columns(
-    scores: &Tensor,
+/// The `keep` selected elements of `t` (per row or over all of it, by `mode`) as i64 indices in
+/// ascending order, the order the sparse products expect.
+pub fn select_indices(
+    t: &Tensor,
     keep: usize,
+    mode: profk::Mode,
     selector: profk::Selector,
     seed: u64,
 ) -> Result<Tensor> {
     let opts = profk::TopKOptions {
         selector,
-        mode: profk::Mode::Rowwise,
+        mode,
         order: profk::Order::Index,
         seed,
         ..Default::default()
     };
-    Ok(profk::topk(scores, keep, &opts)?.indices.contiguous()?)
+    Ok(profk::topk(t, keep, &opts)?.indices.contiguous()?)
 }
 
 /// Runs `cfg.compare_with` on the same input and requires the identical set of elements.

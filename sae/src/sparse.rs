@@ -235,6 +235,23 @@ pub fn fired_latents(idx: &Tensor, vals: &Tensor, n: usize) -> Result<Tensor> {
 
 // ---- CPU primitives ----
 
+/// The forward value of the loss ops whose whole work is in their backward: a scalar 0.
+pub(crate) fn zero_loss_cpu() -> (CpuStorage, Shape) {
+    (CpuStorage::F32(vec![0f32]), Shape::from(()))
+}
+
+/// [`zero_loss_cpu`] on the device of `like`.
+#[cfg(feature = "cuda")]
+pub(crate) fn zero_loss_cuda(
+    like: &candle_core::cuda::CudaStorage,
+) -> candle_core::Result<(candle_core::cuda::CudaStorage, Shape)> {
+    let zero = like.device.alloc_zeros::<f32>(1)?;
+    Ok((
+        candle_core::cuda::CudaStorage::wrap_cuda_slice(zero, like.device.clone()),
+        Shape::from(()),
+    ))
+}
+
 fn slice_f32<'a>(s: &'a CpuStorage, l: &Layout, what: &str) -> candle_core::Result<&'a [f32]> {
     let data = s.as_slice::<f32>()?;
     match l.contiguous_offsets() {

@@ -1,9 +1,10 @@
 //! CE-loss recovered for a crosscoder: its reconstruction of every layer spliced into the tiny GPT-2 at every
 //! hook point in one forward, checked against identity and layer-swapped stand-ins, against single-hook
 //! splices computed by hand, and present in a run's final eval.
+mod common;
 use activations::HookPoint;
 use candle_core::{Device, Tensor};
-use sae::run::{ce_loss_recovered, ce_splices, train_sae, Data, RunOptions};
+use sae::run::{ce_loss_recovered, ce_splices, Data};
 use sae::{Config, Trainer};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -11,26 +12,11 @@ use std::sync::OnceLock;
 /// configs/tiny.toml shrunk to a few quick steps and 3 CE contexts of 32 tokens, as a crosscoder over the
 /// residual stream after layers 1 and 3.
 fn tiny_crosscoder_toml() -> String {
-    let mut text = std::fs::read_to_string("../configs/tiny.toml").unwrap();
-    for (from, to) in [
+    common::quick_tiny_config(&[
         ("arch = \"batchtopk\"", "arch = \"crosscoder\""),
         ("layers = [2]", "layers = [1, 3]"),
         ("context = 64", "context = 32"),
-        ("steps = 600", "steps = 4"),
-        ("batch_size = 1024", "batch_size = 256"),
-        ("held_out_tokens = 4096", "held_out_tokens = 512"),
-        ("buffer_tokens = 65536", "buffer_tokens = 1024"),
-        ("latents = 1024", "latents = 256"),
-        ("compare_every = 100", "compare_every = 2"),
-        ("every = 10", "every = 2\nprogress = false"),
-    ] {
-        assert!(
-            text.contains(from),
-            "configs/tiny.toml no longer has {from}"
-        );
-        text = text.replace(from, to);
-    }
-    text + "\n[eval]\nce_contexts = 3\n"
+    ]) + "\n[eval]\nce_contexts = 3\n"
 }
 
 /// One data directory for the whole test binary, with the tiny model written to it before any test loads it.
@@ -52,30 +38,17 @@ fn rel_diff(a: f64, b: f64) -> f64 {
 #[test]
 fn crosscoder_run_reports_ce_loss_recovered() {
     let dir = tempfile::tempdir_in(home()).unwrap();
-    let cfg = dir.path().join("tiny-crosscoder.toml");
-    std::fs::write(&cfg, tiny_crosscoder_toml()).unwrap();
-    let s = train_sae(&RunOptions {
-        config: cfg,
-        out: Some(dir.path().join("run")),
-        resume: false,
-        ..Default::default()
-    })
-    .unwrap();
+    let s = common::run(dir.path(), &tiny_crosscoder_toml(), false);
     let m = s.final_eval.unwrap();
-    for key in [
-        "heldout_fvu",
-        "heldout_l0",
-        "ce_clean",
-        "ce_sae",
-        "ce_zero_ablation",
-        "ce_loss_recovered",
+    let per_layer = [
         "ce_sae_layer0",
         "ce_zero_ablation_layer0",
         "ce_loss_recovered_layer0",
         "ce_sae_layer1",
         "ce_zero_ablation_layer1",
         "ce_loss_recovered_layer1",
-    ] {
+    ];
+    for key in common::FINAL_EVAL_KEYS.into_iter().chain(per_layer) {
         let v = m.get(key).copied().unwrap_or(f64::NAN);
         assert!(v.is_finite(), "{key} = {v}");
     }

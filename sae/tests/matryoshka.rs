@@ -4,54 +4,18 @@
 mod common;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
+use common::{host, max_err, uniform};
 use rand::{Rng, SeedableRng};
+use runtime::test_device;
 use sae::config::{Arch, AuxDecode, DecodeMode};
 use sae::model::{Sae, Shape};
 use sae::nested::prefix_loss;
-
-macro_rules! test_device {
-    ($name:ident, $body:path) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            #[test]
-            fn cpu() -> anyhow::Result<()> {
-                $body(&candle_core::Device::Cpu)
-            }
-
-            #[cfg(feature = "cuda")]
-            #[test]
-            fn cuda() -> anyhow::Result<()> {
-                $body(&candle_core::Device::new_cuda(0)?)
-            }
-        }
-    };
-}
-
-fn host(t: &Tensor) -> Result<Vec<f64>> {
-    Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?)
-}
-
-fn max_err(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
 
 /// `got` within `tol` of `want`, relative to the larger of 1 and want's largest magnitude.
 fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
     let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
     let err = max_err(got, want);
     assert!(err < tol * scale, "{what}: off by {err} (scale {scale})");
-}
-
-fn uniform(len: usize, seed: u64, dev: &Device) -> Result<Tensor> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let v: Vec<f32> = (0..len).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
-    Ok(Tensor::from_vec(v, len, dev)?)
 }
 
 /// dictionary_learning's Matryoshka weights (`MatryoshkaBatchTopKTrainer.loss` with its default
@@ -456,8 +420,7 @@ fn model(
         k,
         groups: groups.to_vec(),
     };
-    let [w_enc, b_enc, w_dec, b_dec] = params;
-    let mut sae = Sae::from_rows(shape, w_enc, b_enc, w_dec, b_dec, decode)?;
+    let mut sae = Sae::from_rows(shape, params.each_ref(), decode)?;
     if sinks {
         sae.sinks = Some(Default::default());
     }
@@ -471,23 +434,13 @@ fn training_loss(
     x: &Tensor,
     aux: Option<(&Tensor, usize, usize, f64, AuxDecode)>,
 ) -> Result<(f64, Vec<Vec<f64>>)> {
-    let fwd = sae::arch::forward(sae, x, profk::Selector::Profk, 0)?;
-    let mut loss = fwd.loss.clone();
-    if let Some((mask, n_dead, k_aux, alpha, form)) = aux {
-        let a = sae::aux::aux_loss(
-            sae,
-            &fwd.enc,
-            fwd.enc.scores.clone(),
-            x,
-            &fwd.recon,
-            (mask, n_dead),
-            k_aux,
-            form,
-            (profk::Selector::Profk, 0),
-        )?
-        .expect("dead latents");
-        loss = (loss + (a * alpha)?)?;
-    }
+    let loss = match aux {
+        Some((mask, n_dead, k_aux, alpha, form)) => {
+            let (fwd, a) = common::forward_and_aux(sae, x, None, (mask, n_dead), k_aux, form)?;
+            (fwd.loss + (a * alpha)?)?
+        }
+        None => sae::arch::forward(sae, x, profk::Selector::Profk, 0)?.loss,
+    };
     let grads = sae::optim::collect_grads(sae, &loss.backward()?)?;
     let value = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
     Ok((value, grads.iter().map(host).collect::<Result<_>>()?))

@@ -3,7 +3,7 @@
 mod common;
 use candle_core::{DType, Device, Tensor, Var};
 use common::{max_abs_diff, randn};
-use sae::config::{Arch, DecodeMode};
+use sae::config::{Arch, AuxDecode, DecodeMode};
 use sae::model::{Sae, Shape};
 use sae::sparse::{dense_decode, gather_decode, sparse_decode};
 
@@ -77,15 +77,13 @@ fn check_arch(arch: Arch, layers: usize, groups: Vec<usize>, decode: DecodeMode)
         k,
         groups: groups.clone(),
     };
-    let sae = Sae::from_tensors(
-        shape,
-        &randn(&[d, n], 1),
-        &(randn(&[n], 2) * 0.1).unwrap(),
-        &randn(&[n, d], 3),
-        &(randn(&[d], 4) * 0.1).unwrap(),
-        decode,
-    )
-    .unwrap();
+    let params = [
+        randn(&[d, n], 1),
+        (randn(&[n], 2) * 0.1).unwrap(),
+        randn(&[n, d], 3),
+        (randn(&[d], 4) * 0.1).unwrap(),
+    ];
+    let sae = Sae::from_tensors(shape, params.each_ref(), decode).unwrap();
     let x = randn(&[b, d], 5);
     let fwd = sae::arch::forward(&sae, &x, profk::Selector::Profk, 0).unwrap();
     let ends: Vec<usize> = if groups.is_empty() {
@@ -111,7 +109,7 @@ fn check_arch(arch: Arch, layers: usize, groups: Vec<usize>, decode: DecodeMode)
         .zip(&recon)
         .map(|(a, b)| (a - b).abs())
         .fold(0f64, f64::max);
-    assert!(err < 1e-4, "{arch:?} recon differs by {err}");
+    assert!(err < 1e-4, "{arch:?} {decode:?}: recon differs by {err}");
     let l = fwd
         .loss
         .to_dtype(DType::F64)
@@ -120,26 +118,21 @@ fn check_arch(arch: Arch, layers: usize, groups: Vec<usize>, decode: DecodeMode)
         .unwrap();
     assert!(
         (l - loss).abs() < 1e-4 * loss.max(1.0),
-        "{arch:?} loss {l} vs reference {loss}"
+        "{arch:?} {decode:?}: loss {l} vs reference {loss}"
     );
 }
 
 #[test]
-fn batchtopk_matches_dense_reference() {
-    check_arch(Arch::Batchtopk, 1, vec![], DecodeMode::Sparse);
-    check_arch(Arch::Batchtopk, 1, vec![], DecodeMode::Dense);
-}
-
-#[test]
-fn matryoshka_matches_dense_reference() {
-    check_arch(Arch::Matryoshka, 1, vec![2, 4, 6], DecodeMode::Sparse);
-    check_arch(Arch::Matryoshka, 1, vec![2, 4, 6], DecodeMode::Dense);
-}
-
-#[test]
-fn crosscoder_matches_dense_reference() {
-    check_arch(Arch::Crosscoder, 3, vec![], DecodeMode::Sparse);
-    check_arch(Arch::Crosscoder, 3, vec![], DecodeMode::Dense);
+fn every_arch_matches_dense_reference_in_both_decode_modes() {
+    for (arch, layers, groups) in [
+        (Arch::Batchtopk, 1, vec![]),
+        (Arch::Matryoshka, 1, vec![2, 4, 6]),
+        (Arch::Crosscoder, 3, vec![]),
+    ] {
+        for decode in [DecodeMode::Sparse, DecodeMode::Dense] {
+            check_arch(arch, layers, groups.clone(), decode);
+        }
+    }
 }
 
 #[test]
@@ -253,24 +246,15 @@ fn geometric_median_resists_an_outlier() {
 #[test]
 fn aux_loss_sparse_equals_dense() {
     let (b, d, n, k) = (8, 6, 16, 2);
-    let shape = Shape {
-        arch: Arch::Batchtopk,
-        d_model: d,
-        layers: 1,
-        n,
-        k,
-        groups: vec![],
-    };
+    let shape = common::batchtopk_shape(d, n, k);
     let make = |mode| {
-        Sae::from_tensors(
-            shape.clone(),
-            &randn(&[d, n], 31),
-            &randn(&[n], 32),
-            &randn(&[n, d], 33),
-            &randn(&[d], 34),
-            mode,
-        )
-        .unwrap()
+        let params = [
+            randn(&[d, n], 31),
+            randn(&[n], 32),
+            randn(&[n, d], 33),
+            randn(&[d], 34),
+        ];
+        Sae::from_tensors(shape.clone(), params.each_ref(), mode).unwrap()
     };
     let x = randn(&[b, d], 35);
     let mut dead = vec![0u8; n];
@@ -281,20 +265,8 @@ fn aux_loss_sparse_equals_dense() {
     let mut losses = Vec::new();
     for mode in [DecodeMode::Sparse, DecodeMode::Dense] {
         let sae = make(mode);
-        let fwd = sae::arch::forward(&sae, &x, profk::Selector::Profk, 0).unwrap();
-        let aux = sae::aux::aux_loss(
-            &sae,
-            &fwd.enc,
-            fwd.enc.scores.clone(),
-            &x,
-            &fwd.recon,
-            (&mask, n / 2),
-            3,
-            sae::config::AuxDecode::Auto,
-            (profk::Selector::Profk, 0),
-        )
-        .unwrap()
-        .unwrap();
+        let (_, aux) =
+            common::forward_and_aux(&sae, &x, None, (&mask, n / 2), 3, AuxDecode::Auto).unwrap();
         let g = aux.backward().unwrap();
         losses.push((
             aux.to_scalar::<f32>().unwrap(),

@@ -2,7 +2,7 @@
 //! producer thread on or off, and a run resumed from its checkpoint matches an uninterrupted one.
 mod common;
 use activations::shards::{extract, ExtractConfig, ExtractOptions};
-use common::{max_abs_diff, run, weights};
+use common::{assert_same_weights, run};
 use std::path::Path;
 
 fn shards(root: &Path) -> std::path::PathBuf {
@@ -58,17 +58,6 @@ progress = false
     )
 }
 
-fn assert_same(a: &Path, b: &Path, what: &str) {
-    let (wa, wb) = (weights(a), weights(b));
-    for name in ["W_enc", "b_enc", "W_dec", "b_dec", "threshold"] {
-        assert_eq!(
-            max_abs_diff(&wa[name], &wb[name]),
-            0.0,
-            "{what}: {name} differs"
-        );
-    }
-}
-
 #[test]
 fn prefetch_and_resume_keep_training_bit_exact() {
     let root = tempfile::tempdir().unwrap();
@@ -78,7 +67,7 @@ fn prefetch_and_resume_keep_training_bit_exact() {
     run(ahead.path(), &config(&dir, 3), false);
     let inline = tempfile::tempdir().unwrap();
     run(inline.path(), &config(&dir, 0), false);
-    assert_same(ahead.path(), inline.path(), "prefetch on vs off");
+    assert_same_weights(ahead.path(), inline.path(), "prefetch on vs off");
 
     let resumed = tempfile::tempdir().unwrap();
     run(resumed.path(), &config(&dir, 3), false);
@@ -87,7 +76,7 @@ fn prefetch_and_resume_keep_training_bit_exact() {
     std::fs::remove_dir_all(ckpts.join("step-00000030")).unwrap();
     std::fs::remove_dir_all(resumed.path().join("run/sae")).unwrap();
     assert_eq!(run(resumed.path(), &config(&dir, 3), true).step, 30);
-    assert_same(ahead.path(), resumed.path(), "resumed vs uninterrupted");
+    assert_same_weights(ahead.path(), resumed.path(), "resumed vs uninterrupted");
 
     let metrics = std::fs::read_to_string(ahead.path().join("run/metrics.jsonl")).unwrap();
     for key in [

@@ -6,27 +6,11 @@
 mod common;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
+use common::{host, max_err, uniform};
 use rand::{Rng, SeedableRng};
 use runtime::test_device;
+use sae::config::DecodeMode;
 use sae::sparse::{gather_linear, sparse_decode};
-
-fn host(t: &Tensor) -> Result<Vec<f64>> {
-    Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?)
-}
-
-fn max_err(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max)
-}
-
-fn uniform(len: usize, seed: u64, dev: &Device) -> Result<Tensor> {
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let v: Vec<f32> = (0..len).map(|_| rng.random::<f32>() * 2.0 - 1.0).collect();
-    Ok(Tensor::from_vec(v, len, dev)?)
-}
 
 /// Named pair sets (ascending flat indices) over `b` rows of `n` latents. The empty set only on the
 /// CPU: candle cannot allocate an empty CUDA tensor (cuMemAllocAsync rejects 0 bytes), and a selection
@@ -242,19 +226,22 @@ fn training_steps_match_cpu(dev: &Device) -> Result<()> {
 }
 test_device!(training_steps_match_cpu_on, training_steps_match_cpu);
 
+/// Random [W_enc [d, n], b_enc, W_dec, b_dec] in SAELens' layout, from seeds `seed..seed + 4`.
+fn saelens_params(d: usize, n: usize, seed: u64, dev: &Device) -> Result<[Tensor; 4]> {
+    Ok([
+        uniform(d * n, seed, dev)?.reshape((d, n))?,
+        (uniform(n, seed + 1, dev)? * 0.1)?,
+        uniform(n * d, seed + 2, dev)?.reshape((n, d))?,
+        (uniform(d, seed + 3, dev)? * 0.1)?,
+    ])
+}
+
 /// The weight sinks (used in training) receive the same gradients as candle's autograd, with the
 /// aux-k loss adding a second contribution to both weight matrices: pair reductions in the sparse
 /// form, row blocks of the dead latents (arriving before the main reduction) in the dense one.
 fn sinks_equal_autograd(dev: &Device) -> Result<()> {
     let (b, d, n, k) = (16, 12, 40, 3);
-    let shape = sae::model::Shape {
-        arch: sae::config::Arch::Batchtopk,
-        d_model: d,
-        layers: 1,
-        n,
-        k,
-        groups: vec![],
-    };
+    let shape = common::batchtopk_shape(d, n, k);
     let x = uniform(b * d, 41, dev)?.reshape((b, d))?;
     let dead = Tensor::from_vec(
         (0..n).map(|j| (j % 3 == 0) as u8).collect::<Vec<u8>>(),
@@ -262,30 +249,12 @@ fn sinks_equal_autograd(dev: &Device) -> Result<()> {
         dev,
     )?;
     let grads = |with_sinks: bool, form: sae::config::AuxDecode| -> Result<Vec<Vec<f64>>> {
-        let mut sae = sae::Sae::from_tensors(
-            shape.clone(),
-            &uniform(d * n, 42, dev)?.reshape((d, n))?,
-            &(uniform(n, 43, dev)? * 0.1)?,
-            &uniform(n * d, 44, dev)?.reshape((n, d))?,
-            &(uniform(d, 45, dev)? * 0.1)?,
-            sae::config::DecodeMode::Sparse,
-        )?;
+        let params = saelens_params(d, n, 42, dev)?;
+        let mut sae = sae::Sae::from_tensors(shape.clone(), params.each_ref(), DecodeMode::Sparse)?;
         if with_sinks {
             sae.sinks = Some(Default::default());
         }
-        let fwd = sae::arch::forward(&sae, &x, profk::Selector::Profk, 0)?;
-        let aux = sae::aux::aux_loss(
-            &sae,
-            &fwd.enc,
-            fwd.enc.scores.clone(),
-            &x,
-            &fwd.recon,
-            (&dead, n.div_ceil(3)),
-            4,
-            form,
-            (profk::Selector::Profk, 0),
-        )?
-        .expect("dead latents");
+        let (fwd, aux) = common::forward_and_aux(&sae, &x, None, (&dead, n.div_ceil(3)), 4, form)?;
         let g = (fwd.loss + aux)?.backward()?;
         sae::optim::collect_grads(&sae, &g)?
             .iter()
@@ -388,22 +357,10 @@ const AUX_COEF: f64 = 0.375;
 /// latent dead, a third of them, and fewer than k_aux.
 fn aux_forms_match_reference(dev: &Device) -> Result<()> {
     let (b, d, n, k, k_aux) = (16, 12, 40, 3, 4);
-    let shape = sae::model::Shape {
-        arch: sae::config::Arch::Batchtopk,
-        d_model: d,
-        layers: 1,
-        n,
-        k,
-        groups: vec![],
-    };
+    let shape = common::batchtopk_shape(d, n, k);
     let x = uniform(b * d, 51, dev)?.reshape((b, d))?;
     let recon = (uniform(b * d, 52, dev)?.reshape((b, d))? * 0.5)?;
-    let params = [
-        uniform(d * n, 53, dev)?.reshape((d, n))?,
-        (uniform(n, 54, dev)? * 0.1)?,
-        uniform(n * d, 55, dev)?.reshape((n, d))?,
-        (uniform(d, 56, dev)? * 0.1)?,
-    ];
+    let params = saelens_params(d, n, 53, dev)?;
     let patterns: [(&str, Vec<u8>); 3] = [
         ("all dead", vec![1; n]),
         ("a third dead", (0..n).map(|j| (j % 3 == 0) as u8).collect()),
@@ -420,28 +377,11 @@ fn aux_forms_match_reference(dev: &Device) -> Result<()> {
             sae::config::AuxDecode::Sparse,
             sae::config::AuxDecode::Dense,
         ] {
-            let mut model = sae::Sae::from_tensors(
-                shape.clone(),
-                &params[0],
-                &params[1],
-                &params[2],
-                &params[3],
-                sae::config::DecodeMode::Sparse,
-            )?;
+            let mut model =
+                sae::Sae::from_tensors(shape.clone(), params.each_ref(), DecodeMode::Sparse)?;
             model.sinks = Some(Default::default());
-            let fwd = sae::arch::forward(&model, &x, profk::Selector::Profk, 0)?;
-            let aux = sae::aux::aux_loss(
-                &model,
-                &fwd.enc,
-                fwd.enc.scores.clone(),
-                &x,
-                &recon,
-                (&mask, n_dead),
-                k_aux,
-                form,
-                (profk::Selector::Profk, 0),
-            )?
-            .expect("dead latents");
+            let (_, aux) =
+                common::forward_and_aux(&model, &x, Some(&recon), (&mask, n_dead), k_aux, form)?;
             // A coefficient other than 1, as in training: the backward must scale by its upstream gradient.
             let g = (&aux * AUX_COEF)?.backward()?;
             let grads: Vec<Vec<f64>> = sae::optim::collect_grads(&model, &g)?

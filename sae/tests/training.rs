@@ -1,7 +1,7 @@
 //! Training runs on synthetic data: the loss falls, a killed run resumed from its checkpoint reaches the
 //! same weights as an uninterrupted one, checkpoints load back, and the selector cross-check passes.
 mod common;
-use common::{max_abs_diff, run, synthetic_config, weights};
+use common::{assert_same_weights, run, synthetic_config, weights};
 use sae::checkpoint::read_saelens;
 
 #[test]
@@ -24,14 +24,7 @@ fn resume_reaches_the_same_weights() {
         std::fs::remove_dir_all(b.path().join("run/sae")).unwrap();
         let s = run(b.path(), &text, true);
         assert_eq!(s.step, 12);
-        let (wa, wb) = (weights(a.path()), weights(b.path()));
-        for name in ["W_enc", "b_enc", "W_dec", "b_dec", "threshold"] {
-            assert_eq!(
-                max_abs_diff(&wa[name], &wb[name]),
-                0.0,
-                "{arch}: {name} differs after resume"
-            );
-        }
+        assert_same_weights(a.path(), b.path(), &format!("{arch} after resume"));
     }
 }
 

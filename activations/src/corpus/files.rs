@@ -58,28 +58,34 @@ pub struct DataFile {
     pub kind: FileKind,
 }
 
-/// The data files under `root` (itself when it is a file), recursively, sorted by path.
-/// `accept` chooses among the known kinds.
-pub fn data_files(root: &Path, accept: impl Fn(FileKind) -> bool) -> Result<Vec<DataFile>> {
-    let mut paths = Vec::new();
-    if root.is_file() {
-        paths.push(root.to_path_buf());
-    } else {
-        let mut stack = vec![root.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            let entries = std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))?;
-            for entry in entries {
-                let p = entry.map_err(|e| Error::io(&d, e))?.path();
-                // A hub snapshot holds symlinks into its blobs: `is_dir` / `is_file` follow them.
-                if p.is_dir() {
-                    stack.push(p);
-                } else {
-                    paths.push(p);
-                }
+/// Every file under `dir`, recursively, sorted by path.
+pub(crate) fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries = std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))?;
+        for entry in entries {
+            let p = entry.map_err(|e| Error::io(&d, e))?.path();
+            // A hub snapshot holds symlinks into its blobs: `is_dir` follows them.
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
             }
         }
     }
-    paths.sort();
+    files.sort();
+    Ok(files)
+}
+
+/// The data files under `root` (itself when it is a file), recursively, sorted by path.
+/// `accept` chooses among the known kinds.
+pub fn data_files(root: &Path, accept: impl Fn(FileKind) -> bool) -> Result<Vec<DataFile>> {
+    let paths = if root.is_file() {
+        vec![root.to_path_buf()]
+    } else {
+        files_under(root)?
+    };
     Ok(paths
         .into_iter()
         .filter_map(|path| {

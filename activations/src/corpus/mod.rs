@@ -77,7 +77,7 @@ impl Corpus {
         let path = Path::new(spec);
         let mut documents = Vec::new();
         if path.is_dir() {
-            for file in files_under(path)? {
+            for file in text_files_under(path)? {
                 read_file_into(&file, &mut documents)?;
             }
         } else if path.is_file() {
@@ -151,25 +151,17 @@ impl Corpus {
     }
 }
 
-fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let entries = std::fs::read_dir(&d).map_err(|e| Error::io(&d, e))?;
-        for entry in entries {
-            let p = entry.map_err(|e| Error::io(&d, e))?.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if matches!(
+/// The text and JSONL files under `dir`, sorted by path.
+fn text_files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(files::files_under(dir)?
+        .into_iter()
+        .filter(|p| {
+            matches!(
                 p.extension().and_then(|e| e.to_str()),
                 Some("txt" | "jsonl")
-            ) {
-                files.push(p);
-            }
-        }
-    }
-    files.sort();
-    Ok(files)
+            )
+        })
+        .collect())
 }
 
 fn read_file_into(path: &Path, documents: &mut Vec<Document>) -> Result<()> {

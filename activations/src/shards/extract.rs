@@ -334,15 +334,8 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
             .map_err(|e| Error::config("hook_points", e.to_string()))?;
     }
     let t = cfg.data.context;
-    if t > mcfg.n_positions {
-        return Err(Error::config(
-            "data.context",
-            format!(
-                "{t} exceeds the model's n_positions; valid: 2..={}",
-                mcfg.n_positions
-            ),
-        ));
-    }
+    mcfg.check_context(t)
+        .map_err(|message| Error::config("data.context", message))?;
 
     let source = CorpusSource::open(&cfg.data.spec())?;
     let kept = t - usize::from(cfg.drop_bos);

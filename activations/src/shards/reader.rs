@@ -14,7 +14,7 @@ use super::verified;
 use crate::error::{Error, Result};
 use crate::gpt2::HookPoint;
 use crate::prefetch::{refill_depth, ChunkSource, Prefetch};
-use crate::source::{squeeze_single_hook, ActivationSource, ShuffleBuffer};
+use crate::source::{ActivationSource, ShuffleBuffer, ShuffledRows};
 use crate::upload::Uploader;
 use candle_core::{DType, Device, Tensor};
 use rand::seq::SliceRandom;
@@ -159,8 +159,7 @@ pub struct ShardReader {
     set: Arc<ShardSet>,
     hooks: Vec<HookPoint>,
     epoch: Arc<AtomicU64>,
-    chunks: Prefetch,
-    buffer: ShuffleBuffer,
+    rows: ShuffledRows,
 }
 
 impl ShardReader {
@@ -222,8 +221,7 @@ impl ShardReader {
             set,
             hooks,
             epoch,
-            chunks,
-            buffer,
+            rows: ShuffledRows { chunks, buffer },
         })
     }
 
@@ -300,11 +298,7 @@ fn select_hooks(
 
 impl ActivationSource for ShardReader {
     fn next_batch(&mut self, n_tokens: usize) -> Result<Option<Tensor>> {
-        let chunks = &mut self.chunks;
-        self.buffer
-            .next(n_tokens, || chunks.pull())?
-            .map(squeeze_single_hook)
-            .transpose()
+        self.rows.next_batch(n_tokens)
     }
 
     fn d_model(&self) -> usize {

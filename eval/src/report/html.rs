@@ -78,6 +78,29 @@ impl Figure {
     }
 }
 
+/// A line chart of `series` over `x` with no reference line, with its legend and the note of its style.
+fn over_training(
+    x: XAxis,
+    (title, y_desc): (&str, &str),
+    series: &[Series],
+    log_y: bool,
+    style: LineStyle,
+) -> Result<Figure> {
+    let spec = ChartSpec {
+        title,
+        x_desc: x.desc(),
+        y_desc,
+        log_y,
+        style,
+        reference: None,
+    };
+    let note = match style {
+        LineStyle::Noisy => NOISY_NOTE,
+        LineStyle::Nested => NESTED_NOTE,
+    };
+    Ok(Figure::lines(line_chart(&spec, series)?, series, note))
+}
+
 const NESTED_NOTE: &str = "wider lines are drawn first: curves that coincide show as nested bands";
 const NOISY_NOTE: &str = "faint: every logged step; solid: rolling median";
 
@@ -292,18 +315,14 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
             let series = series_of(RecordKind::Train, metric, x);
             if !series.is_empty() {
                 let (title, y_desc) = metric_axis(metric);
-                let svg = line_chart(
-                    &ChartSpec {
-                        title: &title,
-                        x_desc: x.desc(),
-                        y_desc: &y_desc,
-                        log_y: wide_spread(&series),
-                        style: LineStyle::Noisy,
-                        reference: None,
-                    },
+                let log_y = wide_spread(&series);
+                charts.push(over_training(
+                    x,
+                    (&title, &y_desc),
                     &series,
-                )?;
-                charts.push(Figure::lines(svg, &series, NOISY_NOTE));
+                    log_y,
+                    LineStyle::Noisy,
+                )?);
             }
         }
         chart_grid(&mut timing_out, &charts, Some(x));
@@ -339,18 +358,8 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
                 .map(|m| {
                     let series = series_of(RecordKind::Train, m, x);
                     let (title, y_desc) = metric_axis(m);
-                    let svg = line_chart(
-                        &ChartSpec {
-                            title: &title,
-                            x_desc: x.desc(),
-                            y_desc: &y_desc,
-                            log_y: wide_spread(&series),
-                            style: LineStyle::Nested,
-                            reference: None,
-                        },
-                        &series,
-                    )?;
-                    Ok(Figure::lines(svg, &series, NESTED_NOTE))
+                    let log_y = wide_spread(&series);
+                    over_training(x, (&title, &y_desc), &series, log_y, LineStyle::Nested)
                 })
                 .collect::<Result<Vec<_>>>()?;
             chart_grid(&mut timing_out, &charts, Some(x));
@@ -373,18 +382,9 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
                 let series = series_of(RecordKind::Eval, m, x);
                 if series.iter().any(|s| s.points.len() >= 2) {
                     let (_, y_desc) = metric_axis(m);
-                    let svg = line_chart(
-                        &ChartSpec {
-                            title: &format!("eval {m}"),
-                            x_desc: x.desc(),
-                            y_desc: &y_desc,
-                            log_y: false,
-                            style: LineStyle::Nested,
-                            reference: None,
-                        },
-                        &series,
-                    )?;
-                    charts.push(Figure::lines(svg, &series, NESTED_NOTE));
+                    let title = format!("eval {m}");
+                    let axes = (title.as_str(), y_desc.as_str());
+                    charts.push(over_training(x, axes, &series, false, LineStyle::Nested)?);
                 }
             }
             chart_grid(&mut out, &charts, Some(x));
@@ -414,22 +414,10 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
             let series = series_of(RecordKind::Train, "dead_fraction", x);
             if !series.is_empty() {
                 let (title, y_desc) = metric_axis("dead_fraction");
-                let svg = line_chart(
-                    &ChartSpec {
-                        title: &title,
-                        x_desc: x.desc(),
-                        y_desc: &y_desc,
-                        log_y: false,
-                        style: LineStyle::Nested,
-                        reference: None,
-                    },
-                    &series,
-                )?;
-                figs.push(Figure::lines(
-                    svg,
-                    &series,
-                    "dead: no activation within the aux-k window ([sae.aux] dead_tokens)",
-                ));
+                let mut fig =
+                    over_training(x, (&title, &y_desc), &series, false, LineStyle::Nested)?;
+                fig.note = "dead: no activation within the aux-k window ([sae.aux] dead_tokens)";
+                figs.push(fig);
             }
             for (svg, i) in &histograms {
                 figs.push(Figure {

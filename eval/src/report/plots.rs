@@ -1,9 +1,11 @@
 //! SVG charts (plotters, SVG backend): lines over steps and per-run bars, returned as SVG text.
 
 use crate::error::{Error, Result};
+use plotters::chart::MeshStyle;
 use plotters::coord::ranged1d::{
     AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter,
 };
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::ops::Range;
@@ -56,6 +58,45 @@ pub fn selector_color(selector: &str, index: usize) -> RGBColor {
 
 fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> Error {
     Error::Report(format!("drawing a chart: {e}"))
+}
+
+type Canvas<'s> = DrawingArea<SVGBackend<'s>, Shift>;
+
+/// The SVG text of a chart that `draw` puts on a white canvas of the house size.
+fn svg_chart(draw: impl FnOnce(&Canvas) -> Result<()>) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        draw(&root)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+/// The captioned frame every chart shares, with room for `x_label_area` pixels of x labels.
+fn frame<'a, 's>(
+    root: &'a Canvas<'s>,
+    title: &str,
+    x_label_area: u32,
+) -> ChartBuilder<'a, 'static, SVGBackend<'s>> {
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(title, ("sans-serif", 17))
+        .margin(12)
+        .x_label_area_size(x_label_area)
+        .y_label_area_size(64);
+    builder
+}
+
+/// The grid and label styles every chart shares.
+fn house_style<'m, 'a, 'b, 's, X: Ranged, Y: Ranged>(
+    mesh: &'m mut MeshStyle<'a, 'b, X, Y, SVGBackend<'s>>,
+) -> &'m mut MeshStyle<'a, 'b, X, Y, SVGBackend<'s>> {
+    mesh.light_line_style(RGBColor(0xee, 0xee, 0xee))
+        .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
+        .label_style(("sans-serif", 12))
+        .axis_desc_style(("sans-serif", 13))
 }
 
 /// What a line chart shows besides its series.
@@ -215,38 +256,28 @@ pub fn density_histogram(title: &str, edges: &[f64], counts: &[u64]) -> Result<S
     let decades: Vec<f64> = (lo.ceil() as i32..=hi.floor() as i32)
         .map(f64::from)
         .collect();
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 17))
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(64)
+    svg_chart(|root| {
+        let mut chart = frame(root, title, 42)
             .build_cartesian_2d(ticked(lo..hi, decades), 0.0..top * 1.1)
             .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_desc("density: fraction of tokens a latent fires on (log scale)")
-            .y_desc("latents")
-            .x_label_formatter(&|v| decade_label(v.round() as i32))
-            .y_label_formatter(&|v| short_number(*v))
-            .light_line_style(RGBColor(0xee, 0xee, 0xee))
-            .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
-            .label_style(("sans-serif", 12))
-            .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(plot_err)?;
+        house_style(
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_desc("density: fraction of tokens a latent fires on (log scale)")
+                .y_desc("latents")
+                .x_label_formatter(&|v| decade_label(v.round() as i32))
+                .y_label_formatter(&|v| short_number(*v)),
+        )
+        .draw()
+        .map_err(plot_err)?;
         let color = selector_color("profk", 0);
         let bars = counts.iter().enumerate().map(|(i, &c)| {
             Rectangle::new([(edges[i], 0.0), (edges[i + 1], c as f64)], color.filled())
         });
         chart.draw_series(bars).map_err(plot_err)?;
-        root.present().map_err(plot_err)?;
-    }
-    Ok(svg)
+        Ok(())
+    })
 }
 
 struct Labels<'a> {
@@ -280,34 +311,25 @@ where
     Y: AsRangedCoord<Value = f64>,
     Y::CoordDescType: ValueFormatter<f64>,
 {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(labels.title, ("sans-serif", 17))
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(64)
+    svg_chart(|root| {
+        let mut chart = frame(root, labels.title, 42)
             .build_cartesian_2d(x_range.clone(), y_spec)
             .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .x_desc(labels.x_desc)
-            .y_desc(labels.y_desc)
-            .x_labels(8)
-            .y_labels(8)
-            .x_label_formatter(&|v| short_number(*v))
-            .y_label_formatter(&|v| match labels.y_decimals {
-                Some(decimals) => format!("{v:.decimals$}"),
-                None => short_number(*v),
-            })
-            .light_line_style(RGBColor(0xee, 0xee, 0xee))
-            .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
-            .label_style(("sans-serif", 12))
-            .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(plot_err)?;
+        house_style(
+            chart
+                .configure_mesh()
+                .x_desc(labels.x_desc)
+                .y_desc(labels.y_desc)
+                .x_labels(8)
+                .y_labels(8)
+                .x_label_formatter(&|v| short_number(*v))
+                .y_label_formatter(&|v| match labels.y_decimals {
+                    Some(decimals) => format!("{v:.decimals$}"),
+                    None => short_number(*v),
+                }),
+        )
+        .draw()
+        .map_err(plot_err)?;
         if let Some(y) = labels.reference {
             let (x0, x1) = (x_range.start, x_range.end);
             let dash =
@@ -342,9 +364,8 @@ where
                     .map_err(plot_err)?;
             }
         }
-        root.present().map_err(plot_err)?;
-    }
-    Ok(svg)
+        Ok(())
+    })
 }
 
 /// One bar per run of `total` (e.g. median step ms), light, with `part` (e.g. median select ms) drawn
@@ -366,29 +387,20 @@ pub fn part_of_total_bars(
         )));
     }
     let width = bars.len().max(1) as f64;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 17))
-            .margin(12)
-            .x_label_area_size(30)
-            .y_label_area_size(64)
+    svg_chart(|root| {
+        let mut chart = frame(root, title, 30)
             .build_cartesian_2d(0.0..width, 0.0..top * 1.15)
             .map_err(plot_err)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_labels(0)
-            .y_desc(y_desc)
-            .y_label_formatter(&|v| short_number(*v))
-            .light_line_style(RGBColor(0xee, 0xee, 0xee))
-            .bold_line_style(RGBColor(0xd8, 0xd8, 0xd8))
-            .label_style(("sans-serif", 12))
-            .axis_desc_style(("sans-serif", 13))
-            .draw()
-            .map_err(plot_err)?;
+        house_style(
+            chart
+                .configure_mesh()
+                .disable_x_mesh()
+                .x_labels(0)
+                .y_desc(y_desc)
+                .y_label_formatter(&|v| short_number(*v)),
+        )
+        .draw()
+        .map_err(plot_err)?;
         let rect = |i: usize, value: f64, style: ShapeStyle| {
             let x = i as f64;
             Rectangle::new([(x + 0.2, 0.0), (x + 0.8, value)], style)
@@ -425,9 +437,8 @@ pub fn part_of_total_bars(
             root.draw(&Text::new(bar.0.clone(), (x, y + 8), centered(VPos::Top)))
                 .map_err(plot_err)?;
         }
-        root.present().map_err(plot_err)?;
-    }
-    Ok(svg)
+        Ok(())
+    })
 }
 
 fn bounds(values: impl Iterator<Item = f64>) -> Option<Range<f64>> {

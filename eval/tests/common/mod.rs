@@ -5,6 +5,13 @@
 use eval::{Metrics, Progress, Record, RunDir, RunMeta, StepContext, StepOutput, Trainer};
 use std::path::Path;
 
+/// A fresh run folder `name` in a temporary directory, which lives as long as the first value.
+pub fn temp_run(name: &str) -> (tempfile::TempDir, RunDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = RunDir::create(tmp.path(), name).unwrap();
+    (tmp, run)
+}
+
 /// A trainer with a deterministic loss curve; its whole state is `x` and the step count.
 pub struct FakeTrainer {
     pub x: f64,

@@ -2,6 +2,7 @@
 //! then the key heads, then the value heads) -> [B, T, d] in head-major order, as `c_proj` takes
 //! it. A candle custom op: one fused kernel on CUDA, a direct loop on the CPU.
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
+use runtime::cuda_fwd;
 
 /// Which CUDA kernel runs the attention (the CPU path is the same for both).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,21 +34,28 @@ pub fn causal_attention_with(
             "causal_attention: last dimension {three_d} is not 3 x {n_head} heads x head size"
         )));
     }
-    qkv.apply_op1_no_bwd(&CausalAttention { n_head, kernel })
+    qkv.apply_op1_no_bwd(&CausalAttention {
+        heads: Heads(n_head),
+        kernel,
+    })
 }
 
 pub(super) struct CausalAttention {
-    pub n_head: usize,
+    pub heads: Heads,
     /// Read by the CUDA path only; the CPU path is the same for every kernel.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub kernel: AttentionKernel,
 }
 
-impl CausalAttention {
+/// The head count of a packed [B, T, 3 d] input; its other sizes follow from its shape.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Heads(pub usize);
+
+impl Heads {
     /// (batch, sequence length, heads, head size) of a [B, T, 3 d] input.
-    pub fn dims(&self, shape: &Shape) -> Result<(usize, usize, usize, usize)> {
+    pub fn of(&self, shape: &Shape) -> Result<(usize, usize, usize, usize)> {
         let (b, t, three_d) = shape.dims3()?;
-        Ok((b, t, self.n_head, three_d / (3 * self.n_head)))
+        Ok((b, t, self.0, three_d / (3 * self.0)))
     }
 }
 
@@ -94,7 +102,7 @@ impl CustomOp1 for CausalAttention {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (b, t, h, hd) = self.dims(layout.shape())?;
+        let (b, t, h, hd) = self.heads.of(layout.shape())?;
         let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
             candle_core::Error::Msg("causal_attention: input must be contiguous".into())
         })?;
@@ -120,12 +128,5 @@ impl CustomOp1 for CausalAttention {
         Ok((out, shape))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::attention::forward(self, storage, layout)
-    }
+    cuda_fwd!(|op, (storage, layout)| super::cuda::attention::forward(op, storage, layout));
 }

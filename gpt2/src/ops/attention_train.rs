@@ -5,13 +5,15 @@
 //! CUDA both are cuBLAS strided-batched GEMMs (TF32 under candle's reduced-precision flag) around
 //! one fused kernel each (causal softmax; dS = P ⊙ (dP − rowsum(dP ⊙ P))); on the CPU both are
 //! loops over one (batch, head) pair at a time, in parallel.
+use super::attention::Heads;
+use super::saved::Saved;
 use candle_core::backend::BackendStorage;
 use candle_core::op::BackpropOp;
 use candle_core::{
     CpuStorage, CustomOp1, CustomOp3, DType, Layout, Result, Shape, Storage, Tensor,
 };
 use rayon::prelude::*;
-use std::sync::Mutex;
+use runtime::{cpu_fwd, cuda_fwd};
 
 /// Causal multi-head attention: `qkv` [b, t, 3d] (q, k, v packed as GPT-2's `c_attn` writes them)
 /// -> [b, t, d], scores scaled by 1/sqrt(d / n_head); differentiable with respect to `qkv`.
@@ -64,26 +66,21 @@ pub fn causal_attention_train_with(
         )));
     }
     qkv.contiguous()?.apply_op1(CausalAttentionTrain {
-        dims: Dims { n_head, gemms },
-        probs: Mutex::new(None),
+        dims: Dims {
+            heads: Heads(n_head),
+            gemms,
+        },
+        probs: Saved::empty(),
     })
 }
 
 /// Heads of the packed input (everything else follows from its shape) and the CUDA batching.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Dims {
-    pub n_head: usize,
+    pub heads: Heads,
     /// Read by the CUDA products only.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub gemms: AttentionGemms,
-}
-
-impl Dims {
-    /// (batch, sequence length, heads, head size) of a [B, T, 3 d] input.
-    pub fn of(&self, shape: &Shape) -> Result<(usize, usize, usize, usize)> {
-        let (b, t, three_d) = shape.dims3()?;
-        Ok((b, t, self.n_head, three_d / (3 * self.n_head)))
-    }
 }
 
 fn contiguous<'a>(v: &'a [f32], layout: &Layout, what: &str) -> Result<&'a [f32]> {
@@ -106,13 +103,13 @@ fn f32_slice<'a>(s: &'a CpuStorage, layout: &Layout, what: &str) -> Result<&'a [
 struct CausalAttentionTrain {
     dims: Dims,
     /// Softmax probabilities [B, H, T, T] of the last forward (zero above the diagonal).
-    probs: Mutex<Option<Tensor>>,
+    probs: Saved<Tensor>,
 }
 
 impl CausalAttentionTrain {
     fn keep(&self, probs: Storage, shape: Shape) {
         let p = Tensor::from_storage(probs, shape, BackpropOp::none(), false);
-        *self.probs.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
+        self.probs.keep(p);
     }
 }
 
@@ -122,7 +119,7 @@ impl CustomOp1 for CausalAttentionTrain {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (b, t, h, hd) = self.dims.of(layout.shape())?;
+        let (b, t, h, hd) = self.dims.heads.of(layout.shape())?;
         let x = f32_slice(storage, layout, "qkv")?;
         let (out, probs) = forward_f32(x, b, t, h, hd);
         self.keep(
@@ -132,28 +129,15 @@ impl CustomOp1 for CausalAttentionTrain {
         Ok((CpuStorage::F32(out), Shape::from((b, t, h * hd))))
     }
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        storage: &candle_core::CudaStorage,
-        layout: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        let (b, t, h, _) = self.dims.of(layout.shape())?;
-        let (out, probs, shape) =
-            super::cuda::attention_train::forward(self.dims, storage, layout)?;
-        self.keep(Storage::Cuda(probs), Shape::from((b, h, t, t)));
+    cuda_fwd!(|op, (storage, layout)| {
+        let (b, t, h, _) = op.dims.heads.of(layout.shape())?;
+        let (out, probs, shape) = super::cuda::attention_train::forward(op.dims, storage, layout)?;
+        op.keep(Storage::Cuda(probs), Shape::from((b, h, t, t)));
         Ok((out, shape))
-    }
+    });
 
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad_res: &Tensor) -> Result<Option<Tensor>> {
-        let probs = self
-            .probs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| {
-                candle_core::Error::Msg("causal_attention_train: backward before forward".into())
-            })?;
+        let probs = self.probs.get("causal_attention_train")?;
         let grad = grad_res.contiguous()?;
         let d_qkv =
             arg.apply_op3_no_bwd(&grad, &probs, &CausalAttentionBackward { dims: self.dims })?;
@@ -171,37 +155,20 @@ impl CustomOp3 for CausalAttentionBackward {
         "causal-attention-train-backward"
     }
 
-    fn cpu_fwd(
-        &self,
-        s_qkv: &CpuStorage,
-        l_qkv: &Layout,
-        s_grad: &CpuStorage,
-        l_grad: &Layout,
-        s_probs: &CpuStorage,
-        l_probs: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let (b, t, h, hd) = self.dims.of(l_qkv.shape())?;
+    cpu_fwd!(|op, (s_qkv, l_qkv), (s_grad, l_grad), (s_probs, l_probs)| {
+        let (b, t, h, hd) = op.dims.heads.of(l_qkv.shape())?;
         let x = f32_slice(s_qkv, l_qkv, "qkv")?;
         let dy = f32_slice(s_grad, l_grad, "output gradient")?;
         let p = f32_slice(s_probs, l_probs, "probabilities")?;
         let dx = backward_f32(x, dy, p, b, t, h, hd);
         Ok((CpuStorage::F32(dx), l_qkv.shape().clone()))
-    }
+    });
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s_qkv: &candle_core::CudaStorage,
-        l_qkv: &Layout,
-        s_grad: &candle_core::CudaStorage,
-        l_grad: &Layout,
-        s_probs: &candle_core::CudaStorage,
-        l_probs: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(|op, (s_qkv, l_qkv), (s_grad, l_grad), (s_probs, l_probs)| {
         super::cuda::attention_train::backward(
-            self.dims, s_qkv, l_qkv, s_grad, l_grad, s_probs, l_probs,
+            op.dims, s_qkv, l_qkv, s_grad, l_grad, s_probs, l_probs,
         )
-    }
+    });
 }
 
 /// Dot product with eight independent sums, so that the compiler vectorizes it.
@@ -249,9 +216,7 @@ fn forward_f32(x: &[f32], b: usize, t: usize, h: usize, hd: usize) -> (Vec<f32>,
         .into_par_iter()
         .map(|bh| {
             let (bi, hi) = (bh / h, bh % h);
-            let q = gather(x, bi, 0, hi, t, h, hd);
-            let k = gather(x, bi, 1, hi, t, h, hd);
-            let v = gather(x, bi, 2, hi, t, h, hd);
+            let [q, k, v] = [0, 1, 2].map(|part| gather(x, bi, part, hi, t, h, hd));
             let mut p = vec![0f32; t * t];
             let mut o = vec![0f32; t * hd];
             for i in 0..t {
@@ -305,9 +270,7 @@ fn backward_f32(
         .into_par_iter()
         .map(|bh| {
             let (bi, hi) = (bh / h, bh % h);
-            let q = gather(x, bi, 0, hi, t, h, hd);
-            let k = gather(x, bi, 1, hi, t, h, hd);
-            let v = gather(x, bi, 2, hi, t, h, hd);
+            let [q, k, v] = [0, 1, 2].map(|part| gather(x, bi, part, hi, t, h, hd));
             let mut d_o = Vec::with_capacity(t * hd);
             for ti in 0..t {
                 d_o.extend_from_slice(&dy[(bi * t + ti) * d + hi * hd..][..hd]);

@@ -5,9 +5,10 @@
 //! forward reads each row once or twice and keeps the per-row log-sum-exp; the backward writes
 //! `(softmax − onehot) · g / rows` in one pass. On the CPU rows are spread over the rayon pool; on
 //! CUDA it is three kernels (`kernels/cross_entropy.cu`) with fixed-order sums.
+use super::saved::Saved;
 use candle_core::{CpuStorage, CustomOp2, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
-use std::sync::Mutex;
+use runtime::{cpu_fwd, cuda_fwd};
 
 /// Mean next-token cross-entropy of `logits` [B, T, V] for `tokens` [B, T] (positions 0..T-1
 /// predict 1..T), differentiable with respect to `logits`; computed in f32 whatever the logits'
@@ -24,14 +25,14 @@ pub fn next_token_cross_entropy(logits: &Tensor, tokens: &Tensor) -> candle_core
     logits.to_dtype(DType::F32)?.contiguous()?.apply_op2(
         &tokens.to_dtype(DType::U32)?.contiguous()?,
         NextTokenCrossEntropy {
-            log_sum_exp: Mutex::new(None),
+            log_sum_exp: Saved::empty(),
         },
     )
 }
 
 struct NextTokenCrossEntropy {
     /// Log-sum-exp of each predicting row, b-major (B · (T − 1) values), saved for the backward.
-    log_sum_exp: Mutex<Option<Tensor>>,
+    log_sum_exp: Saved<Tensor>,
 }
 
 /// The contiguous data of a CPU tensor's storage.
@@ -49,13 +50,7 @@ impl CustomOp2 for NextTokenCrossEntropy {
         "next-token-cross-entropy"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (s1, l1), (s2, l2)| {
         let (b, t, v) = l1.shape().dims3()?;
         let (CpuStorage::F32(logits), CpuStorage::U32(tokens)) = (s1, s2) else {
             return Err(candle_core::Error::Msg(
@@ -79,23 +74,17 @@ impl CustomOp2 for NextTokenCrossEntropy {
             .collect();
         let total: f64 = per_row.iter().map(|&(_, l)| l as f64).sum();
         let lse: Vec<f32> = per_row.iter().map(|&(s, _)| s).collect();
-        self.save(Tensor::from_vec(lse, rows, &candle_core::Device::Cpu)?)?;
+        op.log_sum_exp
+            .keep(Tensor::from_vec(lse, rows, &candle_core::Device::Cpu)?);
         let mean = (total / rows as f64) as f32;
         Ok((CpuStorage::F32(vec![mean]), Shape::from(())))
-    }
+    });
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &candle_core::CudaStorage,
-        l1: &Layout,
-        s2: &candle_core::CudaStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(|op, (s1, l1), (s2, l2)| {
         let (mean, lse) = super::cuda::cross_entropy::forward(s1, l1, s2, l2)?;
-        self.save(lse)?;
+        op.log_sum_exp.keep(lse);
         Ok((mean, Shape::from(())))
-    }
+    });
 
     fn bwd(
         &self,
@@ -104,14 +93,7 @@ impl CustomOp2 for NextTokenCrossEntropy {
         _loss: &Tensor,
         grad_loss: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let lse = self
-            .log_sum_exp
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("next-token loss: lock poisoned".into()))?
-            .clone()
-            .ok_or_else(|| {
-                candle_core::Error::Msg("next-token loss: backward without its forward".into())
-            })?;
+        let lse = self.log_sum_exp.get("next-token loss")?;
         #[cfg(feature = "cuda")]
         if logits.device().is_cuda() {
             let grad = super::cuda::cross_entropy::grad(
@@ -124,17 +106,6 @@ impl CustomOp2 for NextTokenCrossEntropy {
         }
         let grad = cpu_grad(logits, tokens, &lse.to_vec1::<f32>()?, grad_loss)?;
         Ok((Some(grad), None))
-    }
-}
-
-impl NextTokenCrossEntropy {
-    fn save(&self, lse: Tensor) -> candle_core::Result<()> {
-        *self
-            .log_sum_exp
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("next-token loss: lock poisoned".into()))? =
-            Some(lse);
-        Ok(())
     }
 }
 

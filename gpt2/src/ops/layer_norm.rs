@@ -2,10 +2,12 @@
 //! differentiable (`layer_norm_train`, for training). On CUDA each direction is one kernel (plus a
 //! small fixed-order reduction of the weight and bias gradients); the training op's CPU path
 //! computes the same function over row blocks in parallel, accumulating in f64.
+use super::saved::Saved;
 use candle_core::backend::BackendStorage;
 use candle_core::{
-    CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor, WithDType,
+    CpuStorage, CustomOp3, DType, Device, Layout, Result, Storage, Tensor, WithDType,
 };
+use runtime::{cpu_fwd, cuda_fwd};
 use std::sync::Mutex;
 
 /// `(x - mean) / sqrt(var + eps) * weight + bias` over the last dimension of `x`.
@@ -85,7 +87,7 @@ pub fn layer_norm_train(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f32) ->
     let rows = x.elem_count() / d;
     let op = LayerNormTrain {
         eps,
-        stats: Mutex::new(None),
+        stats: Saved::empty(),
     };
     x.contiguous()?
         .reshape((rows, d))?
@@ -105,13 +107,7 @@ struct RowStats {
 struct LayerNormTrain {
     eps: f32,
     /// Written by the forward, read by the backward.
-    stats: Mutex<Option<RowStats>>,
-}
-
-impl LayerNormTrain {
-    fn keep(&self, stats: RowStats) {
-        *self.stats.lock().unwrap_or_else(|e| e.into_inner()) = Some(stats);
-    }
+    stats: Saved<RowStats>,
 }
 
 impl CustomOp3 for LayerNormTrain {
@@ -119,15 +115,7 @@ impl CustomOp3 for LayerNormTrain {
         "layer_norm_train"
     }
 
-    fn cpu_fwd(
-        &self,
-        x: &CpuStorage,
-        xl: &Layout,
-        w: &CpuStorage,
-        wl: &Layout,
-        b: &CpuStorage,
-        bl: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (x, xl), (w, wl), (b, bl)| {
         fn run<T: WithDType>(
             op: &LayerNormTrain,
             x: (&CpuStorage, &Layout),
@@ -143,7 +131,7 @@ impl CustomOp3 for LayerNormTrain {
                 op.eps,
             );
             let rows = mean.len();
-            op.keep(RowStats {
+            op.stats.keep(RowStats {
                 mean: Tensor::from_vec(mean, rows, &Device::Cpu)?,
                 rstd: Tensor::from_vec(rstd, rows, &Device::Cpu)?,
             });
@@ -151,10 +139,10 @@ impl CustomOp3 for LayerNormTrain {
         }
         let args = ((x, xl), (w, wl), (b, bl));
         let y = match x.dtype() {
-            DType::F32 => run::<f32>(self, args.0, args.1, args.2)?,
-            DType::F64 => run::<f64>(self, args.0, args.1, args.2)?,
-            DType::BF16 => run::<half::bf16>(self, args.0, args.1, args.2)?,
-            DType::F16 => run::<half::f16>(self, args.0, args.1, args.2)?,
+            DType::F32 => run::<f32>(op, args.0, args.1, args.2)?,
+            DType::F64 => run::<f64>(op, args.0, args.1, args.2)?,
+            DType::BF16 => run::<half::bf16>(op, args.0, args.1, args.2)?,
+            DType::F16 => run::<half::f16>(op, args.0, args.1, args.2)?,
             other => {
                 return Err(candle_core::Error::UnsupportedDTypeForOp(
                     other,
@@ -163,23 +151,14 @@ impl CustomOp3 for LayerNormTrain {
             }
         };
         Ok((y, xl.shape().clone()))
-    }
+    });
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        xl: &Layout,
-        w: &candle_core::CudaStorage,
-        wl: &Layout,
-        b: &candle_core::CudaStorage,
-        bl: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
+    cuda_fwd!(|op, (x, xl), (w, wl), (b, bl)| {
         let (y, mean, rstd) =
-            super::cuda::layer_norm::forward_with_stats((x, xl), (w, wl), (b, bl), self.eps)?;
-        self.keep(RowStats { mean, rstd });
+            super::cuda::layer_norm::forward_with_stats((x, xl), (w, wl), (b, bl), op.eps)?;
+        op.stats.keep(RowStats { mean, rstd });
         Ok((y, xl.shape().clone()))
-    }
+    });
 
     fn bwd(
         &self,
@@ -189,14 +168,7 @@ impl CustomOp3 for LayerNormTrain {
         _y: &Tensor,
         dy: &Tensor,
     ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let stats = self
-            .stats
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or_else(|| {
-                candle_core::Error::Msg("layer_norm_train: backward before forward".into())
-            })?;
+        let stats = self.stats.get("layer_norm_train")?;
         let dy = dy.contiguous()?;
         #[cfg(feature = "cuda")]
         if x.device().is_cuda() {

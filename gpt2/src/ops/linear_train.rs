@@ -8,6 +8,7 @@
 use super::linear::{linear, Epilogue};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, DType, Layout, Result, Shape, Storage, Tensor, WithDType};
+use runtime::{cpu_fwd, cuda_fwd};
 use std::sync::Mutex;
 
 /// What follows the affine map in [`linear_train`].
@@ -231,25 +232,17 @@ impl candle_core::CustomOp3 for LinearTrain {
         "linear-train"
     }
 
-    fn cpu_fwd(
-        &self,
-        x: &CpuStorage,
-        x_l: &Layout,
-        w: &CpuStorage,
-        w_l: &Layout,
-        b: &CpuStorage,
-        b_l: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (x, x_l), (w, w_l), (b, b_l)| {
         let (n, k) = x_l.shape().dims2()?;
         let m = w_l.shape().dims2()?.1;
         let z = x.matmul(w, (1, n, m, k), x_l, w_l)?;
         let (y, z) = match (z, b) {
             (CpuStorage::F32(z), CpuStorage::F32(b)) => {
-                let (y, z) = bias_activation(z, contiguous(b, b_l)?, self.activation);
+                let (y, z) = bias_activation(z, contiguous(b, b_l)?, op.activation);
                 (CpuStorage::F32(y), z.map(CpuStorage::F32))
             }
             (CpuStorage::F64(z), CpuStorage::F64(b)) => {
-                let (y, z) = bias_activation(z, contiguous(b, b_l)?, self.activation);
+                let (y, z) = bias_activation(z, contiguous(b, b_l)?, op.activation);
                 (CpuStorage::F64(y), z.map(CpuStorage::F64))
             }
             (z, _) => {
@@ -260,7 +253,7 @@ impl candle_core::CustomOp3 for LinearTrain {
             }
         };
         if let Some(z) = z {
-            self.keep(Tensor::from_storage(
+            op.keep(Tensor::from_storage(
                 Storage::Cpu(z),
                 (n, m),
                 candle_core::op::BackpropOp::none(),
@@ -268,20 +261,11 @@ impl candle_core::CustomOp3 for LinearTrain {
             ));
         }
         Ok((y, Shape::from((n, m))))
-    }
+    });
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        x: &candle_core::CudaStorage,
-        x_l: &Layout,
-        w: &candle_core::CudaStorage,
-        w_l: &Layout,
-        b: &candle_core::CudaStorage,
-        b_l: &Layout,
-    ) -> Result<(candle_core::CudaStorage, Shape)> {
-        super::cuda::linear_train::forward(self, (x, x_l), (w, w_l), (b, b_l))
-    }
+    cuda_fwd!(|op, (x, x_l), (w, w_l), (b, b_l)| {
+        super::cuda::linear_train::forward(op, (x, x_l), (w, w_l), (b, b_l))
+    });
 
     fn bwd(
         &self,

@@ -11,6 +11,7 @@ mod grad_sink;
 mod layer_norm;
 mod linear;
 mod linear_train;
+mod saved;
 
 pub use attention::{causal_attention, causal_attention_with, AttentionKernel, FUSED_HEAD_DIM};
 pub use attention_train::{causal_attention_train, causal_attention_train_with, AttentionGemms};

@@ -1,6 +1,6 @@
 //! Helpers shared by the op tests: the devices to run on, seeded inputs, error measures.
 #![allow(dead_code)]
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var};
 
 /// The CPU, and the first GPU when the build has one.
 pub fn devices() -> Vec<Device> {
@@ -54,6 +54,11 @@ pub fn randn(shape: &[usize], std: f64, seed: u64) -> Tensor {
         })
         .collect();
     Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+}
+
+/// A trainable copy of each tensor.
+pub fn vars<const N: usize>(tensors: [&Tensor; N]) -> [Var; N] {
+    tensors.map(|t| Var::from_tensor(t).unwrap())
 }
 
 /// Largest |t| (moved to the CPU as f64).

@@ -99,17 +99,7 @@ pub fn grid(quick: bool) -> Vec<Case> {
             Dist::Normal,
         ));
     }
-    for (rows, lg) in [(16usize, 20u32), (128, 20), (1024, 18)] {
-        for k in [64, 1024] {
-            v.push(case(
-                format!("{rows}x2^{lg}"),
-                vec![rows, 1 << lg],
-                k,
-                Mode::Rowwise,
-                Dist::Normal,
-            ));
-        }
-    }
+    v.extend(batched_rows(&[(16, 20), (128, 20), (1024, 18)]));
     v.push(case(
         "flat 4096x2^16".into(),
         vec![4096, 1 << 16],
@@ -124,16 +114,51 @@ pub fn grid(quick: bool) -> Vec<Case> {
         Mode::Flat,
         Dist::Normal,
     ));
-    for k in [64, 512] {
-        v.push(case(
-            "masked 8192x32768".into(),
-            vec![8192, 32768],
-            k,
-            Mode::Rowwise,
-            Dist::Masked,
-        ));
+    v.extend(masked_rows());
+    v
+}
+
+/// `rows` rows of 2^lg normal values for each (rows, lg), with k = 64 and 1024.
+fn batched_rows(shapes: &[(usize, u32)]) -> Vec<Case> {
+    let mut v = Vec::new();
+    for &(rows, lg) in shapes {
+        for k in [64, 1024] {
+            v.push(case(
+                format!("{rows}x2^{lg}"),
+                vec![rows, 1 << lg],
+                k,
+                Mode::Rowwise,
+                Dist::Normal,
+            ));
+        }
     }
     v
+}
+
+/// The masked block-selection rows, with k = 64 and 512.
+fn masked_rows() -> Vec<Case> {
+    [64, 512]
+        .map(|k| {
+            case(
+                "masked 8192x32768".into(),
+                vec![8192, 32768],
+                k,
+                Mode::Rowwise,
+                Dist::Masked,
+            )
+        })
+        .into()
+}
+
+/// A Markdown table's header row and the separator under it.
+fn table_head(out: &mut String, header: &str) {
+    let columns = header.matches('|').count() - 1;
+    writeln!(out, "{header}\n{}|", "|---".repeat(columns)).ok();
+}
+
+/// Three inputs of the case, for the timing loop to rotate through.
+fn rotated_inputs(c: &Case, dtype: DType, dev: &Device) -> Result<Vec<Tensor>> {
+    (0..3).map(|_| input(&c.dims, c.dist, dtype, dev)).collect()
 }
 
 fn case(label: String, dims: Vec<usize>, k: usize, mode: Mode, dist: Dist) -> Case {
@@ -253,12 +278,10 @@ fn run_cases(
     dtype: DType,
     out: &mut String,
 ) -> Result<()> {
-    writeln!(
+    table_head(
         out,
-        "| shape | mode | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |"
-    )
-    .ok();
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|").ok();
+        "| shape | mode | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |",
+    );
     for c in cases {
         let n: usize = c.dims.iter().product();
         let inputs = if n >= 1 << 30 { 1 } else { 3 };
@@ -336,17 +359,13 @@ pub fn targets() -> Vec<Case> {
 /// Prof-K on the [`targets`], values-descending and ascending-index output (the SAE's order), with
 /// the read floor beside.
 pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
-    writeln!(
+    table_head(
         out,
-        "| shape | mode | k | order | Prof-K ms | floor ms | of floor | attempts | aux MB |"
-    )
-    .ok();
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|").ok();
+        "| shape | mode | k | order | Prof-K ms | floor ms | of floor | attempts | aux MB |",
+    );
     for c in targets() {
         let n: usize = c.dims.iter().product();
-        let xs: Vec<Tensor> = (0..3)
-            .map(|_| input(&c.dims, c.dist, DType::F32, dev))
-            .collect::<Result<_>>()?;
+        let xs = rotated_inputs(&c, DType::F32, dev)?;
         let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
         for order in [Order::Desc, Order::Index] {
             let opts = TopKOptions {
@@ -377,44 +396,21 @@ pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
 
 /// The row-wise shapes: the batched rows and the masked block-selection rows.
 pub fn row_cases() -> Vec<Case> {
-    let mut v = Vec::new();
-    for (rows, lg) in [(1024usize, 18u32), (128, 20)] {
-        for k in [64, 1024] {
-            v.push(case(
-                format!("{rows}x2^{lg}"),
-                vec![rows, 1 << lg],
-                k,
-                Mode::Rowwise,
-                Dist::Normal,
-            ));
-        }
-    }
-    for k in [64, 512] {
-        v.push(case(
-            "masked 8192x32768".into(),
-            vec![8192, 32768],
-            k,
-            Mode::Rowwise,
-            Dist::Masked,
-        ));
-    }
+    let mut v = batched_rows(&[(1024, 18), (128, 20)]);
+    v.extend(masked_rows());
     v
 }
 
 /// Prof-K on the [`row_cases`] in both output orders, with the one-block-per-row kernel where it
 /// serves and with the sampled path (`skip::ROWS`), beside the read floor.
 pub fn run_rows(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
-    writeln!(
+    table_head(
         out,
-        "| shape | dist | dtype | k | order | path | ms | floor ms | of floor | aux MB |"
-    )
-    .ok();
-    writeln!(out, "|---|---|---|---|---|---|---|---|---|---|").ok();
+        "| shape | dist | dtype | k | order | path | ms | floor ms | of floor | aux MB |",
+    );
     for c in row_cases() {
         let n: usize = c.dims.iter().product();
-        let xs: Vec<Tensor> = (0..3)
-            .map(|_| input(&c.dims, c.dist, dtype, dev))
-            .collect::<Result<_>>()?;
+        let xs = rotated_inputs(&c, dtype, dev)?;
         let floor = (n * dtype.size_in_bytes()) as f64 / (READ_TBPS * 1e9);
         for order in [Order::Desc, Order::Index] {
             let opts = TopKOptions {
@@ -489,13 +485,10 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             skip::REDRAW | skip::FALLBACK | skip::BUFFER | skip::OUTPUT,
         ),
     ];
-    writeln!(out, "| shape | k | variant | ms | floor ms | host ms |").ok();
-    writeln!(out, "|---|---|---|---|---|---|").ok();
+    table_head(out, "| shape | k | variant | ms | floor ms | host ms |");
     for c in shapes {
         let n: usize = c.dims.iter().product();
-        let xs: Vec<Tensor> = (0..3)
-            .map(|_| input(&c.dims, c.dist, DType::F32, dev))
-            .collect::<Result<_>>()?;
+        let xs = rotated_inputs(&c, DType::F32, dev)?;
         let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
         let mut row = |name: &str, ms: f64, host: f64| {
             writeln!(

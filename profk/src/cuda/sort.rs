@@ -40,6 +40,22 @@ fn check(code: i32, what: &str) -> Result<()> {
     }
 }
 
+/// Runs a CUB call twice, as CUB asks: with null temporary storage, which writes the bytes it needs,
+/// then with that much.
+fn with_temp_storage(
+    arena: &mut Arena,
+    what: &str,
+    call: impl Fn(*mut c_void, &mut usize) -> i32,
+) -> Result<()> {
+    let mut bytes = 0usize;
+    check(
+        call(std::ptr::null_mut(), &mut bytes),
+        &format!("{what} size query"),
+    )?;
+    let temp = arena.alloc::<u8>(bytes)?;
+    check(call(temp.ptr as *mut c_void, &mut bytes), what)
+}
+
 /// Sorts `rows` rows of `len` u64 keys on bits [0, end_bit) into a new buffer.
 pub fn sort_keys_u64(
     arena: &mut Arena,
@@ -58,30 +74,11 @@ pub fn sort_keys_u64(
         end_bit.max(1) as i32,
     );
     let (inp, outp) = (keys.ptr as *const u64, out.ptr as *mut u64);
-    let mut bytes = 0usize;
-    // SAFETY: size query only (null temporary storage); pointers are live workspace ranges.
-    check(
-        unsafe { profk_sort_keys_u64(std::ptr::null_mut(), &mut bytes, inp, outp, r, l, d, e, s) },
-        "sort size query",
-    )?;
-    let temp = arena.alloc::<u8>(bytes)?;
-    // SAFETY: temporary storage of the queried size, on the same stream.
-    check(
-        unsafe {
-            profk_sort_keys_u64(
-                temp.ptr as *mut c_void,
-                &mut bytes,
-                inp,
-                outp,
-                r,
-                l,
-                d,
-                e,
-                s,
-            )
-        },
-        "sort",
-    )?;
+    // SAFETY: the pointers are live workspace ranges; the temporary storage is null (the size query)
+    // or of the queried size, on the same stream.
+    with_temp_storage(arena, "sort", |temp, bytes| unsafe {
+        profk_sort_keys_u64(temp, bytes, inp, outp, r, l, d, e, s)
+    })?;
     Ok(out)
 }
 
@@ -99,43 +96,9 @@ pub fn sort_pairs_desc(
     let (r, l) = (rows as i64, len as i64);
     let (kin, vin) = (keys.ptr as *const u32, vals.ptr as *const u64);
     let (ko, vo) = (kout.ptr as *mut u32, vout.ptr as *mut u64);
-    let mut bytes = 0usize;
     // SAFETY: as in sort_keys_u64.
-    check(
-        unsafe {
-            profk_sort_pairs_desc_u32_u64(
-                std::ptr::null_mut(),
-                &mut bytes,
-                kin,
-                ko,
-                vin,
-                vo,
-                r,
-                l,
-                0,
-                s,
-            )
-        },
-        "pair sort size query",
-    )?;
-    let temp = arena.alloc::<u8>(bytes)?;
-    // SAFETY: as in sort_keys_u64.
-    check(
-        unsafe {
-            profk_sort_pairs_desc_u32_u64(
-                temp.ptr as *mut c_void,
-                &mut bytes,
-                kin,
-                ko,
-                vin,
-                vo,
-                r,
-                l,
-                0,
-                s,
-            )
-        },
-        "pair sort",
-    )?;
+    with_temp_storage(arena, "pair sort", |temp, bytes| unsafe {
+        profk_sort_pairs_desc_u32_u64(temp, bytes, kin, ko, vin, vo, r, l, 0, s)
+    })?;
     Ok(vout)
 }

@@ -103,25 +103,30 @@ pub enum Method {
 /// Exact optimal parameters of Theorem 4 with ε_A = ε_B = ε/2. `sample` overrides the sample size
 /// of Proposition 7 (values above n mean n).
 pub fn exact(n: u64, k: u64, eps: f64, sample: Option<u64>) -> Result<Params> {
-    validate(n, k, eps)?;
-    if k == 0 {
-        return Ok(Params::nothing_to_select(n, eps));
-    }
-    let s = resolve_sample(n, k, eps, sample)?;
-    if s >= n {
-        return Ok(Params::full_selection(n, k, eps));
-    }
-    let budget = eps / 2.0;
-    let t = optimal_threshold_rank(n, k, s, budget);
-    if t > s {
-        return Ok(Params::full_selection(n, k, eps));
-    }
-    let m = optimal_capacity(n, k, s, t, budget);
-    Ok(Params::with_failure_probabilities(n, k, eps, s, t, m))
+    sampled(n, k, eps, sample, |s| {
+        let budget = eps / 2.0;
+        let t = optimal_threshold_rank(n, k, s, budget);
+        (t <= s).then(|| (t, optimal_capacity(n, k, s, t, budget)))
+    })
 }
 
 /// Parameters of Algorithm 1, with their exact failure probabilities. `sample` as in [`exact`].
 pub fn fast(n: u64, k: u64, eps: f64, sample: Option<u64>) -> Result<Params> {
+    sampled(n, k, eps, sample, |s| {
+        let (t, m) = fast::surrogate_rank_and_capacity(n, k, s, eps);
+        (t <= s).then_some((t, m.clamp(k, n)))
+    })
+}
+
+/// The parameters with the threshold rank and capacity that `rank_and_capacity` gives for sample size
+/// s, where None (a rank above s) and the cases with nothing to sample mean the full selection.
+fn sampled(
+    n: u64,
+    k: u64,
+    eps: f64,
+    sample: Option<u64>,
+    rank_and_capacity: impl FnOnce(u64) -> Option<(u64, u64)>,
+) -> Result<Params> {
     validate(n, k, eps)?;
     if k == 0 {
         return Ok(Params::nothing_to_select(n, eps));
@@ -130,18 +135,10 @@ pub fn fast(n: u64, k: u64, eps: f64, sample: Option<u64>) -> Result<Params> {
     if s >= n {
         return Ok(Params::full_selection(n, k, eps));
     }
-    let (t, m) = fast::surrogate_rank_and_capacity(n, k, s, eps);
-    if t > s {
-        return Ok(Params::full_selection(n, k, eps));
-    }
-    Ok(Params::with_failure_probabilities(
-        n,
-        k,
-        eps,
-        s,
-        t,
-        m.clamp(k, n),
-    ))
+    Ok(match rank_and_capacity(s) {
+        Some((t, m)) => Params::with_failure_probabilities(n, k, eps, s, t, m),
+        None => Params::full_selection(n, k, eps),
+    })
 }
 
 /// Exact (Pr(R < k), Pr(R > M)) for sample size s, threshold rank t and capacity m, for every input
@@ -177,7 +174,7 @@ fn optimal_capacity(n: u64, k: u64, s: u64, t: u64, budget: f64) -> u64 {
 }
 
 /// Smallest x in [lo, hi] with `ok(x)`, given that `ok` is monotone and `ok(hi)` holds.
-fn partition_point(mut lo: u64, mut hi: u64, ok: impl Fn(u64) -> bool) -> u64 {
+pub fn partition_point(mut lo: u64, mut hi: u64, ok: impl Fn(u64) -> bool) -> u64 {
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
         if ok(mid) {

@@ -101,6 +101,23 @@ pub fn check(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<profk::TopK> {
     Ok(got)
 }
 
+/// `check` with the plan (sample, t, capacity) instead of the computed one.
+pub fn check_with_plan(
+    x: &Tensor,
+    k: usize,
+    opts: &TopKOptions,
+    (sample, t, capacity): (u64, u64, u64),
+) -> Result<profk::TopK> {
+    let plan = profk::Plan {
+        sample,
+        t,
+        capacity,
+    };
+    let got = profk::topk_with_plan(x, k, opts, plan)?;
+    check_against_reference(x, k, opts, &got)?;
+    Ok(got)
+}
+
 pub fn check_against_reference(
     x: &Tensor,
     k: usize,
@@ -109,35 +126,31 @@ pub fn check_against_reference(
 ) -> Result<()> {
     let (want, shape) = reference(x, k, opts)?;
     let what = || format!("k={k} dims={:?} dtype={:?} {opts:?}", x.dims(), x.dtype());
-    ensure!(
-        got.indices.dims() == shape.as_slice(),
-        "index shape {:?} != {shape:?}: {}",
-        got.indices.dims(),
-        what()
-    );
-    ensure!(
-        got.values.dims() == shape.as_slice(),
-        "value shape {:?} != {shape:?}: {}",
-        got.values.dims(),
-        what()
-    );
-    ensure!(
-        got.indices.dtype() == DType::I64,
-        "indices are {:?}: {}",
-        got.indices.dtype(),
-        what()
-    );
-    ensure!(
-        got.values.dtype() == x.dtype(),
-        "values are {:?}: {}",
-        got.values.dtype(),
-        what()
-    );
-    ensure!(
-        got.indices.device().same_device(x.device()),
-        "indices on another device: {}",
-        what()
-    );
+    let (indices, values) = (&got.indices, &got.values);
+    for (ok, failure) in [
+        (
+            indices.dims() == shape.as_slice(),
+            format!("index shape {:?} != {shape:?}", indices.dims()),
+        ),
+        (
+            values.dims() == shape.as_slice(),
+            format!("value shape {:?} != {shape:?}", values.dims()),
+        ),
+        (
+            indices.dtype() == DType::I64,
+            format!("indices are {:?}", indices.dtype()),
+        ),
+        (
+            values.dtype() == x.dtype(),
+            format!("values are {:?}", values.dtype()),
+        ),
+        (
+            indices.device().same_device(x.device()),
+            "indices on another device".into(),
+        ),
+    ] {
+        ensure!(ok, "{failure}: {}", what());
+    }
     let idx: Vec<i64> = got.indices.flatten_all()?.to_vec1()?;
     if idx != want {
         let first = idx.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(0);
@@ -414,20 +427,11 @@ pub fn k_bounds(dev: &Device) -> Result<()> {
         other => anyhow::bail!("k > n flat: {other:?}"),
     }
     // Empty batch, empty rows, and a scalar (flat only).
-    let none = tensor(&[], &[0, 5], DType::F32, dev)?;
-    ensure!(
-        profk::topk(&none, 2, &TopKOptions::default())?
-            .indices
-            .dims()
-            == [0, 2]
-    );
-    let zero_len = tensor(&[], &[3, 0], DType::F32, dev)?;
-    ensure!(
-        profk::topk(&zero_len, 0, &TopKOptions::default())?
-            .indices
-            .dims()
-            == [3, 0]
-    );
+    for (dims, k, want) in [([0, 5], 2, [0, 2]), ([3, 0], 0, [3, 0])] {
+        let empty = tensor(&[], &dims, DType::F32, dev)?;
+        let got = profk::topk(&empty, k, &TopKOptions::default())?;
+        ensure!(got.indices.dims() == want, "{dims:?}, k {k}");
+    }
     let scalar = Tensor::new(2.5f32, dev)?;
     ensure!(matches!(
         profk::topk(&scalar, 1, &TopKOptions::default()),
@@ -540,13 +544,7 @@ pub fn forced_redraws_and_fallback(dev: &Device) -> Result<()> {
     let x = tensor(&normal(2 * n, 21), &[2, n], DType::F32, dev)?;
     let opts = TopKOptions::default();
     // A capacity below k fails the check on every attempt, so both rows fall back.
-    let never = profk::Plan {
-        sample: 64,
-        t: 8,
-        capacity: 10,
-    };
-    let got = profk::topk_with_plan(&x, 50, &opts, never)?;
-    check_against_reference(&x, 50, &opts, &got)?;
+    let got = check_with_plan(&x, 50, &opts, (64, 8, 10))?;
     let s = &got.stats;
     ensure!(s.fell_back && s.fallbacks == 2 && s.attempts >= 2, "{s:?}");
     ensure!(s.recall_failures + s.overflows == s.total_attempts, "{s:?}");
@@ -558,13 +556,7 @@ pub fn forced_redraws_and_fallback(dev: &Device) -> Result<()> {
             seed,
             ..TopKOptions::default()
         };
-        let plan = profk::Plan {
-            sample: 16,
-            t: 1,
-            capacity: 2000,
-        };
-        let got = profk::topk_with_plan(&x, 1000, &coin, plan)?;
-        check_against_reference(&x, 1000, &coin, &got)?;
+        let got = check_with_plan(&x, 1000, &coin, (16, 1, 2000))?;
         redrawn += u64::from(got.stats.attempts > 1);
     }
     ensure!(redrawn > 0, "no redraw in 20 coin-flip calls");
@@ -657,11 +649,6 @@ pub fn failure_rates_match_theory(dev: &Device) -> Result<()> {
         (0.02..0.2).contains(&pa) && (0.02..0.2).contains(&pb),
         "no useful plan: {best:?}"
     );
-    let plan = profk::Plan {
-        sample,
-        t,
-        capacity,
-    };
     for (name, data) in [
         ("normal", normal(rows * n, 51)),
         ("ties", small_ints(rows * n, 7, 52)),
@@ -671,8 +658,7 @@ pub fn failure_rates_match_theory(dev: &Device) -> Result<()> {
             seed: 77,
             ..TopKOptions::default()
         };
-        let got = profk::topk_with_plan(&x, k, &opts, plan)?;
-        check_against_reference(&x, k, &opts, &got)?;
+        let got = check_with_plan(&x, k, &opts, (sample, t, capacity))?;
         let s = &got.stats;
         let trials = s.total_attempts as f64;
         for (what, observed, p) in [("R < k", s.recall_failures, pa), ("R > M", s.overflows, pb)] {

@@ -4,19 +4,10 @@
 //!
 //! Stacking the layers along the feature axis (x [B, L·d], W_enc [L·d, n], W_dec [n, L·d]) makes the summed
 //! per-layer encoders one matmul and the per-layer decoders one matmul; the selection and the decoder-norm
-//! constraint (each latent's decoder, over all layers, has unit norm) see the latent as a whole.
-use crate::model::{l2_loss, Forward, Sae};
+//! constraint (each latent's decoder, over all layers, has unit norm) see the latent as a whole, and the
+//! training forward pass is BatchTopK's ([`super::batchtopk::forward`]).
 use crate::Result;
 use candle_core::Tensor;
-
-pub fn forward(sae: &Sae, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Forward> {
-    let enc = sae.encode(x, selector, seed)?;
-    let recon = sae
-        .decode_latents(&enc)?
-        .broadcast_add(sae.b_dec.as_tensor())?;
-    let loss = l2_loss(x, &recon)?;
-    Ok(Forward { loss, recon, enc })
-}
 
 /// Inputs [B, L, d] as the stacked [B, L·d].
 pub fn stack_layers(x: &Tensor) -> Result<Tensor> {

@@ -11,8 +11,8 @@ use candle_core::Tensor;
 /// The training forward pass of `sae`'s architecture on inputs [B, d_in].
 pub fn forward(sae: &Sae, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Forward> {
     match sae.shape.arch {
-        Arch::Batchtopk => batchtopk::forward(sae, x, selector, seed),
+        // On the stacked layers the crosscoder's loss is BatchTopK's.
+        Arch::Batchtopk | Arch::Crosscoder => batchtopk::forward(sae, x, selector, seed),
         Arch::Matryoshka => matryoshka::forward(sae, x, selector, seed),
-        Arch::Crosscoder => crosscoder::forward(sae, x, selector, seed),
     }
 }

@@ -230,12 +230,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     if a.profile {
-        println!("\nStage medians (ms), each stage waited for:\n");
-        println!("| n | B | precision | selector | aux dead | aux form | scores | select | fwd rest | aux | backward | optimizer | bookkeeping |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for row in &breakdown {
-            println!("{row}");
-        }
+        print_stage_table("| n | B | precision | selector | aux dead | aux form | scores | select | fwd rest | aux | backward | optimizer | bookkeeping |", &breakdown);
     }
     Ok(())
 }
@@ -432,14 +427,19 @@ fn compare_archs(a: &Args, archs: &[Arch], setup: &Setup) -> anyhow::Result<()> 
         }
     }
     if a.profile {
-        println!("\nStage medians (ms), each stage waited for:\n");
-        println!("| arch | n | B | precision | selector | aux dead | scores | select | fwd rest | aux | backward | optimizer | bookkeeping |");
-        println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for row in &breakdown {
-            println!("{row}");
-        }
+        print_stage_table("| arch | n | B | precision | selector | aux dead | scores | select | fwd rest | aux | backward | optimizer | bookkeeping |", &breakdown);
     }
     Ok(())
+}
+
+/// The stage medians of every variant under `header`, a table of 13 columns.
+fn print_stage_table(header: &str, rows: &[String]) {
+    println!("\nStage medians (ms), each stage waited for:\n");
+    println!("{header}");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        println!("{row}");
+    }
 }
 
 /// The medians of every stage, as table cells.
@@ -478,7 +478,7 @@ fn arch_trainer(
         groups: cfg.sae.group_sizes.clone(),
     };
     let zeros = |len: usize| Tensor::zeros(len, DType::F32, device);
-    let sae = Sae::from_rows(shape, &w, &zeros(n)?, &w, &zeros(d_in)?, cfg.sae.decode)?;
+    let sae = Sae::from_rows(shape, [&w, &zeros(n)?, &w, &zeros(d_in)?], cfg.sae.decode)?;
     Ok(sae::Trainer::with_sae(cfg, sae, vec![1.0; m.layers])?)
 }
 

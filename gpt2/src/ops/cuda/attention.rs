@@ -15,7 +15,7 @@ pub fn forward(
     storage: &CudaStorage,
     layout: &Layout,
 ) -> Result<(CudaStorage, Shape)> {
-    let (b, t, h, hd) = op.dims(layout.shape())?;
+    let (b, t, h, hd) = op.heads.of(layout.shape())?;
     if hd != FUSED_HEAD_DIM {
         return Err(candle_core::Error::Msg(format!(
             "causal_attention: the CUDA kernels need head size {FUSED_HEAD_DIM}, got {hd}"

@@ -78,6 +78,25 @@ struct Product {
     c: Operand,
 }
 
+impl Product {
+    /// C = alpha op(A) op(B), with `trans` saying which of A and B are transposed.
+    fn new(
+        trans: (bool, bool),
+        mnk: (usize, usize, usize),
+        alpha: f32,
+        [a, b, c]: [Operand; 3],
+    ) -> Self {
+        Self {
+            trans,
+            mnk,
+            alpha,
+            a,
+            b,
+            c,
+        }
+    }
+}
+
 /// The `PointerPlan` of `kernels/attention_train.cu`: block address = base + sequence x seq_stride
 /// + head x head_stride, in bytes.
 #[repr(C)]
@@ -347,7 +366,7 @@ pub fn forward(
     layout: &Layout,
 ) -> Result<(CudaStorage, CudaStorage, Shape)> {
     check_f32(storage, "qkv")?;
-    let (b, t, h, hd) = dims.of(layout.shape())?;
+    let (b, t, h, hd) = dims.heads.of(layout.shape())?;
     let d = h * hd;
     let stream = storage.device.cuda_stream();
     let qkv = address(storage, layout, &stream)?;
@@ -361,23 +380,9 @@ pub fn forward(
     let p = Operand::scores(p_ptr, t, h);
     let products = [
         // Sᵀ [t_k, t_q] = K Qᵀ, scaled.
-        Product {
-            trans: (true, false),
-            mnk: (t, t, hd),
-            alpha: scale,
-            a: k,
-            b: q,
-            c: p,
-        },
+        Product::new((true, false), (t, t, hd), scale, [k, q, p]),
         // Oᵀ [hd, t_q] = Vᵀ Pᵀ.
-        Product {
-            trans: (false, false),
-            mnk: (hd, t, t),
-            alpha: 1.0,
-            a: v,
-            b: p,
-            c: o,
-        },
+        Product::new((false, false), (hd, t, t), 1.0, [v, p, o]),
     ];
     let gemms = Gemms::new(storage, &products, b, h, dims.gemms)?;
     gemms.run(0)?;
@@ -399,7 +404,7 @@ pub fn backward(
     check_f32(s_qkv, "qkv")?;
     check_f32(s_grad, "output gradient")?;
     check_f32(s_probs, "probabilities")?;
-    let (b, t, h, hd) = dims.of(l_qkv.shape())?;
+    let (b, t, h, hd) = dims.heads.of(l_qkv.shape())?;
     let d = h * hd;
     if l_grad.shape().dims() != [b, t, d] || l_probs.shape().dims() != [b, h, t, t] {
         return Err(candle_core::Error::Msg(format!(
@@ -426,41 +431,13 @@ pub fn backward(
     let ds = Operand::scores(ds_ptr, t, h);
     let products = [
         // dPᵀ [t_k, t_q] = V dOᵀ.
-        Product {
-            trans: (true, false),
-            mnk: (t, t, hd),
-            alpha: 1.0,
-            a: v,
-            b: go,
-            c: ds,
-        },
+        Product::new((true, false), (t, t, hd), 1.0, [v, go, ds]),
         // dVᵀ [hd, t_k] = dOᵀ P.
-        Product {
-            trans: (false, true),
-            mnk: (hd, t, t),
-            alpha: 1.0,
-            a: go,
-            b: p,
-            c: dv,
-        },
+        Product::new((false, true), (hd, t, t), 1.0, [go, p, dv]),
         // dQᵀ [hd, t_q] = Kᵀ dSᵀ, scaled.
-        Product {
-            trans: (false, false),
-            mnk: (hd, t, t),
-            alpha: scale,
-            a: k,
-            b: ds,
-            c: dq,
-        },
+        Product::new((false, false), (hd, t, t), scale, [k, ds, dq]),
         // dKᵀ [hd, t_k] = Qᵀ dS, scaled.
-        Product {
-            trans: (false, true),
-            mnk: (hd, t, t),
-            alpha: scale,
-            a: q,
-            b: ds,
-            c: dk,
-        },
+        Product::new((false, true), (hd, t, t), scale, [q, ds, dk]),
     ];
     let gemms = Gemms::new(s_qkv, &products, b, h, dims.gemms)?;
     gemms.run(0)?;

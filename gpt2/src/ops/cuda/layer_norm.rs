@@ -1,6 +1,6 @@
 //! Launch of the layer-norm kernel (`kernels/layer_norm.cu`): one warp per row, one read and one
 //! write of the row from memory (candle's kernel ran at about a tenth of the bandwidth here).
-use super::{address, alloc, blocks, drv, dtype_suffix, function, tensor_address};
+use super::{address, alloc, blocks, cuda_storage, drv, dtype_suffix, function, tensor_address};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::op::BackpropOp;
@@ -20,11 +20,7 @@ pub fn layer_norm(x: &Tensor, weight: &Tensor, bias: &Tensor, eps: f32) -> Resul
         tensor_address(bias)?,
     );
     let (storage, _) = x.storage_and_layout();
-    let Storage::Cuda(cs) = &*storage else {
-        return Err(candle_core::Error::Msg(
-            "layer_norm: expected a CUDA tensor".into(),
-        ));
-    };
+    let cs = cuda_storage(&storage, "layer_norm: expected a CUDA tensor")?;
     let (out, y_ptr) = alloc(cs, cs.dtype(), rows * d)?;
     if rows > 0 {
         let stream = cs.device.cuda_stream();
@@ -133,11 +129,7 @@ pub fn backward(
     );
     let (mean_ptr, rstd_ptr) = (tensor_address(mean)?, tensor_address(rstd)?);
     let (storage, _) = x.storage_and_layout();
-    let Storage::Cuda(cs) = &*storage else {
-        return Err(candle_core::Error::Msg(
-            "layer_norm_train backward: expected CUDA tensors".into(),
-        ));
-    };
+    let cs = cuda_storage(&storage, "layer_norm_train backward: expected CUDA tensors")?;
     let stream = cs.device.cuda_stream();
     let rows_per_chunk = rows.div_ceil(TRAIN_BWD_CHUNKS).max(1);
     let chunks = rows.div_ceil(rows_per_chunk);

@@ -6,7 +6,7 @@
 //! [`gemm`] is the general call (transposes, epilogue outputs) that the training op's forward and
 //! backward products use too.
 use super::super::linear::Epilogue;
-use super::{address, alloc, drv, tensor_address};
+use super::{address, alloc, cuda_storage, drv, tensor_address};
 use candle_core::cuda::cudarc::cublaslt::{result as lt, sys};
 use candle_core::cuda::cudarc::driver::sys::CUevent_flags;
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
@@ -390,11 +390,7 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: &Tensor, epilogue: Epilogue) ->
     let m = weight.dim(1)?;
     let dtype = x.dtype();
     let (storage, x_layout) = x.storage_and_layout();
-    let Storage::Cuda(cs) = &*storage else {
-        return Err(candle_core::Error::Msg(
-            "linear: expected a CUDA tensor".into(),
-        ));
-    };
+    let cs = cuda_storage(&storage, "linear: expected a CUDA tensor")?;
     let stream = cs.device.cuda_stream();
     let x_ptr = address(cs, x_layout, &stream)?;
     let (out, d_ptr) = alloc(cs, dtype, n * m)?;

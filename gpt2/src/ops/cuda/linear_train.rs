@@ -7,7 +7,7 @@
 use super::super::grad_sink::GradSink;
 use super::super::linear_train::{Activation, LinearTrain};
 use super::linear::{gemm, Gemm};
-use super::{address, alloc, blocks, drv, dtype_suffix, function, tensor_address};
+use super::{address, alloc, blocks, cuda_storage, drv, dtype_suffix, function, tensor_address};
 use candle_core::backend::BackendStorage;
 use candle_core::cuda::cudarc::cublaslt::sys::cublasLtEpilogue_t as Epilogue;
 use candle_core::cuda::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
@@ -133,11 +133,7 @@ pub fn backward(
         )));
     }
     let (storage, dy_l) = dy.storage_and_layout();
-    let Storage::Cuda(like) = &*storage else {
-        return Err(candle_core::Error::Msg(
-            "linear_train: expected CUDA tensors".into(),
-        ));
-    };
+    let like = cuda_storage(&storage, "linear_train: expected CUDA tensors")?;
     // `like` (dY's storage, read-locked until the end) gives the device to allocate on.
     let stream = like.device.cuda_stream();
     let dy_ptr = address(like, dy_l, &stream)?;

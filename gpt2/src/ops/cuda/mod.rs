@@ -48,12 +48,19 @@ pub(super) fn address(
 /// Device address of a contiguous CUDA tensor (kept alive by the caller's tensor).
 pub(super) fn tensor_address(t: &candle_core::Tensor) -> Result<u64> {
     let (storage, layout) = t.storage_and_layout();
-    let candle_core::Storage::Cuda(cs) = &*storage else {
-        return Err(candle_core::Error::Msg(
-            "fused op: expected a CUDA tensor".into(),
-        ));
-    };
+    let cs = cuda_storage(&storage, "fused op: expected a CUDA tensor")?;
     address(cs, layout, &cs.device.cuda_stream())
+}
+
+/// The CUDA storage inside `storage`; `message` is the error otherwise.
+pub(super) fn cuda_storage<'a>(
+    storage: &'a candle_core::Storage,
+    message: &str,
+) -> Result<&'a CudaStorage> {
+    match storage {
+        candle_core::Storage::Cuda(cs) => Ok(cs),
+        _ => Err(candle_core::Error::Msg(message.into())),
+    }
 }
 
 /// The kernel-name suffix of a float dtype the kernels are built for.

@@ -10,37 +10,30 @@ use candle_core::{bail, Result};
 /// cuMemAllocAsync and has no caching allocator of its own), and resets its high-water mark.
 pub fn keep_pool_memory(device: &candle_core::Device) -> Result<()> {
     let pool = default_pool(device)?;
-    let mut keep = u64::MAX;
-    // SAFETY: a valid pool and attribute, a u64 value as the attribute requires.
-    check(unsafe {
-        sys::cuMemPoolSetAttribute(
-            pool,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-            &mut keep as *mut u64 as *mut std::ffi::c_void,
-        )
-    })?;
+    set_attribute(
+        pool,
+        sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+        u64::MAX,
+    )?;
     reset_pool_peak(device)
 }
 
 /// Resets the pool's high-water mark of memory in use.
 pub fn reset_pool_peak(device: &candle_core::Device) -> Result<()> {
     let pool = default_pool(device)?;
-    let mut zero = 0u64;
-    // SAFETY: as above; the high-water mark may only be reset to 0.
-    check(unsafe {
-        sys::cuMemPoolSetAttribute(
-            pool,
-            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
-            &mut zero as *mut u64 as *mut std::ffi::c_void,
-        )
-    })
+    // The high-water mark may only be reset to 0.
+    set_attribute(
+        pool,
+        sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+        0,
+    )
 }
 
 /// The most memory in use from the pool since the last reset, in bytes.
 pub fn pool_peak_bytes(device: &candle_core::Device) -> Result<u64> {
     let pool = default_pool(device)?;
     let mut v = 0u64;
-    // SAFETY: as above.
+    // SAFETY: a valid pool and attribute, a u64 value as the attribute requires.
     check(unsafe {
         sys::cuMemPoolGetAttribute(
             pool,
@@ -49,6 +42,22 @@ pub fn pool_peak_bytes(device: &candle_core::Device) -> Result<u64> {
         )
     })?;
     Ok(v)
+}
+
+/// Sets a pool attribute whose value is a u64.
+fn set_attribute(
+    pool: sys::CUmemoryPool,
+    attribute: sys::CUmemPool_attribute,
+    mut value: u64,
+) -> Result<()> {
+    // SAFETY: a valid pool, and a u64 value as the u64 attributes require.
+    check(unsafe {
+        sys::cuMemPoolSetAttribute(
+            pool,
+            attribute,
+            &mut value as *mut u64 as *mut std::ffi::c_void,
+        )
+    })
 }
 
 fn default_pool(device: &candle_core::Device) -> Result<sys::CUmemoryPool> {

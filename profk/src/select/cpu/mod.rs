@@ -12,9 +12,10 @@ use super::baselines::{self, Baseline};
 use super::key::Element;
 use super::{Plan, RowStats, SelectStats, Selection, TopK};
 use crate::{Error, NanPolicy, Order, Result, Selector, TopKOptions};
-use candle_core::{DType, Device, Storage, Tensor};
+use candle_core::{CpuStorage, DType, Device, Storage, Tensor};
 use half::{bf16, f16};
 use rayon::prelude::*;
+use std::ops::Range;
 use std::time::Instant;
 
 pub use profk::MAX_ATTEMPTS;
@@ -76,37 +77,25 @@ pub(crate) fn topk(
         .contiguous_offsets()
         .ok_or_else(|| Error::Param("contiguous tensor without contiguous offsets".into()))?;
     let mut out = match x.dtype() {
-        DType::F32 => run::<f32>(
-            &cpu.as_slice::<f32>()?[start..end],
-            sel,
-            &job,
-            opts.by_magnitude,
-        ),
-        DType::F64 => run::<f64>(
-            &cpu.as_slice::<f64>()?[start..end],
-            sel,
-            &job,
-            opts.by_magnitude,
-        ),
-        DType::BF16 => run::<bf16>(
-            &cpu.as_slice::<bf16>()?[start..end],
-            sel,
-            &job,
-            opts.by_magnitude,
-        ),
-        DType::F16 => run::<f16>(
-            &cpu.as_slice::<f16>()?[start..end],
-            sel,
-            &job,
-            opts.by_magnitude,
-        ),
+        DType::F32 => run::<f32>(cpu, start..end, sel, &job, opts.by_magnitude),
+        DType::F64 => run::<f64>(cpu, start..end, sel, &job, opts.by_magnitude),
+        DType::BF16 => run::<bf16>(cpu, start..end, sel, &job, opts.by_magnitude),
+        DType::F16 => run::<f16>(cpu, start..end, sel, &job, opts.by_magnitude),
         other => Err(Error::DType(other)),
     }?;
     out.stats.time_total = started.elapsed();
     Ok(out)
 }
 
-fn run<T: Element>(data: &[T], sel: &Selection, job: &RowJob, by_magnitude: bool) -> Result<TopK> {
+/// The selection over the elements `range` of `cpu`, stored as `T`.
+fn run<T: Element>(
+    cpu: &CpuStorage,
+    range: Range<usize>,
+    sel: &Selection,
+    job: &RowJob,
+    by_magnitude: bool,
+) -> Result<TopK> {
+    let data = &cpu.as_slice::<T>()?[range];
     if by_magnitude {
         run_keyed::<T, true>(data, sel, job)
     } else {
