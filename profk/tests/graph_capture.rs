@@ -42,9 +42,8 @@ fn replays_exactly(rows: usize, n: usize, k: usize, opts: &TopKOptions) -> Resul
     let queued = profk::cuda::topk_deferred(&x, k, opts);
     // The capture ends whatever the call did, so that a failure inside it leaves the stream usable.
     // Auto-free: the outputs the graph allocates are freed and made again at each launch, in place.
-    let graph = stream.end_capture(
-        CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-    );
+    let graph = stream
+        .end_capture(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
     let queued = queued.with_context(|| format!("capturing {what}"))?;
     let graph = graph
         .with_context(|| format!("instantiating {what}"))?
