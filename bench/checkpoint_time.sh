@@ -14,6 +14,7 @@ BIN=${CK_BIN:-/tmp/dp-bin}
 WORK=${CK_WORK:-/tmp/dp}
 LOG=${OUT:-/tmp/out}/checkpoint
 mkdir -p "$LOG"
+. bench/lib.sh
 echo "| (n, B) | checkpoint bytes (training state + SAELens pair) | signal at | signal → exit s | rc | checkpoint on disk | resume rc |"
 echo "|---|---|---|---|---|---|---|"
 # stop NAME RUN-DIR RECORDS COMMAND...: starts COMMAND, sends SIGTERM once RUN-DIR/metrics.jsonl holds
@@ -39,31 +40,8 @@ stop() {
 [ "${CK_SAE:-1}" = 0 ] || for shape in 65536x4096 131072x8192; do
   n=${shape%x*} b=${shape#*x} name=ck-$shape run=$WORK/runs/ck-$shape
   rm -rf "$run"
-  cat >"$WORK/$name.toml" <<TOML
-name = "$name"
-seed = 0
-device = "cuda"
-[data]
-source = "shards"
-dir = "$WORK/shards"
-[sae]
-arch = "batchtopk"
-latents = $n
-k = 32
-[train]
-batch_size = $b
-steps = 100000
-precision = "tf32"
-checkpoint_every = 0
-[selector]
-kind = "profk"
-compare = false
-[eval]
-enabled = false
-[log]
-every = 20
-progress = false
-TOML
+  sae_config "$name" "source = \"shards\"
+dir = \"$WORK/shards\"" 'arch = "batchtopk"' "$n" "$b" 100000
   # Signal once the loop has logged a few windows (the run is in its steady state).
   stop "$name" "$run" 5 "$BIN/train-sae" "$WORK/$name.toml" --out "$run"
   at=$AT rc=$RC

@@ -60,34 +60,6 @@ TOML
   du -sh "$WORK/shards" >>"$LOG/device.txt"
 fi
 
-# sae_config NAME SOURCE-TOML ARCH-TOML N B STEPS
-sae_config() {
-  cat >"$WORK/$1.toml" <<TOML
-name = "$1"
-seed = 0
-device = "cuda"
-[data]
-$2
-[sae]
-$3
-latents = $4
-k = 32
-[train]
-batch_size = $5
-steps = $6
-warmup_steps = 100
-precision = "tf32"
-checkpoint_every = 0
-[selector]
-kind = "profk"
-compare = false
-[eval]
-enabled = false
-[log]
-every = 20
-progress = false
-TOML
-}
 SHARDS="source = \"shards\"
 dir = \"$WORK/shards\"
 buffer_tokens = 262144"

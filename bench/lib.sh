@@ -63,3 +63,33 @@ begin() {
   START=$SECONDS
   GPU=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 }
+
+# sae_config NAME SOURCE-TOML ARCH-TOML N B STEPS: the train-sae config of the GPU benchmarks (d from the
+# data, k = 32, TF32, profk, no eval, logged every 20 steps) as $WORK/NAME.toml.
+sae_config() {
+  cat >"$WORK/$1.toml" <<TOML
+name = "$1"
+seed = 0
+device = "cuda"
+[data]
+$2
+[sae]
+$3
+latents = $4
+k = 32
+[train]
+batch_size = $5
+steps = $6
+warmup_steps = 100
+precision = "tf32"
+checkpoint_every = 0
+[selector]
+kind = "profk"
+compare = false
+[eval]
+enabled = false
+[log]
+every = 20
+progress = false
+TOML
+}
