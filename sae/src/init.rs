@@ -27,45 +27,16 @@ pub fn geometric_median(x: &Tensor, iterations: usize) -> Result<Vec<f32>> {
     let (b, d) = x.dims2()?;
     let data: Vec<f64> = x.to_dtype(DType::F64)?.flatten_all()?.to_vec1()?;
     let chunks: Vec<&[f64]> = data.chunks(MEDIAN_CHUNK * d.max(1)).collect();
-    let mut median = add_in_order(
-        chunks
-            .par_iter()
-            .map(|chunk| {
-                let mut sum = vec![0f64; d];
-                for row in chunk.chunks(d.max(1)) {
-                    sum.iter_mut()
-                        .zip(row)
-                        .for_each(|(m, v)| *m += v / b as f64);
-                }
-                (sum, 0.0)
-            })
-            .collect(),
-        d,
-    )
-    .0;
+    let (mut median, _) = divided_sums(&chunks, d, |_| b as f64);
     for _ in 0..iterations {
-        let (num, den) = add_in_order(
-            chunks
-                .par_iter()
-                .map(|chunk| {
-                    let mut num = vec![0f64; d];
-                    let mut den = 0f64;
-                    for row in chunk.chunks(d.max(1)) {
-                        let dist = row
-                            .iter()
-                            .zip(&median)
-                            .map(|(a, m)| (a - m) * (a - m))
-                            .sum::<f64>()
-                            .sqrt()
-                            .max(1e-8);
-                        den += 1.0 / dist;
-                        num.iter_mut().zip(row).for_each(|(n, v)| *n += v / dist);
-                    }
-                    (num, den)
-                })
-                .collect(),
-            d,
-        );
+        let (num, den) = divided_sums(&chunks, d, |row| {
+            row.iter()
+                .zip(&median)
+                .map(|(a, m)| (a - m) * (a - m))
+                .sum::<f64>()
+                .sqrt()
+                .max(1e-8)
+        });
         let next: Vec<f64> = num.iter().map(|n| n / den).collect();
         let moved = next
             .iter()
@@ -81,8 +52,22 @@ pub fn geometric_median(x: &Tensor, iterations: usize) -> Result<Vec<f32>> {
     Ok(median.into_iter().map(|v| v as f32).collect())
 }
 
-/// The chunks' partial (vector, scalar) sums added in chunk order.
-fn add_in_order(parts: Vec<(Vec<f64>, f64)>, d: usize) -> (Vec<f64>, f64) {
+/// (Σ row / w(row), Σ 1 / w(row)) over the rows of `chunks`: partial sums per chunk on all cores, added
+/// in chunk order.
+fn divided_sums(chunks: &[&[f64]], d: usize, w: impl Fn(&[f64]) -> f64 + Sync) -> (Vec<f64>, f64) {
+    let parts: Vec<(Vec<f64>, f64)> = chunks
+        .par_iter()
+        .map(|chunk| {
+            let mut num = vec![0f64; d];
+            let mut den = 0f64;
+            for row in chunk.chunks(d.max(1)) {
+                let w = w(row);
+                den += 1.0 / w;
+                num.iter_mut().zip(row).for_each(|(n, v)| *n += v / w);
+            }
+            (num, den)
+        })
+        .collect();
     parts
         .into_iter()
         .fold((vec![0f64; d], 0f64), |(mut acc, s), (part, p)| {
