@@ -10,6 +10,12 @@ pub enum Error {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// A checkpoint written on another thread failed (the cause is part of the message).
+    #[error("writing checkpoint {path}: {cause}")]
+    CheckpointWrite {
+        path: PathBuf,
+        cause: crate::train_loop::ImageError,
+    },
     #[error("{path}:{line}: {message}")]
     Parse {
         path: PathBuf,

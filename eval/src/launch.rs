@@ -294,6 +294,13 @@ impl<T: Trainer> Trainer for Watched<'_, T> {
         self.inner.save_checkpoint(dir, progress)
     }
 
+    fn checkpoint_image(
+        &mut self,
+        progress: &Progress,
+    ) -> std::result::Result<Option<crate::CheckpointImage>, T::Error> {
+        self.inner.checkpoint_image(progress)
+    }
+
     fn eval(&mut self, progress: &Progress) -> std::result::Result<Metrics, T::Error> {
         self.inner.eval(progress)
     }

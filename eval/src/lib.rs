@@ -70,5 +70,7 @@ pub use lock::DirLock;
 pub use metrics::{Metrics, MetricsSink, Record, RecordKind, SinkOptions};
 pub use output_path::check_output_path;
 pub use run_dir::{Checkpoint, Progress, RunDir, RunMeta};
-pub use train_loop::{LoopConfig, LoopSummary, Outcome, StepContext, StepOutput, Trainer};
+pub use train_loop::{
+    CheckpointImage, ImageError, LoopConfig, LoopSummary, Outcome, StepContext, StepOutput, Trainer,
+};
 pub use wandb::WandbOptions;

@@ -1,6 +1,11 @@
 //! The training-loop skeleton shared by every trainer: step counting from a resumed step, the progress bar,
 //! metrics logging through the sink, periodic and final checkpoints, periodic and final evaluation, and a
 //! clean stop on SIGINT / SIGTERM. It knows nothing of models: a trainer plugs in through [`Trainer`].
+//!
+//! A trainer that can copy its state off the device ([`Trainer::checkpoint_image`]) has its checkpoints
+//! written on a thread of their own while training goes on: the loop pays for the copy, not for the disk.
+//! One write is in flight at a time; the next checkpoint, a stop, an error and the end of the run wait for
+//! it, and the final checkpoint is written while the final evaluation runs.
 
 use crate::atomic::{sync_dir, write_json_atomic};
 use crate::config::LogConfig;
@@ -12,6 +17,7 @@ use crate::run_dir::{Checkpoint, Progress, RunDir, PROGRESS_FILE};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What the loop tells a step.
@@ -33,6 +39,13 @@ pub struct StepOutput {
     pub metrics: Metrics,
 }
 
+/// The error of a checkpoint written on another thread.
+pub type ImageError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A copy of a trainer's state on the host: called with an empty folder, it writes there what
+/// [`Trainer::save_checkpoint`] would have.
+pub type CheckpointImage = Box<dyn FnOnce(&Path) -> Result<(), ImageError> + Send>;
+
 /// A trainer the loop drives. Errors of the loop's own I/O reach the caller as `T::Error` through
 /// `From<eval::Error>`.
 pub trait Trainer {
@@ -45,6 +58,16 @@ pub trait Trainer {
     /// Writes everything a resume needs into `dir`, an empty folder. The loop writes `progress.json`
     /// beside it, fsyncs the folder and renames it into place, so a crash never leaves half a checkpoint.
     fn save_checkpoint(&mut self, dir: &Path, progress: &Progress) -> Result<(), Self::Error>;
+
+    /// The state `save_checkpoint` writes, copied to the host now, to be written on another thread while
+    /// the next steps run (it holds that much host memory until written). `None`, the default: the loop
+    /// calls `save_checkpoint` and waits for it.
+    fn checkpoint_image(
+        &mut self,
+        _progress: &Progress,
+    ) -> Result<Option<CheckpointImage>, Self::Error> {
+        Ok(None)
+    }
 
     /// Evaluates on held-out data; logged as an "eval" record.
     fn eval(&mut self, _progress: &Progress) -> Result<Metrics, Self::Error> {
@@ -114,6 +137,8 @@ pub struct LoopSummary {
     pub progress: Progress,
     pub final_eval: Option<Metrics>,
     pub last_checkpoint: Option<PathBuf>,
+    /// Wall time the loop spent on checkpoints: copying state, writing it, waiting for a write.
+    pub checkpoint_time: Duration,
 }
 
 /// Runs `trainer` from `start` (default for a fresh run, the checkpoint's progress for a resume) to
@@ -138,9 +163,7 @@ pub fn run<T: Trainer>(
     );
     let mut progress = start;
     let mut window = Window::default();
-    let mut last_checkpoint = None;
-    // The step of the newest checkpoint on disk (a resumed run starts at one).
-    let mut checkpointed_step = start.step;
+    let mut checkpoints = Checkpoints::new(run_dir, cfg.keep_checkpoints, start.step);
     let log_every = cfg.log_every.max(1);
 
     while progress.step < cfg.total_steps {
@@ -154,17 +177,20 @@ pub fn run<T: Trainer>(
             Ok(out) => out,
             Err(e) => {
                 bar.finish_and_clear();
-                if trainer.intact_after_failed_step() && progress.step > checkpointed_step {
+                // The write in flight lands first; its own failure is reported by `wait`'s caller
+                // below only as "so did checkpointing".
+                let landed = checkpoints.wait().is_ok();
+                if trainer.intact_after_failed_step() && progress.step > checkpoints.on_disk {
                     progress.wall_s = wall(began.elapsed());
-                    match save_checkpoint(trainer, run_dir, &progress, cfg.keep_checkpoints) {
-                        Ok(dir) => eprintln!(
+                    match checkpoints.save_now(trainer, &progress) {
+                        Ok(dir) if landed => eprintln!(
                             "step {} failed; the state after step {} is checkpointed in {} \
                              (resume with --resume once the cause is fixed)",
                             progress.step + 1,
                             progress.step,
                             dir.display()
                         ),
-                        Err(_) => eprintln!(
+                        _ => eprintln!(
                             "step {} failed, and so did checkpointing step {}",
                             progress.step + 1,
                             progress.step
@@ -216,27 +242,23 @@ pub fn run<T: Trainer>(
                 metrics,
             ));
         }
-        let periodic =
-            cfg.checkpoint_every > 0 && progress.step.is_multiple_of(cfg.checkpoint_every);
-        if periodic || at_end || stopping {
-            progress.wall_s = wall(began.elapsed());
-            let dir = save_checkpoint(trainer, run_dir, &progress, cfg.keep_checkpoints)?;
-            last_checkpoint = Some(dir);
-            checkpointed_step = progress.step;
-        }
         if stopping {
+            progress.wall_s = wall(began.elapsed());
+            checkpoints.save_now(trainer, &progress)?;
             bar.finish_and_clear();
             sink.flush()?;
-            return Ok(LoopSummary {
-                outcome: Outcome::Stopped,
-                progress,
-                final_eval: None,
-                last_checkpoint,
-            });
+            return Ok(checkpoints.summary(Outcome::Stopped, progress, None));
+        }
+        let periodic =
+            cfg.checkpoint_every > 0 && progress.step.is_multiple_of(cfg.checkpoint_every);
+        if periodic || at_end {
+            progress.wall_s = wall(began.elapsed());
+            checkpoints.start(trainer, &progress)?;
         }
     }
     bar.finish();
 
+    // The final checkpoint is being written meanwhile.
     let final_eval = if cfg.final_eval {
         progress.wall_s = wall(began.elapsed());
         let metrics = trainer.eval(&progress)?;
@@ -250,13 +272,128 @@ pub fn run<T: Trainer>(
     } else {
         None
     };
+    checkpoints.wait()?;
     sink.flush()?;
-    Ok(LoopSummary {
-        outcome: Outcome::Completed,
-        progress,
-        final_eval,
-        last_checkpoint,
-    })
+    Ok(checkpoints.summary(Outcome::Completed, progress, final_eval))
+}
+
+/// The loop's checkpoints: written on a thread of their own (one in flight) when the trainer gives an
+/// image of its state, in place otherwise. Dropped with a write in flight (the loop returned an error),
+/// it waits for that write.
+struct Checkpoints<'a> {
+    run_dir: &'a RunDir,
+    keep: usize,
+    /// The step of the newest checkpoint on disk (a resumed run starts at one).
+    on_disk: u64,
+    last: Option<PathBuf>,
+    in_flight: Option<(u64, JoinHandle<Result<PathBuf, Error>>)>,
+    time: Duration,
+}
+
+impl<'a> Checkpoints<'a> {
+    fn new(run_dir: &'a RunDir, keep: usize, on_disk: u64) -> Self {
+        Self {
+            run_dir,
+            keep,
+            on_disk,
+            last: None,
+            in_flight: None,
+            time: Duration::ZERO,
+        }
+    }
+
+    /// Waits for the write in flight, if any.
+    fn wait(&mut self) -> Result<(), Error> {
+        let Some((step, handle)) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let began = Instant::now();
+        let joined = handle.join().unwrap_or_else(|_| {
+            Err(Error::RunDir {
+                path: self.run_dir.checkpoints_dir(),
+                message: "the checkpoint writer thread panicked".into(),
+            })
+        });
+        self.time += began.elapsed();
+        self.last = Some(joined?);
+        self.on_disk = step;
+        Ok(())
+    }
+
+    /// Checkpoints `progress`, after the write in flight: on a thread of its own from the trainer's
+    /// image of its state, or in place when it gives none.
+    fn start<T: Trainer>(&mut self, trainer: &mut T, progress: &Progress) -> Result<(), T::Error> {
+        self.wait()?;
+        let began = Instant::now();
+        let image = trainer.checkpoint_image(progress);
+        let written = match image? {
+            Some(image) => self.spawn(image, *progress).map_err(T::Error::from),
+            None => save_checkpoint(trainer, self.run_dir, progress, self.keep).map(|dir| {
+                self.last = Some(dir);
+                self.on_disk = progress.step;
+            }),
+        };
+        self.time += began.elapsed();
+        written
+    }
+
+    fn spawn(&mut self, image: CheckpointImage, progress: Progress) -> Result<(), Error> {
+        let (run_dir, keep) = (self.run_dir.clone(), self.keep);
+        let target = run_dir.checkpoint_dir(progress.step);
+        let handle = std::thread::Builder::new()
+            .name("checkpoint-writer".into())
+            .spawn(move || {
+                write_checkpoint(&run_dir, &progress, keep, |tmp| {
+                    image(tmp).map_err(|cause| Error::CheckpointWrite {
+                        path: target.clone(),
+                        cause,
+                    })
+                })
+            })
+            .map_err(Error::io(
+                "starting the checkpoint writer for",
+                self.run_dir.path(),
+            ))?;
+        self.in_flight = Some((progress.step, handle));
+        Ok(())
+    }
+
+    /// Checkpoints `progress` and waits until it is on disk (a stop, a failed step).
+    fn save_now<T: Trainer>(
+        &mut self,
+        trainer: &mut T,
+        progress: &Progress,
+    ) -> Result<PathBuf, T::Error> {
+        self.start(trainer, progress)?;
+        self.wait()?;
+        Ok(self
+            .last
+            .clone()
+            .unwrap_or_else(|| self.run_dir.checkpoint_dir(progress.step)))
+    }
+
+    fn summary(
+        &mut self,
+        outcome: Outcome,
+        progress: Progress,
+        final_eval: Option<Metrics>,
+    ) -> LoopSummary {
+        LoopSummary {
+            outcome,
+            progress,
+            final_eval,
+            last_checkpoint: self.last.clone(),
+            checkpoint_time: self.time,
+        }
+    }
+}
+
+impl Drop for Checkpoints<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.wait() {
+            eprintln!("checkpoint: {e}");
+        }
+    }
 }
 
 /// Writes a checkpoint folder for `progress` atomically and points `checkpoints/latest` at it.
@@ -266,6 +403,19 @@ pub fn save_checkpoint<T: Trainer>(
     progress: &Progress,
     keep: usize,
 ) -> Result<PathBuf, T::Error> {
+    write_checkpoint(run_dir, progress, keep, |tmp| {
+        trainer.save_checkpoint(tmp, progress)
+    })
+}
+
+/// Has `write` fill a temporary folder, adds `progress.json`, syncs it, renames it into place as the
+/// checkpoint of `progress.step`, points `checkpoints/latest` at it and prunes to `keep`.
+fn write_checkpoint<E: From<Error>>(
+    run_dir: &RunDir,
+    progress: &Progress,
+    keep: usize,
+    write: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<PathBuf, E> {
     let target = run_dir.checkpoint_dir(progress.step);
     let parent = run_dir.checkpoints_dir();
     fs::create_dir_all(&parent).map_err(Error::io("creating directory", &parent))?;
@@ -276,8 +426,7 @@ pub fn save_checkpoint<T: Trainer>(
     remove_partial_checkpoints(&parent)?;
     let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
     fs::create_dir_all(&tmp).map_err(Error::io("creating directory", &tmp))?;
-    let written = trainer
-        .save_checkpoint(&tmp, progress)
+    let written = write(&tmp)
         .and_then(|()| Ok(write_json_atomic(&tmp.join(PROGRESS_FILE), progress)?))
         .and_then(|()| Ok(sync_tree(&tmp)?));
     if let Err(e) = written {

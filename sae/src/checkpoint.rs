@@ -203,8 +203,14 @@ fn saelens_tensors(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<HashMap<
 }
 
 fn write_saelens_cfg(dir: &Path, cfg: &Config, sae: &Sae) -> Result<()> {
-    let text = serde_json::to_string_pretty(&saelens_cfg(cfg, &sae.shape)).expect("JSON value");
-    write_atomic(&dir.join(SAELENS_CFG), text.as_bytes())
+    write_atomic(
+        &dir.join(SAELENS_CFG),
+        saelens_cfg_text(cfg, sae).as_bytes(),
+    )
+}
+
+fn saelens_cfg_text(cfg: &Config, sae: &Sae) -> String {
+    serde_json::to_string_pretty(&saelens_cfg(cfg, &sae.shape)).expect("JSON value")
 }
 
 /// The SAELens pair of the checkpoint `ckpt` in `dir` as hard links (the same bytes: a finished run's
@@ -234,48 +240,72 @@ fn save_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<()> {
 /// Writes the SAELens pair, `training_state.safetensors` and `trainer_state.json` into `dir` (an empty
 /// folder that the training loop renames into place).
 pub fn save_state(dir: &Path, trainer: &Trainer) -> Result<()> {
-    let saelens = saelens_tensors(&trainer.sae, trainer.threshold, &trainer.scales)?;
-    let mut state: HashMap<String, Tensor> = HashMap::new();
-    for (i, (name, var)) in PARAM_NAMES.iter().zip(trainer.sae.vars()).enumerate() {
-        state.insert(name.to_string(), var.as_tensor().to_device(&Device::Cpu)?);
+    StateImage::of(trainer)?.write(dir)
+}
+
+/// Everything a checkpoint holds, copied to the host: written later, on another thread, while the
+/// trainer goes on. It takes as much host memory as the checkpoint's two tensor files.
+pub struct StateImage {
+    saelens: HashMap<String, Tensor>,
+    state: HashMap<String, Tensor>,
+    saelens_cfg: String,
+    trainer_state: String,
+}
+
+impl StateImage {
+    pub fn of(trainer: &Trainer) -> Result<StateImage> {
+        let saelens = saelens_tensors(&trainer.sae, trainer.threshold, &trainer.scales)?;
+        let mut state: HashMap<String, Tensor> = HashMap::new();
+        for (i, (name, var)) in PARAM_NAMES.iter().zip(trainer.sae.vars()).enumerate() {
+            state.insert(name.to_string(), var.as_tensor().to_device(&Device::Cpu)?);
+            state.insert(
+                format!("adam_m.{name}"),
+                trainer.adam.m[i].to_device(&Device::Cpu)?,
+            );
+            state.insert(
+                format!("adam_v.{name}"),
+                trainer.adam.v[i].to_device(&Device::Cpu)?,
+            );
+        }
         state.insert(
-            format!("adam_m.{name}"),
-            trainer.adam.m[i].to_device(&Device::Cpu)?,
+            "since_fired".into(),
+            trainer.dead.since_fired.to_device(&Device::Cpu)?,
         );
-        state.insert(
-            format!("adam_v.{name}"),
-            trainer.adam.v[i].to_device(&Device::Cpu)?,
-        );
+        let progress = TrainerState {
+            step: trainer.step,
+            tokens: trainer.tokens,
+            threshold: trainer.threshold,
+            scales: trainer.scales.clone(),
+            adam_t: trainer.adam.t,
+            d_model: trainer.sae.shape.d_model,
+            layers: trainer.sae.shape.layers,
+            config: trainer.cfg.clone(),
+        };
+        Ok(StateImage {
+            saelens,
+            state,
+            saelens_cfg: saelens_cfg_text(&trainer.cfg, &trainer.sae),
+            trainer_state: serde_json::to_string_pretty(&progress).expect("serializable state"),
+        })
     }
-    state.insert(
-        "since_fired".into(),
-        trainer.dead.since_fired.to_device(&Device::Cpu)?,
-    );
-    // The two files at once, from the host copies: each is mostly the disk's time.
-    std::thread::scope(|s| {
-        let weights = s.spawn(|| save_tensors(&dir.join(SAELENS_TENSORS), &saelens));
-        let state = save_tensors(&dir.join(STATE_TENSORS), &state);
-        let weights = weights.join().unwrap_or_else(|_| {
-            Err(Error::io(
-                dir.join(SAELENS_TENSORS),
-                std::io::Error::other("the writer thread panicked"),
-            ))
-        });
-        weights.and(state)
-    })?;
-    write_saelens_cfg(dir, &trainer.cfg, &trainer.sae)?;
-    let progress = TrainerState {
-        step: trainer.step,
-        tokens: trainer.tokens,
-        threshold: trainer.threshold,
-        scales: trainer.scales.clone(),
-        adam_t: trainer.adam.t,
-        d_model: trainer.sae.shape.d_model,
-        layers: trainer.sae.shape.layers,
-        config: trainer.cfg.clone(),
-    };
-    let text = serde_json::to_string_pretty(&progress).expect("serializable state");
-    write_atomic(&dir.join(STATE_JSON), text.as_bytes())
+
+    /// Writes the checkpoint's files into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        // The two tensor files at once: each is mostly the disk's time.
+        std::thread::scope(|s| {
+            let weights = s.spawn(|| save_tensors(&dir.join(SAELENS_TENSORS), &self.saelens));
+            let state = save_tensors(&dir.join(STATE_TENSORS), &self.state);
+            let weights = weights.join().unwrap_or_else(|_| {
+                Err(Error::io(
+                    dir.join(SAELENS_TENSORS),
+                    std::io::Error::other("the writer thread panicked"),
+                ))
+            });
+            weights.and(state)
+        })?;
+        write_atomic(&dir.join(SAELENS_CFG), self.saelens_cfg.as_bytes())?;
+        write_atomic(&dir.join(STATE_JSON), self.trainer_state.as_bytes())
+    }
 }
 
 const PARAM_NAMES: [&str; 4] = ["W_enc", "b_enc", "W_dec", "b_dec"];

@@ -2,7 +2,7 @@
 //! the shared launcher (run directory and lock, progress, metrics.jsonl, checkpoints, SIGINT / SIGTERM), evaluates on held-out tokens
 //! (FVU, L0, CE-loss recovered with the SAE spliced in at its hook, a crosscoder at all of its hooks) and writes
 //! the SAE in SAELens' layout.
-use crate::checkpoint::{link_saelens, load_state, save_state, write_saelens};
+use crate::checkpoint::{link_saelens, load_state, save_state, write_saelens, StateImage};
 use crate::config::{Config, DataConfig, Precision};
 use crate::data::{skip, with_layer_axis, Synthetic};
 use crate::heldout::heldout_rows;
@@ -128,7 +128,6 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         pending,
         random_weights: random_weights.is_some(),
         data_failed: false,
-        checkpointing: std::time::Duration::ZERO,
     };
     let run_dir = launch.run_dir().clone();
     let mut facts = details(&cfg);
@@ -171,7 +170,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         (data_ready - device_ready).as_secs_f64(),
         (sae_ready - data_ready).as_secs_f64(),
         trained.as_secs_f64(),
-        job.checkpointing.as_secs_f64(),
+        finished.summary.checkpoint_time.as_secs_f64(),
         (began.elapsed() - startup - trained).as_secs_f64()
     );
     Ok(RunSummary {
@@ -432,8 +431,6 @@ struct SaeJob {
     random_weights: bool,
     /// The last step failed reading its batch, before anything was updated.
     data_failed: bool,
-    /// Wall time spent writing checkpoints.
-    checkpointing: std::time::Duration,
 }
 
 impl eval::Trainer for SaeJob {
@@ -486,10 +483,14 @@ impl eval::Trainer for SaeJob {
     }
 
     fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<()> {
-        let began = std::time::Instant::now();
-        let saved = save_state(dir, &self.trainer);
-        self.checkpointing += began.elapsed();
-        saved
+        save_state(dir, &self.trainer)
+    }
+
+    fn checkpoint_image(&mut self, _progress: &Progress) -> Result<Option<eval::CheckpointImage>> {
+        let image = StateImage::of(&self.trainer)?;
+        Ok(Some(Box::new(move |dir: &Path| {
+            image.write(dir).map_err(eval::ImageError::from)
+        })))
     }
 
     fn intact_after_failed_step(&self) -> bool {
