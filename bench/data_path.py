@@ -78,7 +78,7 @@ def main():
 
 
 TIME_LINE = re.compile(r"^time: ([\d.]+) s before the first step \(device ([\d.]+) s, data ([\d.]+) s, "
-                       r"first batch and SAE ([\d.]+) s\), ([\d.]+) s training \(([\d.]+) s of it "
+                       r"first batch ([\d.]+) s, SAE ([\d.]+) s\), ([\d.]+) s training \(([\d.]+) s of it "
                        r"checkpointing\), ([\d.]+) s exporting", re.M)
 
 
@@ -89,14 +89,15 @@ def split_table(log, w):
         path = log / f"{name}.log"
         m = TIME_LINE.search(path.read_text(errors="replace")) if path.exists() else None
         if m:
-            start, device, data, first, train, ckpt, export = map(float, m.groups())
+            start, device, data, first, sae, train, ckpt, export = map(float, m.groups())
             rows.append(f"| {name} | {w[name][0]:.1f} | {start:.1f} | {device:.1f} | {data:.1f} | {first:.1f} | "
+                        f"{sae:.1f} | "
                         f"{train - ckpt:.1f} | {ckpt:.1f} | {export:.1f} |")
     if rows:
         print("\nWhere the command's wall time goes (s; from its `time:` line)")
-        print("| run | command wall | before the first step | device | data | first batch + SAE | loop "
+        print("| run | command wall | before the first step | device | data | first batch | SAE | loop "
               "(less checkpoints) | checkpointing | exporting |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(rows))
 
 

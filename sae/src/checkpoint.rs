@@ -2,7 +2,9 @@
 //! - `cfg.json` + `sae_weights.safetensors`: the SAE as SAELens loads it (input scaling folded in, the
 //!   batch selection exported as a JumpReLU threshold; see docs/saelens.md),
 //! - `training_state.safetensors`: raw parameters in the training layout (W_enc as [n, d_in] rows), Adam
-//!   moments and the dead-latent counters,
+//!   moments and the dead-latent counters. With one hook point the SAELens file holds the weight
+//!   matrices bit for bit (W_enc transposed), so they are not stored twice: a resume reads them there,
+//!   and the checkpoint is a quarter smaller,
 //! - `trainer_state.json`: step, tokens consumed (the data position), threshold, input scales, config.
 //!
 //! The training loop (eval::train_loop) writes the folder under a temporary name and renames it into place.
@@ -198,7 +200,8 @@ fn saelens_tensors(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<HashMap<
         ("threshold", e.threshold),
     ]
     .into_iter()
-    .map(|(k, v)| Ok((k.to_string(), v.to_device(&Device::Cpu)?.contiguous()?)))
+    // Made contiguous on the device: W_enc's transpose is a copy there, not on the host.
+    .map(|(k, v)| Ok((k.to_string(), host_copy(&v.contiguous()?)?)))
     .collect()
 }
 
@@ -256,21 +259,15 @@ impl StateImage {
     pub fn of(trainer: &Trainer) -> Result<StateImage> {
         let saelens = saelens_tensors(&trainer.sae, trainer.threshold, &trainer.scales)?;
         let mut state: HashMap<String, Tensor> = HashMap::new();
+        let in_saelens = weights_in_saelens(&trainer.sae.shape);
         for (i, (name, var)) in PARAM_NAMES.iter().zip(trainer.sae.vars()).enumerate() {
-            state.insert(name.to_string(), var.as_tensor().to_device(&Device::Cpu)?);
-            state.insert(
-                format!("adam_m.{name}"),
-                trainer.adam.m[i].to_device(&Device::Cpu)?,
-            );
-            state.insert(
-                format!("adam_v.{name}"),
-                trainer.adam.v[i].to_device(&Device::Cpu)?,
-            );
+            if !(in_saelens && MATRICES.contains(name)) {
+                state.insert(name.to_string(), host_copy(var.as_tensor())?);
+            }
+            state.insert(format!("adam_m.{name}"), host_copy(&trainer.adam.m[i])?);
+            state.insert(format!("adam_v.{name}"), host_copy(&trainer.adam.v[i])?);
         }
-        state.insert(
-            "since_fired".into(),
-            trainer.dead.since_fired.to_device(&Device::Cpu)?,
-        );
+        state.insert("since_fired".into(), host_copy(&trainer.dead.since_fired)?);
         let progress = TrainerState {
             step: trainer.step,
             tokens: trainer.tokens,
@@ -308,7 +305,25 @@ impl StateImage {
     }
 }
 
+/// A copy of `t` in host memory of its own: on the CPU a tensor shares its storage with the parameter
+/// it came from, which the optimizer then updates in place while the image is written.
+fn host_copy(t: &Tensor) -> Result<Tensor> {
+    Ok(if t.device().is_cpu() {
+        t.copy()?
+    } else {
+        t.to_device(&Device::Cpu)?
+    })
+}
+
 const PARAM_NAMES: [&str; 4] = ["W_enc", "b_enc", "W_dec", "b_dec"];
+/// The parameters a one-hook-point checkpoint keeps only in the SAELens file.
+const MATRICES: [&str; 2] = ["W_enc", "W_dec"];
+
+/// With one hook point, no input scale touches the weight matrices (see [`fold_scales`]): the SAELens
+/// file holds them exactly.
+fn weights_in_saelens(shape: &Shape) -> bool {
+    shape.layers == 1
+}
 const STATE_TENSORS: &str = "training_state.safetensors";
 const STATE_JSON: &str = "trainer_state.json";
 
@@ -327,7 +342,18 @@ pub fn load_state(dir: &Path, cfg: Config, device: &Device) -> Result<Trainer> {
             "was trained with a different [sae], [data] or seed; use another --out".into(),
         ));
     }
-    let state = candle_core::safetensors::load(dir.join(STATE_TENSORS), device)?;
+    let mut state = candle_core::safetensors::load(dir.join(STATE_TENSORS), device)?;
+    if !state.contains_key("W_enc") && p.layers == 1 {
+        // A checkpoint that keeps the weight matrices only in its SAELens file.
+        let mut saelens = candle_core::safetensors::load(dir.join(SAELENS_TENSORS), device)?;
+        for name in MATRICES {
+            let t = saelens
+                .remove(name)
+                .ok_or_else(|| bad(format!("{SAELENS_TENSORS} lacks `{name}`")))?;
+            let t = if name == "W_enc" { t.t()? } else { t };
+            state.insert(name.to_string(), t);
+        }
+    }
     let get = |name: &str| {
         state
             .get(name)

@@ -100,6 +100,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         runs_root: PathBuf::from("runs"),
         log: cfg.log.clone(),
     })?;
+    let mut batch_ready = began.elapsed();
     let (trainer, start, pending) = match launch.resume_from() {
         Some(ckpt) => {
             let trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
@@ -108,6 +109,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         }
         None => {
             let first = data.next_train(cfg.train.batch_size)?;
+            batch_ready = began.elapsed();
             (
                 Trainer::new(cfg.clone(), &first, &device)?,
                 Progress::default(),
@@ -163,12 +165,13 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     }
     // Where a whole run's wall time goes beside the loop's own (bench/data_path.py reads this line).
     eprintln!(
-        "time: {:.1} s before the first step (device {:.1} s, data {:.1} s, first batch and SAE {:.1} s), \
+        "time: {:.1} s before the first step (device {:.1} s, data {:.1} s, first batch {:.1} s, SAE {:.1} s), \
          {:.1} s training ({:.1} s of it checkpointing), {:.1} s exporting",
         startup.as_secs_f64(),
         device_ready.as_secs_f64(),
         (data_ready - device_ready).as_secs_f64(),
-        (sae_ready - data_ready).as_secs_f64(),
+        batch_ready.saturating_sub(data_ready).as_secs_f64(),
+        (sae_ready - batch_ready.max(data_ready)).as_secs_f64(),
         trained.as_secs_f64(),
         finished.summary.checkpoint_time.as_secs_f64(),
         (began.elapsed() - startup - trained).as_secs_f64()

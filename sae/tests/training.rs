@@ -1,6 +1,7 @@
 //! Training runs on synthetic data: the loss falls, a killed run resumed from its checkpoint reaches the
 //! same weights as an uninterrupted one, checkpoints load back, and the selector cross-check passes.
 mod common;
+use candle_core::Device;
 use common::{assert_same_weights, run, synthetic_config, weights};
 use sae::checkpoint::read_saelens;
 
@@ -22,10 +23,47 @@ fn resume_reaches_the_same_weights() {
         let ckpts = b.path().join("run/checkpoints");
         std::fs::remove_dir_all(ckpts.join("step-00000012")).unwrap();
         std::fs::remove_dir_all(b.path().join("run/sae")).unwrap();
+        let state = ckpts.join("step-00000006/training_state.safetensors");
+        let stored = candle_core::safetensors::load(&state, &Device::Cpu).unwrap();
+        assert_eq!(
+            stored.contains_key("W_enc") && stored.contains_key("W_dec"),
+            layers > 1,
+            "{arch}: the weight matrices are stored once with one hook point"
+        );
         let s = run(b.path(), &text, true);
         assert_eq!(s.step, 12);
         assert_same_weights(a.path(), b.path(), &format!("{arch} after resume"));
     }
+}
+
+#[test]
+fn a_checkpoint_with_the_weights_in_its_training_state_still_resumes() {
+    let text = synthetic_config("batchtopk", "", 1);
+    let a = tempfile::tempdir().unwrap();
+    run(a.path(), &text, false);
+    let b = tempfile::tempdir().unwrap();
+    run(b.path(), &text, false);
+    let ckpts = b.path().join("run/checkpoints");
+    std::fs::remove_dir_all(ckpts.join("step-00000012")).unwrap();
+    std::fs::remove_dir_all(b.path().join("run/sae")).unwrap();
+    // The older layout: W_enc ([n, d_in]) and W_dec in training_state too, the SAELens file damaged.
+    let dir = ckpts.join("step-00000006");
+    let (_, saelens) = read_saelens(&dir).unwrap();
+    let path = dir.join("training_state.safetensors");
+    let mut state = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
+    state.insert(
+        "W_enc".into(),
+        saelens["W_enc"].t().unwrap().contiguous().unwrap(),
+    );
+    state.insert("W_dec".into(), saelens["W_dec"].clone());
+    candle_core::safetensors::save(&state, &path).unwrap();
+    let zeros: std::collections::HashMap<String, candle_core::Tensor> = saelens
+        .iter()
+        .map(|(k, v)| (k.clone(), v.zeros_like().unwrap()))
+        .collect();
+    candle_core::safetensors::save(&zeros, dir.join("sae_weights.safetensors")).unwrap();
+    assert_eq!(run(b.path(), &text, true).step, 12);
+    assert_same_weights(a.path(), b.path(), "resumed from the older layout");
 }
 
 #[test]
