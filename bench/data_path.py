@@ -1,7 +1,8 @@
 """Prints the data-path table of bench/data_path.sh from its logs: per run, whole-run tokens/s (tokens over
 the command's wall seconds, and over the loop's own wall time), the stall-free step (median over logging
-windows of step_ms - data_wait_ms, first window left out), the step-limited rate it allows, and the share
-of the loop's wall time spent waiting for data.
+windows of step_ms - data_wait_ms, first window left out; and its mean over steps, which slow windows
+raise), the step-limited rate the median allows, and the share of the loop's wall time spent waiting for
+data.
 
     python3 bench/data_path.py LOG_DIR EXTRACTED_TOKENS
 """
@@ -35,7 +36,7 @@ def train_records(path):
 def main():
     log, extracted = Path(sys.argv[1]), int(sys.argv[2])
     w = walls(log)
-    print("| run | rc | tokens | command wall s | whole-run tok/s | loop tok/s | stall-free step ms | "
+    print("| run | rc | tokens | command wall s | whole-run tok/s | loop tok/s | stall-free step ms (median / mean) | "
           "step-limited tok/s | whole-run / step-limited | data wait % of loop | windows waiting > 5 % |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     if "extract" in w:
@@ -54,6 +55,7 @@ def main():
         last = recs[-1]
         tokens, loop_wall = last["tokens"], last["wall_s"]
         per_step = []
+        weighted = []
         waited = 0.0
         busy = 0
         prev_step = 0
@@ -64,14 +66,16 @@ def main():
             wait = m.get("data_wait_ms", 0.0)
             waited += wait * steps
             per_step.append(m["step_ms"] - wait)
+            weighted.append((steps, m["step_ms"] - wait))
             if wait > 0.05 * m["step_ms"]:
                 busy += 1
         stall_free = statistics.median(per_step[1:])
+        mean = sum(n * ms for n, ms in weighted[1:]) / max(1, sum(n for n, _ in weighted[1:]))
         batch = tokens / last["step"]
         limited = batch / (stall_free / 1e3)
         whole = tokens / wall
         print(f"| {name} | {rc} | {tokens} | {wall:.1f} | {whole:.3g} | {tokens / loop_wall:.3g} | "
-              f"{stall_free:.2f} | {limited:.3g} | {whole / limited:.2f} | "
+              f"{stall_free:.2f} / {mean:.2f} | {limited:.3g} | {whole / limited:.2f} | "
               f"{100 * waited / 1e3 / loop_wall:.1f} | {busy}/{len(recs)} |")
     split_table(log, w)
     stage_table(log, w)

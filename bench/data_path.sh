@@ -7,7 +7,12 @@
 # (bench/data_path.py prints the table). Binaries: .devbin/data/*.xz (bench/data_path_pack.sh).
 #   DP_TOKENS   tokens to extract (default 5242880 = 20 shards of 262144)
 #   DP_PACK     the packed binaries (default .devbin/data)
-#   DP_ONLY     a space-separated subset of: extract shards profile otf matryoshka crosscoder mixing
+#   DP_ONLY     a space-separated subset of: extract shards (or one of shards-16 shards-17) profile otf
+#               matryoshka crosscoder mixing
+#   DP_STEPS_16 / DP_STEPS_17 / DP_STEPS_OTF   steps of the (2^16, 4096) and (2^17, 8192) runs from shards and
+#               of the on-the-fly run (default 20000 / 6000 / 3000: long enough that start-up and the final
+#               checkpoint weigh as little as in a real run, which is 50000 steps in configs/gpt2xl.toml)
+#   DP_CHECKPOINT_EVERY  periodic checkpoints, as in configs/gpt2xl.toml (default 2000)
 # `profile` is the (2^16, 4096) shards run again with train.profile_stages (stage times, synchronized);
 # `mixing` is the shuffle-quality measurement on the tiny config (bench/mixing.sh).
 set -uo pipefail
@@ -20,6 +25,7 @@ TOKENS=${DP_TOKENS:-5242880}
 ONLY=${DP_ONLY:-extract shards profile otf matryoshka crosscoder mixing}
 mkdir -p "$LOG" "$WORK"
 . bench/lib.sh
+export SAE_CHECKPOINT_EVERY=${DP_CHECKPOINT_EVERY:-2000}
 unpack "${DP_PACK:-.devbin/data}" "$BIN"
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/device.txt" 2>&1
@@ -30,7 +36,7 @@ timed() {
   local name=$1 t0 t1 rc
   shift
   t0=$(date +%s.%N)
-  timeout 240 "$@" >"$LOG/$name.log" 2>&1
+  timeout 560 "$@" >"$LOG/$name.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   echo "$name $(awk "BEGIN { print $t1 - $t0 }") $rc" >>"$LOG/walls.txt"
@@ -89,15 +95,17 @@ MAT16='arch = "matryoshka"
 group_sizes = [2048, 4096, 8192, 51200]'
 MAT17='arch = "matryoshka"
 group_sizes = [4096, 8192, 16384, 102400]'
-if want shards; then
-  train shards-16 "$SHARDS" "$BTK" 65536 4096 1300
-  train shards-17 "$SHARDS" "$BTK" 131072 8192 700
+if want shards || want shards-16; then
+  train shards-16 "$SHARDS" "$BTK" 65536 4096 "${DP_STEPS_16:-20000}"
+fi
+if want shards || want shards-17; then
+  train shards-17 "$SHARDS" "$BTK" 131072 8192 "${DP_STEPS_17:-6000}"
 fi
 if want profile; then
   train profile-16 "$SHARDS" "$BTK" 65536 4096 300 "profile_stages = true"
 fi
 if want otf; then
-  train otf-16 "$OTF" "$BTK" 65536 4096 600
+  train otf-16 "$OTF" "$BTK" 65536 4096 "${DP_STEPS_OTF:-3000}"
 fi
 if want matryoshka; then
   train mat-16 "$SHARDS" "$MAT16" 65536 4096 700

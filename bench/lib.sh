@@ -65,7 +65,8 @@ begin() {
 }
 
 # sae_config NAME SOURCE-TOML ARCH-TOML N B STEPS: the train-sae config of the GPU benchmarks (d from the
-# data, k = 32, TF32, profk, no eval, logged every 20 steps) as $WORK/NAME.toml.
+# data, k = 32, TF32, profk, no eval, logged every 20 steps, checkpoints every $SAE_CHECKPOINT_EVERY steps
+# (default 0: only at the end) as $WORK/NAME.toml.
 sae_config() {
   cat >"$WORK/$1.toml" <<TOML
 name = "$1"
@@ -82,7 +83,7 @@ batch_size = $5
 steps = $6
 warmup_steps = 100
 precision = "tf32"
-checkpoint_every = 0
+checkpoint_every = ${SAE_CHECKPOINT_EVERY:-0}
 [selector]
 kind = "profk"
 compare = false
