@@ -7,7 +7,7 @@
 # (bench/data_path.py prints the table). Binaries: .devbin/data/*.xz (bench/data_path_pack.sh).
 #   DP_TOKENS   tokens to extract (default 5242880 = 20 shards of 262144)
 #   DP_PACK     the packed binaries (default .devbin/data)
-#   DP_ONLY     a space-separated subset of: extract shards (or one of shards-16 shards-17) profile otf
+#   DP_ONLY     a space-separated subset of: extract warm shards (or one of shards-16 shards-17) profile otf
 #               matryoshka crosscoder mixing
 #   DP_STEPS_16 / DP_STEPS_17 / DP_STEPS_OTF   steps of the (2^16, 4096) and (2^17, 8192) runs from shards and
 #               of the on-the-fly run (default 20000 / 6000 / 3000: long enough that start-up and the final
@@ -95,6 +95,11 @@ MAT16='arch = "matryoshka"
 group_sizes = [2048, 4096, 8192, 51200]'
 MAT17='arch = "matryoshka"
 group_sizes = [4096, 8192, 16384, 102400]'
+if want warm; then
+  # A short run first, so that the driver's JIT cache holds candle's kernels (PTX) for the runs after it,
+  # as on any machine that has run train-sae before: the start-up of the runs after it is then their own.
+  train warm-16 "$SHARDS" "$BTK" 65536 4096 300
+fi
 if want shards || want shards-16; then
   train shards-16 "$SHARDS" "$BTK" 65536 4096 "${DP_STEPS_16:-20000}"
 fi

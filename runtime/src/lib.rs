@@ -1,6 +1,7 @@
 //! What every crate of the workspace shares at run time, below all of them in the crate graph:
 //! - [`fs`]: crash-safe file writes (temporary sibling, fsync, rename, directory fsync);
 //! - `cuda` (feature `cuda`): embedded kernel fatbins, loaded once per CUDA context;
+//! - `to_host` (feature `cuda`): device tensors copied to the host on a stream of their own;
 //! - [`test_device!`]: one test body run on the CPU and, with the caller's `cuda` feature, on the GPU;
 //! - [`cpu_fwd!`] and [`cuda_fwd!`]: the forward methods of candle's custom ops, without their
 //!   signatures written out for each op;
@@ -8,6 +9,8 @@
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod fs;
+#[cfg(feature = "cuda")]
+pub mod to_host;
 mod workspace;
 
 pub use workspace::{workspace_file, ROOT_ENV};

@@ -172,12 +172,13 @@ pub fn write_saelens(
     threshold: f64,
     scales: &[f64],
 ) -> Result<()> {
-    let tensors = saelens_tensors(sae, threshold, scales)?;
+    let tensors = on_host(&saelens_tensors(sae, threshold, scales)?)?;
     save_tensors(&dir.join(SAELENS_TENSORS), &tensors)?;
     write_saelens_cfg(dir, cfg, sae)
 }
 
-/// The SAELens weights on the host: input scaling folded in, W_enc [d_in, n], crosscoder layers split.
+/// The SAELens weights, copies on the SAE's device: input scaling folded in, W_enc [d_in, n], crosscoder
+/// layers split.
 fn saelens_tensors(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<HashMap<String, Tensor>> {
     let e = fold_scales(sae, threshold, scales)?;
     let Shape {
@@ -200,8 +201,7 @@ fn saelens_tensors(sae: &Sae, threshold: f64, scales: &[f64]) -> Result<HashMap<
         ("threshold", e.threshold),
     ]
     .into_iter()
-    // Made contiguous on the device: W_enc's transpose is a copy there, not on the host.
-    .map(|(k, v)| Ok((k.to_string(), host_copy(&v.contiguous()?)?)))
+    .map(|(k, v)| Ok((k.to_string(), snapshot(&v)?)))
     .collect()
 }
 
@@ -246,8 +246,9 @@ pub fn save_state(dir: &Path, trainer: &Trainer) -> Result<()> {
     StateImage::of(trainer)?.write(dir)
 }
 
-/// Everything a checkpoint holds, copied to the host: written later, on another thread, while the
-/// trainer goes on. It takes as much host memory as the checkpoint's two tensor files.
+/// Everything a checkpoint holds, copied on the SAE's device (milliseconds): moved to the host and written
+/// later, on another thread, while the trainer goes on. Until written it takes as much device memory as
+/// the checkpoint's two tensor files, and as much host memory while it is written.
 pub struct StateImage {
     saelens: HashMap<String, Tensor>,
     state: HashMap<String, Tensor>,
@@ -262,12 +263,12 @@ impl StateImage {
         let in_saelens = weights_in_saelens(&trainer.sae.shape);
         for (i, (name, var)) in PARAM_NAMES.iter().zip(trainer.sae.vars()).enumerate() {
             if !(in_saelens && MATRICES.contains(name)) {
-                state.insert(name.to_string(), host_copy(var.as_tensor())?);
+                state.insert(name.to_string(), snapshot(var.as_tensor())?);
             }
-            state.insert(format!("adam_m.{name}"), host_copy(&trainer.adam.m[i])?);
-            state.insert(format!("adam_v.{name}"), host_copy(&trainer.adam.v[i])?);
+            state.insert(format!("adam_m.{name}"), snapshot(&trainer.adam.m[i])?);
+            state.insert(format!("adam_v.{name}"), snapshot(&trainer.adam.v[i])?);
         }
-        state.insert("since_fired".into(), host_copy(&trainer.dead.since_fired)?);
+        state.insert("since_fired".into(), snapshot(&trainer.dead.since_fired)?);
         let progress = TrainerState {
             step: trainer.step,
             tokens: trainer.tokens,
@@ -288,10 +289,11 @@ impl StateImage {
 
     /// Writes the checkpoint's files into `dir`.
     pub fn write(&self, dir: &Path) -> Result<()> {
+        let (saelens, state) = (on_host(&self.saelens)?, on_host(&self.state)?);
         // The two tensor files at once: each is mostly the disk's time.
         std::thread::scope(|s| {
-            let weights = s.spawn(|| save_tensors(&dir.join(SAELENS_TENSORS), &self.saelens));
-            let state = save_tensors(&dir.join(STATE_TENSORS), &self.state);
+            let weights = s.spawn(|| save_tensors(&dir.join(SAELENS_TENSORS), &saelens));
+            let state = save_tensors(&dir.join(STATE_TENSORS), &state);
             let weights = weights.join().unwrap_or_else(|_| {
                 Err(Error::io(
                     dir.join(SAELENS_TENSORS),
@@ -305,14 +307,33 @@ impl StateImage {
     }
 }
 
-/// A copy of `t` in host memory of its own: on the CPU a tensor shares its storage with the parameter
-/// it came from, which the optimizer then updates in place while the image is written.
-fn host_copy(t: &Tensor) -> Result<Tensor> {
-    Ok(if t.device().is_cpu() {
+/// A copy of `t` in memory of its own, on `t`'s device: a tensor shares its storage with the parameter it
+/// came from, which the optimizer updates in place while the image is written. On CUDA the copy is a
+/// device-to-device one (milliseconds); the writer moves it to the host later.
+fn snapshot(t: &Tensor) -> Result<Tensor> {
+    // A strided tensor (W_enc transposed) is copied by making it contiguous.
+    Ok(if t.is_contiguous() {
         t.copy()?
     } else {
-        t.to_device(&Device::Cpu)?
+        t.contiguous()?
     })
+}
+
+/// The image's tensors in host memory: device copies go through a stream of their own, so the training
+/// step on the compute stream is not held up by the transfer.
+fn on_host(tensors: &HashMap<String, Tensor>) -> Result<HashMap<String, Tensor>> {
+    #[cfg(feature = "cuda")]
+    if let Some(Device::Cuda(dev)) = tensors.values().map(Tensor::device).find(|d| d.is_cuda()) {
+        let side = runtime::to_host::SideStream::new(dev)?;
+        return tensors
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), side.to_host(v)?)))
+            .collect();
+    }
+    tensors
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), v.to_device(&Device::Cpu)?)))
+        .collect()
 }
 
 const PARAM_NAMES: [&str; 4] = ["W_enc", "b_enc", "W_dec", "b_dec"];

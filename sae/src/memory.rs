@@ -10,8 +10,9 @@ use candle_core::Device;
 const DENSE_BATCH_TENSORS: u128 = 3;
 
 /// The memory of a run of `cfg` on activations of width `d_model` (per layer), f32 throughout: the SAE's
-/// weights, their gradients and Adam's two moments, a step's batch tensors, the dead-latent counters, the
-/// shuffle buffer and the held-out set. A lower bound: kernels' scratch comes on top.
+/// weights, their gradients and Adam's two moments, a step's batch tensors, the dead-latent counters, a
+/// checkpoint's copy while it is written (on the device, and on the host as it is written), the shuffle
+/// buffer and the held-out set. A lower bound: kernels' scratch comes on top.
 pub fn estimate(cfg: &Config, d_model: usize, cuda: bool) -> Vec<Need> {
     let f32s = |n: u128| n.saturating_mul(4);
     let n = cfg.sae.latents as u128;
@@ -40,7 +41,7 @@ pub fn estimate(cfg: &Config, d_model: usize, cuda: bool) -> Vec<Need> {
         bytes,
         on_device: cuda,
     };
-    vec![
+    let mut needs = vec![
         need(
             "SAE weights, gradients and Adam moments",
             "sae.latents",
@@ -57,13 +58,29 @@ pub fn estimate(cfg: &Config, d_model: usize, cuda: bool) -> Vec<Need> {
             rows(cfg.train.batch_size).saturating_mul(4),
         ),
         need("dead-latent counters", "sae.latents", n.saturating_mul(8)),
+        // Weights (the SAELens file) and Adam's moments, held while a checkpoint is written.
+        need(
+            "a checkpoint being written",
+            "sae.latents",
+            f32s(params.saturating_mul(3)),
+        ),
         need("shuffle buffer", "data.buffer_tokens", rows(buffer)),
         need(
             "held-out activations",
             "data.held_out_tokens",
             rows(held_out),
         ),
-    ]
+    ];
+    if cuda {
+        // The checkpoint's copy reaches the host to be written.
+        needs.push(Need {
+            what: "a checkpoint being written, on the host",
+            key: "sae.latents",
+            bytes: f32s(params.saturating_mul(3)),
+            on_device: false,
+        });
+    }
+    needs
 }
 
 /// Refuses a run whose estimate exceeds the memory available now (host: MemAvailable; CUDA: the
