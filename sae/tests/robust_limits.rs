@@ -50,6 +50,17 @@ fn the_estimate_counts_weights_adam_batch_and_buffer() {
         .unwrap();
     // W_enc, W_dec (64 x 16 each), b_enc, b_dec; times weights, gradients, two Adam moments; f32.
     assert_eq!(weights.bytes, (2 * 64 * 16 + 64 + 16) * 4 * 4);
+    // A checkpoint's copy (weights and both moments) while it is written; on CUDA on both sides.
+    let copy = |cuda: bool| -> Vec<(bool, u128)> {
+        sae::memory::estimate(&cfg, 16, cuda)
+            .iter()
+            .filter(|p| p.what.starts_with("a checkpoint being written"))
+            .map(|p| (p.on_device, p.bytes))
+            .collect()
+    };
+    let bytes = (2 * 64 * 16 + 64 + 16) * 4 * 3;
+    assert_eq!(copy(false), vec![(false, bytes)]);
+    assert_eq!(copy(true), vec![(true, bytes), (false, bytes)]);
     let held = parts
         .iter()
         .find(|p| p.key == "data.held_out_tokens")
