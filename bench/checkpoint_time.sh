@@ -9,6 +9,9 @@
 #   CK_BIN   folder with train-sae and finetune (default /tmp/dp-bin, where data_path.sh unpacks)
 #   CK_WORK  folder with shards/ (default /tmp/dp)
 #   CK_SAE   0 to leave out the train-sae runs
+#   CK_SHAPES  the train-sae shapes, NxB (default "65536x4096 131072x8192")
+# With SAE_CHECKPOINT_EVERY=100 the signal comes just as a periodic checkpoint starts being written in the
+# background: the stop waits for it, then writes its own (the worst case).
 set -uo pipefail
 BIN=${CK_BIN:-/tmp/dp-bin}
 WORK=${CK_WORK:-/tmp/dp}
@@ -37,7 +40,7 @@ stop() {
   t1=$(date +%s.%N)
   SECS=$(awk "BEGIN { printf \"%.2f\", $t1 - $t0 }")
 }
-[ "${CK_SAE:-1}" = 0 ] || for shape in 65536x4096 131072x8192; do
+[ "${CK_SAE:-1}" = 0 ] || for shape in ${CK_SHAPES:-65536x4096 131072x8192}; do
   n=${shape%x*} b=${shape#*x} name=ck-$shape run=$WORK/runs/ck-$shape
   rm -rf "$run"
   sae_config "$name" "source = \"shards\"
@@ -46,12 +49,12 @@ dir = \"$WORK/shards\"" 'arch = "batchtopk"' "$n" "$b" 100000
   stop "$name" "$run" 5 "$BIN/train-sae" "$WORK/$name.toml" --out "$run"
   at=$AT rc=$RC
   size=$(du -sh "$run/checkpoints" 2>/dev/null | cut -f1)
-  # f32: W_enc, W_dec with their two Adam moments, and the SAELens W_enc, W_dec (biases are negligible).
-  state=$(awk "BEGIN { printf \"%.2f GB\", 4 * 8 * $n * 1600 / 1e9 }")
+  # f32: the SAELens W_enc, W_dec and their two Adam moments each (biases are negligible).
+  state=$(awk "BEGIN { printf \"%.2f GB\", 4 * 6 * $n * 1600 / 1e9 }")
   timeout 120 "$BIN/train-sae" "$WORK/$name.toml" --out "$run" --resume --set "train.steps=$(( at * 20 + 40 ))" \
     >"$LOG/$name.resume.log" 2>&1
   rrc=$?
-  echo "| (2^$(awk "BEGIN { print log($n) / log(2) }"), $b) | $state | log record $at | $SECS | $rc | $size | $rrc |"
+  echo "| (2^$(awk "BEGIN { print log($n) / log(2) }"), $b), checkpoint_every ${SAE_CHECKPOINT_EVERY:-0} | $state | log record $at | $SECS | $rc | $size | $rrc |"
   rm -rf "$run" # GB of checkpoints: the local disk holds the shards and one run
 done
 if [ "${CK_FINETUNE:-0}" = 1 ]; then
