@@ -5,8 +5,8 @@ mod common;
 use common::FakeTrainer;
 use eval::train_loop::{resume_point, run};
 use eval::{
-    CheckpointImage, ImageError, LogConfig, LoopConfig, MetricsSink, Outcome, Progress, RunDir,
-    SinkOptions, StepContext, StepOutput, StopSignal, Trainer,
+    CheckpointImage, ImageError, LogConfig, LoopConfig, LoopSummary, MetricsSink, Outcome,
+    Progress, RunDir, SinkOptions, StepContext, StepOutput, StopSignal, Trainer,
 };
 use std::path::Path;
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -110,6 +110,27 @@ fn config(total: u64, checkpoint_every: u64) -> LoopConfig {
     cfg
 }
 
+/// Runs `trainer` for `total` steps with a checkpoint every 10 in a fresh run folder `name`.
+fn run_loop(
+    name: &str,
+    trainer: &mut ImageTrainer,
+    total: u64,
+    stop: &StopSignal,
+) -> (tempfile::TempDir, RunDir, Result<LoopSummary, eval::Error>) {
+    let (tmp, run_dir) = common::temp_run(name);
+    let sink = MetricsSink::create(&run_dir, SinkOptions::default()).unwrap();
+    let summary = run(
+        trainer,
+        &run_dir,
+        &sink,
+        &config(total, 10),
+        Progress::default(),
+        stop,
+    );
+    sink.finish().unwrap();
+    (tmp, run_dir, summary)
+}
+
 fn steps_on_disk(run_dir: &RunDir) -> Vec<u64> {
     let ckpts = run_dir.checkpoints().unwrap();
     ckpts.iter().map(|c| c.progress.step).collect()
@@ -125,19 +146,9 @@ fn leftovers(run_dir: &RunDir) -> Vec<String> {
 
 #[test]
 fn checkpoints_are_written_while_the_next_steps_and_the_final_eval_run() {
-    let (_tmp, run_dir) = common::temp_run("bg");
-    let sink = MetricsSink::create(&run_dir, SinkOptions::default()).unwrap();
     let mut trainer = ImageTrainer::new();
-    let summary = run(
-        &mut trainer,
-        &run_dir,
-        &sink,
-        &config(25, 10),
-        Progress::default(),
-        &StopSignal::new(),
-    )
-    .unwrap();
-    sink.finish().unwrap();
+    let (_tmp, run_dir, summary) = run_loop("bg", &mut trainer, 25, &StopSignal::new());
+    let summary = summary.unwrap();
     assert_eq!(summary.outcome, Outcome::Completed);
     assert!(summary.final_eval.is_some());
     assert_eq!(steps_on_disk(&run_dir), vec![10, 20, 25]);
@@ -161,19 +172,10 @@ fn checkpoints_are_written_while_the_next_steps_and_the_final_eval_run() {
 
 #[test]
 fn a_failed_write_stops_the_run_naming_the_checkpoint_and_leaves_no_partial_folder() {
-    let (_tmp, run_dir) = common::temp_run("bg-fail");
-    let sink = MetricsSink::create(&run_dir, SinkOptions::default()).unwrap();
     let mut trainer = ImageTrainer::new();
     trainer.fail_write_at = Some(10);
-    let err = run(
-        &mut trainer,
-        &run_dir,
-        &sink,
-        &config(30, 10),
-        Progress::default(),
-        &StopSignal::new(),
-    )
-    .unwrap_err();
+    let (_tmp, run_dir, summary) = run_loop("bg-fail", &mut trainer, 30, &StopSignal::new());
+    let err = summary.unwrap_err();
     let text = err.to_string();
     assert!(
         text.contains("writing checkpoint") && text.contains("no space left on device"),
@@ -193,21 +195,12 @@ fn a_failed_write_stops_the_run_naming_the_checkpoint_and_leaves_no_partial_fold
 
 #[test]
 fn a_stop_waits_for_the_write_in_flight_then_checkpoints_its_step() {
-    let (_tmp, run_dir) = common::temp_run("bg-stop");
-    let sink = MetricsSink::create(&run_dir, SinkOptions::default()).unwrap();
     let stop = StopSignal::new();
     let mut trainer = ImageTrainer::new();
     trainer.stop_at = Some((11, stop.clone()));
     trainer.gated_until = 10;
-    let summary = run(
-        &mut trainer,
-        &run_dir,
-        &sink,
-        &config(30, 10),
-        Progress::default(),
-        &stop,
-    )
-    .unwrap();
+    let (_tmp, run_dir, summary) = run_loop("bg-stop", &mut trainer, 30, &stop);
+    let summary = summary.unwrap();
     assert_eq!(summary.outcome, Outcome::Stopped);
     assert_eq!(summary.progress.step, 12);
     assert_eq!(steps_on_disk(&run_dir), vec![10, 12]);

@@ -4,6 +4,21 @@ mod common;
 use candle_core::Device;
 use common::{assert_same_weights, run, synthetic_config, weights};
 use sae::checkpoint::read_saelens;
+use std::path::PathBuf;
+use tempfile::TempDir;
+
+/// Two runs of `text`, the second as if killed after its step-6 checkpoint (its final checkpoint and
+/// export removed): (the uninterrupted run, the killed one, the killed one's step-6 checkpoint).
+fn uninterrupted_and_killed(text: &str) -> (TempDir, TempDir, PathBuf) {
+    let a = tempfile::tempdir().unwrap();
+    run(a.path(), text, false);
+    let b = tempfile::tempdir().unwrap();
+    run(b.path(), text, false);
+    let ckpts = b.path().join("run/checkpoints");
+    std::fs::remove_dir_all(ckpts.join("step-00000012")).unwrap();
+    std::fs::remove_dir_all(b.path().join("run/sae")).unwrap();
+    (a, b, ckpts.join("step-00000006"))
+}
 
 #[test]
 fn resume_reaches_the_same_weights() {
@@ -15,15 +30,8 @@ fn resume_reaches_the_same_weights() {
         // Dead latents after two silent steps, so the aux-k loss runs on both sides of the resume.
         let text =
             synthetic_config(arch, extra, layers).replace("dead_tokens = 512", "dead_tokens = 128");
-        let a = tempfile::tempdir().unwrap();
-        run(a.path(), &text, false);
-        let b = tempfile::tempdir().unwrap();
-        run(b.path(), &text, false);
-        // Simulate a kill after the step-6 checkpoint: drop the final checkpoint and the export.
-        let ckpts = b.path().join("run/checkpoints");
-        std::fs::remove_dir_all(ckpts.join("step-00000012")).unwrap();
-        std::fs::remove_dir_all(b.path().join("run/sae")).unwrap();
-        let state = ckpts.join("step-00000006/training_state.safetensors");
+        let (a, b, ckpt) = uninterrupted_and_killed(&text);
+        let state = ckpt.join("training_state.safetensors");
         let stored = candle_core::safetensors::load(&state, &Device::Cpu).unwrap();
         assert_eq!(
             stored.contains_key("W_enc") && stored.contains_key("W_dec"),
@@ -39,15 +47,8 @@ fn resume_reaches_the_same_weights() {
 #[test]
 fn a_checkpoint_with_the_weights_in_its_training_state_still_resumes() {
     let text = synthetic_config("batchtopk", "", 1);
-    let a = tempfile::tempdir().unwrap();
-    run(a.path(), &text, false);
-    let b = tempfile::tempdir().unwrap();
-    run(b.path(), &text, false);
-    let ckpts = b.path().join("run/checkpoints");
-    std::fs::remove_dir_all(ckpts.join("step-00000012")).unwrap();
-    std::fs::remove_dir_all(b.path().join("run/sae")).unwrap();
+    let (a, b, dir) = uninterrupted_and_killed(&text);
     // The older layout: W_enc ([n, d_in]) and W_dec in training_state too, the SAELens file damaged.
-    let dir = ckpts.join("step-00000006");
     let (_, saelens) = read_saelens(&dir).unwrap();
     let path = dir.join("training_state.safetensors");
     let mut state = candle_core::safetensors::load(&path, &Device::Cpu).unwrap();
