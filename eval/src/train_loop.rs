@@ -177,20 +177,21 @@ pub fn run<T: Trainer>(
             Ok(out) => out,
             Err(e) => {
                 bar.finish_and_clear();
-                // The write in flight lands first; its own failure is reported by `wait`'s caller
-                // below only as "so did checkpointing".
-                let landed = checkpoints.wait().is_ok();
+                // The write in flight lands first.
+                if let Err(earlier) = checkpoints.wait() {
+                    eprintln!("checkpoint: {earlier}");
+                }
                 if trainer.intact_after_failed_step() && progress.step > checkpoints.on_disk {
                     progress.wall_s = wall(began.elapsed());
                     match checkpoints.save_now(trainer, &progress) {
-                        Ok(dir) if landed => eprintln!(
+                        Ok(dir) => eprintln!(
                             "step {} failed; the state after step {} is checkpointed in {} \
                              (resume with --resume once the cause is fixed)",
                             progress.step + 1,
                             progress.step,
                             dir.display()
                         ),
-                        _ => eprintln!(
+                        Err(_) => eprintln!(
                             "step {} failed, and so did checkpointing step {}",
                             progress.step + 1,
                             progress.step
