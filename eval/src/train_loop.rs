@@ -42,8 +42,8 @@ pub struct StepOutput {
 /// The error of a checkpoint written on another thread.
 pub type ImageError = Box<dyn std::error::Error + Send + Sync>;
 
-/// A copy of a trainer's state on the host: called with an empty folder, it writes there what
-/// [`Trainer::save_checkpoint`] would have.
+/// A copy of a trainer's state, taken when the checkpoint is due: called with an empty folder (on the
+/// writer thread), it writes there what [`Trainer::save_checkpoint`] would have.
 pub type CheckpointImage = Box<dyn FnOnce(&Path) -> Result<(), ImageError> + Send>;
 
 /// A trainer the loop drives. Errors of the loop's own I/O reach the caller as `T::Error` through
@@ -59,9 +59,9 @@ pub trait Trainer {
     /// beside it, fsyncs the folder and renames it into place, so a crash never leaves half a checkpoint.
     fn save_checkpoint(&mut self, dir: &Path, progress: &Progress) -> Result<(), Self::Error>;
 
-    /// The state `save_checkpoint` writes, copied to the host now, to be written on another thread while
-    /// the next steps run (it holds that much host memory until written). `None`, the default: the loop
-    /// calls `save_checkpoint` and waits for it.
+    /// The state `save_checkpoint` writes, copied now (on the host, or on the device for the writer to
+    /// move), to be written on another thread while the next steps run; the copy's memory is held until
+    /// it is written. `None`, the default: the loop calls `save_checkpoint` and waits for it.
     fn checkpoint_image(
         &mut self,
         _progress: &Progress,

@@ -366,7 +366,13 @@ pub fn load_state(dir: &Path, cfg: Config, device: &Device) -> Result<Trainer> {
     let mut state = candle_core::safetensors::load(dir.join(STATE_TENSORS), device)?;
     if !state.contains_key("W_enc") && p.layers == 1 {
         // A checkpoint that keeps the weight matrices only in its SAELens file.
-        let mut saelens = candle_core::safetensors::load(dir.join(SAELENS_TENSORS), device)?;
+        let path = dir.join(SAELENS_TENSORS);
+        if !path.is_file() {
+            return Err(bad(format!(
+                "{SAELENS_TENSORS} is missing, and this checkpoint keeps its weight matrices there"
+            )));
+        }
+        let mut saelens = candle_core::safetensors::load(&path, device)?;
         for name in MATRICES {
             let t = saelens
                 .remove(name)

@@ -68,6 +68,27 @@ fn a_checkpoint_with_the_weights_in_its_training_state_still_resumes() {
 }
 
 #[test]
+fn a_checkpoint_without_its_saelens_file_is_refused_by_name() {
+    let text = synthetic_config("batchtopk", "", 1);
+    let (_a, b, dir) = uninterrupted_and_killed(&text);
+    std::fs::remove_file(dir.join("sae_weights.safetensors")).unwrap();
+    let cfg = b.path().join("cfg.toml");
+    let err = sae::run::train_sae(&sae::run::RunOptions {
+        config: cfg,
+        out: Some(b.path().join("run")),
+        resume: true,
+        ..Default::default()
+    })
+    .err()
+    .expect("a resume without the weights fails")
+    .to_string();
+    assert!(
+        err.contains("sae_weights.safetensors is missing") && err.contains("step-00000006"),
+        "{err}"
+    );
+}
+
+#[test]
 fn training_reduces_loss_and_exports_saelens_layout() {
     let text = synthetic_config("batchtopk", "", 1)
         .replace("steps = 12", "steps = 60")
