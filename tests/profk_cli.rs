@@ -240,6 +240,15 @@ fn params_device_shows_the_plan_of_that_path() -> Result<()> {
         shown["plan"]["p_recall_fail"].as_f64() > Some(0.0),
         "{shown}"
     );
+    // The masked block-selection rows go by the histogram selection on CUDA: no sample to show.
+    let masked = profk_ok(&[
+        "params", "--n", "32768", "--k", "64", "--device", "cuda", "--rows", "8192", "--json",
+    ])?;
+    let shown: serde_json::Value = serde_json::from_slice(&masked.stdout)?;
+    ensure!(
+        shown["plan"].is_null() && shown["histogram"] == "one block per row",
+        "{shown}"
+    );
     let short = profk(&["params", "--n", "4096", "--k", "8", "--device", "cpu"])?;
     ensure!(
         String::from_utf8_lossy(&short.stdout).contains("exact selection without sampling"),

@@ -54,6 +54,7 @@ __device__ __forceinline__ u32 ord_key(u32 b, int mag) {
 template <typename T> struct Ops;
 template <> struct Ops<float> {
   enum { KB = 32, VEC = 4 };
+  static constexpr u32 NEG_INF = 0xff800000u;
   typedef float4 Vec;
   static __device__ __forceinline__ u32 key(float v, int mag) { return ord_key<32, 23>(__float_as_uint(v), mag); }
   static __device__ __forceinline__ bool nan(float v) { return v != v; }
@@ -74,6 +75,7 @@ __device__ __forceinline__ u32 half_lane(const uint4& v, int q) {
 }
 template <> struct Ops<__half> {
   enum { KB = 16, VEC = 8 };
+  static constexpr u32 NEG_INF = 0xfc00u;
   typedef uint4 Vec;
   static __device__ __forceinline__ u32 key(__half v, int mag) { return ord_key<16, 10>(__half_as_ushort(v), mag); }
   static __device__ __forceinline__ bool nan(__half v) { return (__half_as_ushort(v) & 0x7fff) > 0x7c00; }
@@ -86,6 +88,7 @@ template <> struct Ops<__half> {
 };
 template <> struct Ops<__nv_bfloat16> {
   enum { KB = 16, VEC = 8 };
+  static constexpr u32 NEG_INF = 0xff80u;
   typedef uint4 Vec;
   static __device__ __forceinline__ u32 key(__nv_bfloat16 v, int mag) {
     return ord_key<16, 7>(__bfloat16_as_ushort(v), mag);

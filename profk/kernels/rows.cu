@@ -1,74 +1,105 @@
-// Row-wise exact top-k with one block per row, for rows short enough that a block's second read of its
-// row still finds it in L2 (src/cuda/rows.rs says which shapes come here).
+// Row-wise exact top-k by a histogram of the keys and a second read (src/cuda/rows.rs says which
+// shapes come here).
 //
 // Pass 1 streams the row once (16-byte loads) into a histogram of the top 12 bits of every element's
 // key. The bin holding the k-th largest key gives the threshold bin: every element of a higher bin is
-// selected, and the k - above largest of the bin remain to be found. Pass 2 re-reads the row, writes the
-// indices of the higher bins straight out and keeps the bin's elements as (key, index) composites in
-// shared memory; an exact radix selection over them (block_kth) gives the cut. A bin larger than the
-// shared buffer marks the row for the dense fallback (an exact count, so the result is always exact).
-// Ties resolve by the composite: equal keys rank by lower index.
+// selected, and the k - above largest of the bin remain to be found. Pass 2 re-reads the row, last
+// part first (what pass 1 read last is the likeliest still in L2), writes the indices of the higher
+// bins straight out and keeps the bin's elements as (key, index) composites; an exact selection over
+// them gives the cut. A bin larger than the buffer marks the row for the dense fallback (an exact
+// count, so the result is always exact). Ties resolve by the composite: equal keys rank by lower index.
+//
+// Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory, one
+// launch), and rows split over many blocks (rows_split_hist, then rows_split_compact: a histogram and
+// a candidate buffer per row in global memory; the last block to finish a row's part of a pass takes
+// the row's next step), for rows too few to fill the device.
 #include <cub/block/block_scan.cuh>
 #include "block_select.cuh"
 
 #define ROWS_THREADS 256
+// Blocks resident on an SM (64 registers a thread): while one block scans its histogram or selects
+// from its buffer, the others keep the SM's loads in flight.
+#define ROWS_BLOCKS_PER_SM 4
 #define ROWS_BITS 12
 #define ROWS_BINS (1 << ROWS_BITS)
-#define ROWS_CAP (ROWS_THREADS * BS_PER)
+// The threshold bin's elements a block keeps in shared memory, and a split row in global memory.
+#define ROWS_CAP 4096
+#define SPLIT_CAP 16384
 // 16-byte loads each thread keeps in flight per round of a pass.
 #define ROWS_UNROLL 4
+// The top bin holds exactly the NaNs (every NaN has the largest key, +inf's bin is lower).
+#define NAN_BIN (ROWS_BINS - 1)
 
 static_assert(ROWS_BINS * 4 <= ROWS_CAP * 8, "the histogram shares the candidates' buffer");
 
-// Calls f(j, raw bits, valid) for every element of the row, every thread of the block the same number
-// of times (valid = false for padding), so that f may use warp-wide votes. The unaligned head and the
-// tail take one scalar round; the body goes in 16-byte vectors.
-template <typename T, typename F>
-__device__ __forceinline__ void visit_row(const T* row, u64 n, F&& f) {
+// A row's threshold bin, the elements above it and in it.
+struct Cut {
+  u32 bin, above, count;
+};
+
+// Per-row state of a split row (mirrored in src/cuda/rows.rs: SPLIT_ROW_WORDS u32 words, zeroed).
+struct SplitRow {
+  u32 hist[ROWS_BINS];
+  u32 arrived_hist, arrived_compact;
+  u32 bin, above, count;
+  u32 out_fill, cand_fill, pad;
+};
+
+// Calls f(j, raw bits, valid) for every element of p[0..len) (len < 2^32), every thread of the block
+// the same number of times (valid = false for padding), so that f may use warp-wide votes. The
+// unaligned head and the tail take one scalar round; the body goes in 16-byte vectors, in rounds from
+// the last when REV. A warp covers one chunk of each round: it skips chunk (round, warp) when
+// enter(chunk) is false and calls left(chunk) after it.
+template <bool REV, typename T, typename F, typename Enter, typename Left>
+__device__ __forceinline__ void visit_row(const T* p, u64 len, F&& f, Enter&& enter, Left&& left) {
   typedef typename Ops<T>::Vec Vec;
-  const int V = Ops<T>::VEC;
-  const u64 t = threadIdx.x;
-  u64 head = ((16 - ((u64)row & 15)) & 15) / sizeof(T);
-  if (head > n) head = n;
-  const u64 nvec = (n - head) / V;
-  const u64 tail = head + nvec * V;
+  const u32 V = Ops<T>::VEC;
+  const u32 t = threadIdx.x, warps = ROWS_THREADS / 32;
+  u32 head = (u32)(((16 - ((u64)p & 15)) & 15) / sizeof(T));
+  if (head > len) head = (u32)len;
+  const u32 nvec = (u32)((len - head) / V);
+  const u32 tail = head + nvec * V;
   {
-    const u64 m = head + (n - tail);
+    const u32 m = head + ((u32)len - tail);
     const bool valid = t < m;
-    const u64 j = t < head ? t : tail + (t - head);
-    f(j, valid ? Ops<T>::raw1(row[j]) : 0u, valid);
+    const u32 j = t < head ? t : tail + (t - head);
+    f(j, valid ? Ops<T>::raw1(p[j]) : 0u, valid);
   }
-  const Vec* vp = (const Vec*)(row + head);
-  for (u64 b = 0; b < nvec; b += ROWS_UNROLL * ROWS_THREADS) {
+  const Vec* vp = (const Vec*)(p + head);
+  const u32 per_round = ROWS_UNROLL * ROWS_THREADS;
+  const u32 rounds = (nvec + per_round - 1) / per_round;
+  for (u32 i = 0; i < rounds; ++i) {
+    const u32 round = REV ? rounds - 1 - i : i;
+    const u32 chunk = round * warps + t / 32;
+    if (!enter(chunk)) continue;
+    const u32 b = round * per_round;
     Vec w[ROWS_UNROLL];
 #pragma unroll
     for (int u = 0; u < ROWS_UNROLL; ++u) {
-      const u64 v = b + u * ROWS_THREADS + t;
+      const u32 v = b + u * ROWS_THREADS + t;
       if (v < nvec) w[u] = vp[v];
     }
 #pragma unroll
     for (int u = 0; u < ROWS_UNROLL; ++u) {
-      const u64 v = b + u * ROWS_THREADS + t;
+      const u32 v = b + u * ROWS_THREADS + t;
       const bool valid = v < nvec;
 #pragma unroll
-      for (int q = 0; q < V; ++q) f(head + v * V + q, valid ? Ops<T>::raw(w[u], q) : 0u, valid);
+      for (int q = 0; q < (int)V; ++q) f(head + v * V + q, valid ? Ops<T>::raw(w[u], q) : 0u, valid);
     }
+    left(chunk);
   }
 }
 
-// One histogram count per valid lane; a warp whose lanes share a bin (a masked tail, a constant run)
-// adds once instead of 32 conflicting atomics.
-__device__ __forceinline__ void hist_add(u32* h, u32 bin, bool valid) {
-  const u32 b0 = __shfl_sync(0xffffffffu, bin, 0);
-  const u32 live = __ballot_sync(0xffffffffu, valid);
-  if (__all_sync(0xffffffffu, !valid || bin == b0)) {
-    if ((threadIdx.x & 31) == 0 && live) atomicAdd(&h[b0], (u32)__popc(live));
-  } else if (valid) {
-    atomicAdd(&h[bin], 1u);
-  }
+template <bool REV, typename T, typename F>
+__device__ __forceinline__ void visit_row(const T* p, u64 len, F&& f) {
+  visit_row<REV>(p, len, f, [](u32) { return true; }, [](u32) {});
 }
 
-// A slot in a shared array for every lane with `take`, one atomic per warp.
+// Chunks of a row whose largest bin pass 1 records, so that pass 2 skips the chunks below the
+// threshold bin (a masked tail, a quiet stretch): rows of up to 32 rounds.
+#define ROWS_CHUNKS (32 * ROWS_THREADS / 32)
+
+// A slot in an array (shared or global) for every lane with `take`, one atomic per warp.
 __device__ __forceinline__ u32 warp_slot(u32* fill, bool take) {
   const unsigned lane = threadIdx.x & 31;
   const u32 ballot = __ballot_sync(0xffffffffu, take);
@@ -81,114 +112,316 @@ __device__ __forceinline__ u32 warp_slot(u32* fill, bool take) {
   return base + __popc(ballot & ((1u << lane) - 1));
 }
 
+// The bin a row is likeliest to fill with one value (a -inf mask, zeros by magnitude): its elements
+// are counted in registers instead of by conflicting atomics.
+template <typename T>
+__device__ __forceinline__ u32 common_bin(int mag) {
+  return (mag ? 0u : Ops<T>::key_bits(Ops<T>::NEG_INF, 0)) >> (Ops<T>::KB - ROWS_BITS);
+}
+
+// Pass 1: the histogram of p[0..len) added into the shared h; with `chunk_max`, the largest bin of
+// each chunk (ROWS_CHUNKS of them at most) too.
+template <typename T>
+__device__ __forceinline__ void hist_pass(const T* p, u64 len, int mag, u32* h, u32* chunk_max) {
+  const int SHIFT = Ops<T>::KB - ROWS_BITS;
+  const u32 common = common_bin<T>(mag);
+  u32 in_common = 0, top = 0;
+  visit_row<false>(
+      p, len,
+      [&](u32, u32 raw, bool valid) {
+        const u32 bin = Ops<T>::key_bits(raw, mag) >> SHIFT;
+        if (valid) {
+          top = max(top, bin);
+          if (bin == common)
+            ++in_common;
+          else
+            atomicAdd(&h[bin], 1u);
+        }
+      },
+      [](u32) { return true; },
+      [&](u32 chunk) {
+        if (chunk_max) {
+          const u32 m = __reduce_max_sync(0xffffffffu, top);
+          if ((threadIdx.x & 31) == 0 && chunk < ROWS_CHUNKS) chunk_max[chunk] = m;
+        }
+        top = 0;
+      });
+  in_common = __reduce_add_sync(0xffffffffu, in_common);
+  if ((threadIdx.x & 31) == 0 && in_common) atomicAdd(&h[common], in_common);
+}
+
+// The bin of the shared histogram h that holds the k-th largest key, for every thread of the block.
+__device__ __forceinline__ Cut find_cut(const u32* h, u64 k) {
+  typedef cub::BlockScan<u32, ROWS_THREADS> Scan;
+  const int PER = ROWS_BINS / ROWS_THREADS;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ Cut s_cut;
+  // Thread t owns PER consecutive bins from the top.
+  const u32 t = threadIdx.x;
+  u32 mine = 0;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) mine += h[ROWS_BINS - 1 - (t * PER + i)];
+  u32 before;
+  Scan(scan).ExclusiveSum(mine, before);
+  u64 acc = before;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const u32 b = ROWS_BINS - 1 - (t * PER + i);
+    const u32 c = h[b];
+    if (acc < k && acc + c >= k) s_cut = Cut{b, (u32)acc, c};
+    acc += c;
+  }
+  __syncthreads();
+  const Cut cut = s_cut;
+  __syncthreads();
+  return cut;
+}
+
+// The first NaN of p[0..len) (len < 2^32), for every thread of the block; ~0 when none.
+template <typename T>
+__device__ u32 first_nan(const T* p, u64 len) {
+  __shared__ u32 s_first;
+  if (threadIdx.x == 0) s_first = ~0u;
+  __syncthreads();
+  u32 first = ~0u;
+  visit_row<false>(p, len, [&](u32 j, u32 raw, bool valid) {
+    if (valid && Ops<T>::nan_bits(raw) && j < first) first = j;
+  });
+  first = __reduce_min_sync(0xffffffffu, first);
+  if ((threadIdx.x & 31) == 0) atomicMin(&s_first, first);
+  __syncthreads();
+  const u32 r = s_first;
+  __syncthreads();
+  return r;
+}
+
+// Whether a row's selection ends in the threshold bin taken whole (no selection inside it), and
+// whether the bin's elements overflow a buffer of `cap`.
+__device__ __forceinline__ bool whole_bin(const Cut& c, u64 k) { return c.count == (u32)k - c.above; }
+__device__ __forceinline__ bool overflows(const Cut& c, u64 k, u32 cap) {
+  return !whole_bin(c, k) && c.count > cap;
+}
+
+// Pass 2 over p[0..len) (row indices from `base`, rows of n): the higher bins' indices into o through
+// the counter out_fill, the threshold bin's composites into cand through cand_fill (cap slots). Most
+// warps hold neither and skip the votes; with `chunk_max` (from pass 1), chunks below the threshold
+// bin are not read at all.
+template <typename T>
+__device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 n, int mag, int ib,
+                                             const Cut& cut, u64 k, u64* o, u32* out_fill, u64* cand,
+                                             u32* cand_fill, u32 cap, const u32* chunk_max) {
+  const int SHIFT = Ops<T>::KB - ROWS_BITS;
+  const bool whole = whole_bin(cut, k);
+  const u32 take_from = whole ? cut.bin : cut.bin + 1;
+  const u32 keep_bin = whole ? ~0u : cut.bin;
+  auto enter = [&](u32 chunk) { return !chunk_max || chunk >= ROWS_CHUNKS || chunk_max[chunk] >= cut.bin; };
+  auto left = [](u32) {};
+  // The bin's bounds as values: !(x < lo) holds exactly when key(x) >= bin << SHIFT, so one compare
+  // per element decides (x by magnitude when `mag`). Bounds that fall on NaN bit patterns (the bins of
+  // NaN and above +inf) take the key test instead.
+  const float lo = key_value<T>(cut.bin << SHIFT, mag);
+  const float hi = cut.bin + 1 < ROWS_BINS ? key_value<T>((cut.bin + 1) << SHIFT, mag) : __int_as_float(0x7fffffff);
+  auto emit = [&](u32 j, u32 raw, bool take, bool keep) {
+    if (__any_sync(0xffffffffu, take || keep)) {
+      const u32 pos = warp_slot(out_fill, take);
+      if (take && pos < k) o[pos] = base + j;
+      const u32 slot = warp_slot(cand_fill, keep);
+      if (keep && slot < cap) cand[slot] = (u64)composite(Ops<T>::key_bits(raw, mag), base + j, n, ib);
+    }
+  };
+  if (lo == lo && hi == hi) {
+    visit_row<true>(
+        p, len,
+        [&](u32 j, u32 raw, bool valid) {
+          float x = Ops<T>::from_bits(raw);
+          if (mag) x = fabsf(x);
+          const bool above_lo = valid && !(x < lo), below_hi = x < hi;
+          emit(j, raw, above_lo && (whole || !below_hi), !whole && above_lo && below_hi);
+        },
+        enter, left);
+  } else {
+    visit_row<true>(
+        p, len,
+        [&](u32 j, u32 raw, bool valid) {
+          const u32 bin = Ops<T>::key_bits(raw, mag) >> SHIFT;
+          emit(j, raw, valid && bin >= take_from, valid && bin == keep_bin);
+        },
+        enter, left);
+  }
+}
+
+// The rest of a row's output: the k - above largest of the threshold bin's `count` composites
+// (read by ld(i)) into o through out_fill.
+template <int KB, typename Ld>
+__device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 n, int ib, u64* o,
+                                              u32* out_fill) {
+  const u32 t = threadIdx.x, count = cut.count, kleft = (u32)k - cut.above;
+  const u64 low_bits = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
+  if (count <= ROWS_THREADS) {
+    // Few candidates: each one's rank among the others (composites are distinct).
+    if (t < count) {
+      const u64 c = ld(t);
+      u32 rank = 0;
+#pragma unroll 8
+      for (u32 i = 0; i < count; ++i) rank += ld(i) > c;
+      if (rank < kleft) {
+        const u32 pos = atomicAdd(out_fill, 1u);
+        if (pos < k) o[pos] = n - 1 - (c & low_bits);
+      }
+    }
+    return;
+  }
+  // Every candidate shares the bin's bits: the radix selection starts below them.
+  const int hi = KB - ROWS_BITS + ib;
+  const u64 tau = block_kth_with<ROWS_THREADS>(
+      [&](auto f) {
+        for (u32 i = t; i < count; i += ROWS_THREADS) f(ld(i));
+      },
+      kleft, hi, (u64)cut.bin << hi, true);
+  for (u32 i = t; i < count; i += ROWS_THREADS) {
+    const u64 c = ld(i);
+    if (c >= tau) {
+      const u32 pos = atomicAdd(out_fill, 1u);
+      if (pos < k) o[pos] = n - 1 - (c & low_bits);
+    }
+  }
+}
+
+// Reports a row's NaN to the call's record (block-uniform `nans`; thread 0 writes).
+template <typename T>
+__device__ void report_nan(const T* row, u64 n, u64 r, u32 nans, Global* g) {
+  const u32 first = first_nan(row, n);
+  if (threadIdx.x == 0) {
+    atomicAdd(&g->nan_count, (u64)nans);
+    atomicMax(&g->nan_first, ~(r * n + first));  // stored inverted: zero means none
+  }
+}
+
+// One block per row.
 template <typename T>
 __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out,
                           RowRun* run, Global* g) {
-  typedef cub::BlockScan<u32, ROWS_THREADS> Scan;
-  const int KB = Ops<T>::KB;
-  const int SHIFT = KB - ROWS_BITS;
-  const int PER = ROWS_BINS / ROWS_THREADS;
   __shared__ union {
     u32 hist[ROWS_BINS];
     u64 cand[ROWS_CAP];
   } sm;
-  __shared__ typename Scan::TempStorage scan;
-  __shared__ u32 s_bin, s_above, s_count, s_out, s_cand;
+  __shared__ u32 s_out, s_cand;
+  __shared__ u32 chunk_max[ROWS_CHUNKS];
   const u32 t = threadIdx.x;
   for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * n;
     for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.hist[i] = 0;
     if (t == 0) s_out = s_cand = 0;
     __syncthreads();
-
-    // Pass 1: the histogram, and the NaN count when NaN is an error.
-    u64 nan_count = 0, nan_first = ~0ull;
-    visit_row(row, n, [&](u64 j, u32 raw, bool valid) {
-      hist_add(sm.hist, Ops<T>::key_bits(raw, mag) >> SHIFT, valid);
-      if (count_nan && valid && Ops<T>::nan_bits(raw)) {
-        ++nan_count;
-        if (j < nan_first) nan_first = j;
-      }
-    });
-    if (nan_count) {
-      atomicAdd(&g->nan_count, nan_count);
-      atomicMax(&g->nan_first, ~(r * n + nan_first));  // stored inverted: zero means none
-    }
+    hist_pass(row, n, mag, sm.hist, chunk_max);
     __syncthreads();
-
-    // The bin holding the k-th largest: thread t owns PER consecutive bins from the top.
-    u32 mine = 0;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) mine += sm.hist[ROWS_BINS - 1 - (t * PER + i)];
-    u32 before;
-    Scan(scan).ExclusiveSum(mine, before);
-    u64 acc = before;
-#pragma unroll
-    for (int i = 0; i < PER; ++i) {
-      const u32 b = ROWS_BINS - 1 - (t * PER + i);
-      const u32 c = sm.hist[b];
-      if (acc < k && acc + c >= k) {
-        s_bin = b;
-        s_above = (u32)acc;
-        s_count = c;
-      }
-      acc += c;
-    }
-    __syncthreads();
-    const u32 tbin = s_bin, count = s_count;
-    const u32 kleft = (u32)k - s_above;
-    // The bin taken whole needs no selection (k = n among others); a bin over the buffer falls back.
-    const bool whole = count == kleft;
-    if (!whole && count > ROWS_CAP) {
+    const u32 nans = count_nan ? sm.hist[NAN_BIN] : 0;
+    const Cut cut = find_cut(sm.hist, k);
+    if (nans) report_nan(row, n, r, nans, g);
+    if (overflows(cut, k, ROWS_CAP)) {
       if (t == 0) run[r].status = ROW_FALLBACK;
       __syncthreads();
       continue;
     }
-
-    // Pass 2: the higher bins go out, the threshold bin's elements into the buffer.
     u64* o = out + r * k;
-    visit_row(row, n, [&](u64 j, u32 raw, bool valid) {
-      const u32 key = Ops<T>::key_bits(raw, mag);
-      const u32 bin = key >> SHIFT;
-      const bool take = valid && (bin > tbin || (whole && bin == tbin));
-      const bool keep = valid && !whole && bin == tbin;
-      const u32 pos = warp_slot(&s_out, take);
-      if (take && pos < k) o[pos] = j;
-      const u32 slot = warp_slot(&s_cand, keep);
-      if (keep && slot < ROWS_CAP) sm.cand[slot] = (u64)composite(key, j, n, ib);
-    });
+    compact_pass(row, n, 0, n, mag, ib, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP, chunk_max);
     __syncthreads();
-
-    if (!whole) {
-      u64 c[BS_PER];
-#pragma unroll
-      for (int p = 0; p < BS_PER; ++p) {
-        const u32 i = t + p * ROWS_THREADS;
-        c[p] = i < count ? sm.cand[i] : 0;
-      }
-      const u64 tau = block_kth<ROWS_THREADS>(c, count, kleft, KB + ib);
-      const u64 mask = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
-#pragma unroll
-      for (int p = 0; p < BS_PER; ++p) {
-        const u32 i = t + p * ROWS_THREADS;
-        if (i < count && c[p] >= tau) {
-          const u32 pos = atomicAdd(&s_out, 1u);
-          if (pos < k) o[pos] = n - 1 - (c[p] & mask);
-        }
-      }
-    }
+    if (!whole_bin(cut, k)) select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, o, &s_out);
     if (t == 0) run[r].status = ROW_OK;
     __syncthreads();
   }
 }
 
-#define ROWS_KERNEL(SUF, T)                                                                          \
-  extern "C" __global__ void __launch_bounds__(ROWS_THREADS)                                         \
-      rows_topk_##SUF(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out,   \
-                      RowRun* run, Global* g) {                                                      \
-    rows_topk<T>(x, n, rows, k, mag, ib, count_nan, out, run, g);                                    \
+// Whether this block is the last of `parts` to arrive at a row's counter (after its writes are
+// visible), for every thread of the block.
+__device__ __forceinline__ bool last_to_arrive(u32* counter, u32 parts) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == parts - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
+// Split rows, pass 1: part c of row r (items r * parts + c, parts of `part` elements) into the row's
+// histogram; the last part of a row finds its cut (a row that overflows the buffer is marked for the
+// dense fallback) and reports its NaN.
+template <typename T>
+__device__ void rows_split_hist(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,
+                                int count_nan, SplitRow* st, RowRun* run, Global* g) {
+  __shared__ u32 h[ROWS_BINS];
+  const u32 t = threadIdx.x;
+  for (u64 item = blockIdx.x; item < rows * parts; item += gridDim.x) {
+    const u64 r = item / parts, c = item % parts;
+    const u64 from = c * part, len = min(part, n - from);
+    for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) h[i] = 0;
+    __syncthreads();
+    hist_pass(x + r * n + from, len, mag, h, nullptr);
+    __syncthreads();
+    SplitRow& s = st[r];
+    for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS)
+      if (h[i]) atomicAdd(&s.hist[i], h[i]);
+    if (last_to_arrive(&s.arrived_hist, parts)) {
+      for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) h[i] = __ldcg(&s.hist[i]);
+      __syncthreads();
+      const u32 nans = count_nan ? h[NAN_BIN] : 0;
+      const Cut cut = find_cut(h, k);
+      if (nans) report_nan(x + r * n, n, r, nans, g);
+      if (t == 0) {
+        s.bin = cut.bin;
+        s.above = cut.above;
+        s.count = cut.count;
+        if (overflows(cut, k, SPLIT_CAP)) run[r].status = ROW_FALLBACK;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Split rows, pass 2, items in reverse order (the last read first): part c of row r into the row's
+// output and candidates; the last part of a row selects inside its threshold bin.
+template <typename T>
+__device__ void rows_split_compact(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,
+                                   int ib, SplitRow* st, u64* cand, u64* out, RowRun* run) {
+  const u64 items = rows * parts;
+  for (u64 i = blockIdx.x; i < items; i += gridDim.x) {
+    const u64 item = items - 1 - i;
+    const u64 r = item / parts, c = item % parts;
+    if (__ldcg(&run[r].status) == ROW_FALLBACK) continue;
+    SplitRow& s = st[r];
+    const Cut cut{__ldcg(&s.bin), __ldcg(&s.above), __ldcg(&s.count)};
+    const u64 from = c * part, len = min(part, n - from);
+    u64* o = out + r * k;
+    u64* rc = cand + r * SPLIT_CAP;
+    compact_pass(x + r * n + from, len, from, n, mag, ib, cut, k, o, &s.out_fill, rc, &s.cand_fill,
+                 SPLIT_CAP, nullptr);
+    if (last_to_arrive(&s.arrived_compact, parts)) {
+      if (!whole_bin(cut, k))
+        select_in_bin<Ops<T>::KB>([&](u32 j) { return __ldcg(rc + j); }, cut, k, n, ib, o, &s.out_fill);
+      if (threadIdx.x == 0) run[r].status = ROW_OK;
+    }
+    __syncthreads();
+  }
+}
+
+#define ROWS_KERNELS(SUF, T)                                                                        \
+  extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
+      rows_topk_##SUF(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out, \
+                      RowRun* run, Global* g) {                                                    \
+    rows_topk<T>(x, n, rows, k, mag, ib, count_nan, out, run, g);                                  \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
+      rows_split_hist_##SUF(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,      \
+                            int count_nan, SplitRow* st, RowRun* run, Global* g) {                 \
+    rows_split_hist<T>(x, n, rows, part, parts, k, mag, count_nan, st, run, g);                    \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
+      rows_split_compact_##SUF(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,   \
+                               int ib, SplitRow* st, u64* cand, u64* out, RowRun* run) {           \
+    rows_split_compact<T>(x, n, rows, part, parts, k, mag, ib, st, cand, out, run);                \
   }
 
-ROWS_KERNEL(f32, float)
-ROWS_KERNEL(f16, __half)
-ROWS_KERNEL(bf16, __nv_bfloat16)
+ROWS_KERNELS(f32, float)
+ROWS_KERNELS(f16, __half)
+ROWS_KERNELS(bf16, __nv_bfloat16)

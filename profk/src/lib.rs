@@ -17,6 +17,7 @@ pub mod select;
 pub use accumulate::{accumulate, topk_accumulate, Accumulation, FlatSpans};
 pub use error::{Error, Result};
 pub use options::{Mode, NanPolicy, Order, Selector, TopKOptions};
+pub use select::histogram::{gpu_histogram_path, HistogramPath};
 pub use select::{
     cpu_params_for, cpu_plan_for, gpu_params_for, gpu_plan_for, plan_for, topk, topk_gather,
     topk_with_plan, Plan, SelectStats, TopK, MAX_ATTEMPTS,

@@ -31,6 +31,10 @@ pub struct ParamsArgs {
     /// Rows of the call, with --device.
     #[arg(long, default_value_t = 1, value_parser = parse_count, requires = "device")]
     rows: u64,
+    /// SMs of the GPU, with --device cuda (the H200 has 132): whether the rows fill the device
+    /// decides between the histogram selection and sampling.
+    #[arg(long, default_value_t = 132, requires = "device")]
+    sms: u32,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -90,14 +94,22 @@ fn run_device(args: &ParamsArgs, device: PlanDevice) -> anyhow::Result<()> {
         ..TopKOptions::default()
     };
     let row_eps = call.row_budget(rows);
-    let plan = match device {
-        PlanDevice::Cpu => profk::cpu_params_for(n, k, row_eps)?,
-        PlanDevice::Cuda => profk::gpu_params_for(n, k, row_eps, rows)?,
+    // f32 elements: the histogram selection takes a call by its bytes as well as its shape.
+    let histogram = match device {
+        PlanDevice::Cpu => None,
+        PlanDevice::Cuda => profk::gpu_histogram_path(args.rows, args.n, args.k, 4, args.sms),
+    };
+    let plan = match (device, histogram) {
+        (_, Some(_)) => None,
+        (PlanDevice::Cpu, None) => profk::cpu_params_for(n, k, row_eps)?,
+        (PlanDevice::Cuda, None) => profk::gpu_params_for(n, k, row_eps, rows)?,
     };
     if args.json {
-        // The call, the budget of one row and the plan (null: exact selection without sampling).
+        // The call, the budget of one row and the plan (null: exact selection without sampling,
+        // by the histogram selection when "histogram" names its layout).
         let shown = serde_json::json!({
             "device": device.name(), "rows": rows, "row_eps": row_eps, "plan": plan,
+            "histogram": histogram.map(|h| h.name()),
         });
         println!("{shown}");
         return Ok(());
@@ -109,9 +121,18 @@ fn run_device(args: &ParamsArgs, device: PlanDevice) -> anyhow::Result<()> {
     println!("device         {path}");
     println!("rows           {rows}");
     println!("eps per row    {row_eps:e}");
-    match plan {
-        Some(p) => print_table(&p, "exact (Theorem 4) for the sample size of this path"),
-        None => {
+    match (plan, histogram) {
+        (_, Some(h)) => {
+            println!("n              {n}");
+            println!("k              {k}");
+            println!(
+                "plan           histogram selection, {} (f32 on {} SMs): exact, no sample, no redraw",
+                h.name(),
+                args.sms
+            );
+        }
+        (Some(p), None) => print_table(&p, "exact (Theorem 4) for the sample size of this path"),
+        (None, None) => {
             println!("n              {n}");
             println!("k              {k}");
             println!(

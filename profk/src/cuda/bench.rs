@@ -394,15 +394,26 @@ pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
     Ok(())
 }
 
-/// The row-wise shapes: the batched rows and the masked block-selection rows.
+/// The row-wise shapes (the batched rows and the masked block-selection rows), then few rows
+/// small enough for the split histogram path: single rows of 2^20 to 2^24 at k = 8192, and 16 x 2^20.
 pub fn row_cases() -> Vec<Case> {
     let mut v = batched_rows(&[(1024, 18), (128, 20)]);
     v.extend(masked_rows());
+    v.extend([20, 22, 24].map(|lg: u32| {
+        case(
+            format!("2^{lg}"),
+            vec![1 << lg],
+            8192,
+            Mode::Rowwise,
+            Dist::Normal,
+        )
+    }));
+    v.extend(batched_rows(&[(16, 20)]));
     v
 }
 
-/// Prof-K on the [`row_cases`] in both output orders, with the one-block-per-row kernel where it
-/// serves and with the sampled path (`skip::ROWS`), beside the read floor.
+/// Prof-K on the [`row_cases`] in both output orders: the default path, the one-block-per-row kernel
+/// (`skip::ROW_KERNEL`) and the sampled path (`skip::ROWS`), beside the read floor.
 pub fn run_rows(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
     table_head(
         out,
@@ -418,7 +429,12 @@ pub fn run_rows(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
                 order,
                 ..Default::default()
             };
-            for (path, mask) in [("default", 0), ("sampled", super::skip::ROWS)] {
+            let paths = [
+                ("default", 0),
+                ("row kernel", super::skip::ROW_KERNEL),
+                ("sampled", super::skip::ROWS),
+            ];
+            for (path, mask) in paths {
                 let (ms, _, aux) = super::skip::with(mask, || time(&xs, c.k, &opts, 30))?;
                 writeln!(
                     out,

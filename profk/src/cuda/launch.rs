@@ -204,6 +204,7 @@ impl Drop for Arena {
     }
 }
 
+#[derive(Clone, Copy)]
 pub enum Arg {
     U64(u64),
     I32(i32),

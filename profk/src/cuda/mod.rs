@@ -53,6 +53,9 @@ pub mod skip {
     pub const WIDE: u32 = 16;
     /// Not a skip: take the sampled path where the one-block-per-row kernel would run, to time both.
     pub const ROWS: u32 = 32;
+    /// Not a skip: take the one-block-per-row kernel on any shape whose composites fit 64 bits, to
+    /// time it where the default leaves it.
+    pub const ROW_KERNEL: u32 = 64;
     #[cfg(feature = "bench")]
     thread_local!(static SKIP: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
     /// Runs `f` with the given stages left out of every call on this thread.
@@ -226,15 +229,15 @@ fn index_bits(n: u64) -> u32 {
 }
 
 /// The call on `x`; with `acc`, `x` is the flat residual and the accumulation is applied first: fused
-/// into Prof-K's first attempt when it samples, else as a pass of its own. With `row_kernel`, Prof-K
-/// on a shape that [`rows::fits`] takes the one-block-per-row kernel instead of its plan.
+/// into Prof-K's first attempt when it samples, else as a pass of its own. With `histogram_allowed`,
+/// Prof-K on a shape that [`rows::path`] takes goes by the histogram selection instead of its plan.
 fn topk_deferred_spec(
     x: &Tensor,
     spec: &RowsSpec,
     opts: &TopKOptions,
     plan: Option<Plan>,
     acc: Option<&abi::AccArgs>,
-    row_kernel: bool,
+    histogram_allowed: bool,
 ) -> Result<Deferred> {
     let started = Instant::now();
     let Device::Cuda(dev) = x.device() else {
@@ -279,12 +282,16 @@ fn topk_deferred_spec(
         record_ptr + (spec.rows * ROW_RUN_BYTES) as u64,
         GLOBAL_BYTES,
     );
-    let row_kernel = row_kernel
+    let histogram = if histogram_allowed
         && acc.is_none()
         && opts.selector == Selector::Profk
         && !skip::has(skip::ROWS)
-        && rows::fits(&shape, k, arena.sms);
-    let plan = if opts.selector == Selector::Profk && !row_kernel {
+    {
+        rows::path(&shape, k, arena.sms)
+    } else {
+        None
+    };
+    let plan = if opts.selector == Selector::Profk && histogram.is_none() {
         plan
     } else {
         None
@@ -301,16 +308,23 @@ fn topk_deferred_spec(
             Tensor::zeros(out, DType::I64, x.device())?,
         )
     } else {
-        let slots = match (opts.selector, plan) {
-            _ if row_kernel => {
-                let count_nan = opts.nan == NanPolicy::Error;
-                rows::select(&mut arena, &input, &shape, k, count_nan, &run, &global)?
+        let slots = match (opts.selector, plan, histogram) {
+            (_, _, Some(path)) => {
+                let call = rows::Call {
+                    input: &input,
+                    shape: &shape,
+                    k,
+                    count_nan: opts.nan == NanPolicy::Error,
+                    run: &run,
+                    global: &global,
+                };
+                rows::select(&mut arena, &call, path)?
             }
-            (Selector::Sort, _) => {
+            (Selector::Sort, _, _) => {
                 nan_scan(&arena, &input, &shape, opts, &global)?;
                 sort_baseline(&mut arena, &input, &shape, k)?
             }
-            (Selector::Profk, Some(p)) => {
+            (Selector::Profk, Some(p), _) => {
                 profk(&mut arena, &input, &shape, k, opts, p, &run, &global, fused)?
             }
             _ => {

@@ -1,71 +1,81 @@
-//! Row-wise selection with one block per row (kernels/rows.cu): a histogram pass, a pass that keeps
-//! the threshold bin in shared memory and an exact selection over it, for many rows or short ones.
-//! Rows whose threshold bin overflows the shared buffer go to the dense radix selection, on the
-//! device, in the same call.
+//! Row-wise selection by a histogram of the keys (kernels/rows.cu): a pass into a histogram of the
+//! top key bits, a second read that writes the higher bins out and keeps the threshold bin's elements,
+//! and an exact selection over those. Many rows go one block per row, in one launch, with the
+//! histogram and the bin in shared memory; a few long rows are split over every SM, with a histogram
+//! and a candidate buffer per row in global memory, in two launches. Rows whose threshold bin
+//! overflows its buffer go to the dense radix selection, on the device, in the same call.
 use super::abi::{RowList, ROW_FALLBACK};
 use super::launch::{Arena, Arg, Dev};
 use super::module::Family;
 use super::select::{SelState, Selection, Source};
-use super::{Input, Shape};
-use crate::Result;
+use super::{skip, Input, Shape};
+use crate::select::histogram::forced_histogram_path;
+use crate::{gpu_histogram_path, HistogramPath, Result};
 
-/// Longest row the kernel takes. A block reads its row twice; the second read comes from L2 while
-/// the rows in flight (two or more per SM) fit in it, which holds up to rows of 2^15 f32 on the
-/// H200's 50 MB. Measured on the H200 (2026-12-01, `profk bench --device cuda --row-shapes`), the kernel
-/// as it stands is slower than the sampled path on rows of 2^15 and more (masked 8192×32768, k = 64:
-/// 2.09 ms against 1.41; 1024×2^18: 1.59 against 0.70), so it serves only the short rows below.
-pub const MAX_N: u64 = SHORT_N;
-/// Rows this short take the kernel even when they are few: one block reads such a row in about a
-/// microsecond, less than one of the launches the other paths chain.
-pub const SHORT_N: u64 = 1 << 14;
-/// Threads of a block and elements of its shared buffer (kernels/rows.cu).
+/// Threads of a block and blocks resident on an SM (kernels/rows.cu).
 const THREADS: u32 = 256;
-/// Bytes of rows a launch keeps in flight: most of them are still in L2 for the second pass.
-const IN_FLIGHT_BYTES: u64 = 32 << 20;
+const BLOCKS_PER_SM: u64 = 4;
+/// A split row's state (kernels/rows.cu `SplitRow`: a 4096-bin histogram and eight counters, u32
+/// words) and the threshold bin's elements it keeps.
+const SPLIT_ROW_WORDS: usize = 4096 + 8;
+const SPLIT_CAP: usize = 16384;
+/// Shortest part of a split row one block reads.
+const MIN_PART: u64 = 4096;
 
-/// Whether the row kernel serves this shape: rows up to [`MAX_N`], enough of them to fill the device
-/// (or rows short enough that one block finishes them quickly), composites of at most 64 bits.
-pub fn fits(shape: &Shape, k: u64, sms: u32) -> bool {
-    k > 0
-        && shape.n <= MAX_N
-        && shape.kb + shape.ib <= 64
-        && (shape.rows >= u64::from(sms) || shape.n <= SHORT_N)
+/// The histogram path of this call, if it takes one ([`gpu_histogram_path`]; any shape whose
+/// composites fit 64 bits under the benchmarks' `skip::ROW_KERNEL`).
+pub fn path(shape: &Shape, k: u64, sms: u32) -> Option<HistogramPath> {
+    let bytes = u64::from(shape.kb / 8);
+    if skip::has(skip::ROW_KERNEL) && k > 0 && shape.kb + shape.ib <= 64 {
+        return Some(forced_histogram_path(shape.rows, shape.n, sms));
+    }
+    gpu_histogram_path(shape.rows, shape.n, k, bytes, sms)
+}
+
+/// Blocks a launch keeps resident per SM; benchmarks may set fewer (`PROFK_ROWS_PER_SM`) to trade
+/// loads in flight against the second pass's hits in L2.
+fn blocks_per_sm() -> u64 {
+    #[cfg(feature = "bench")]
+    if let Some(b) = std::env::var("PROFK_ROWS_PER_SM")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        return b.clamp(1, BLOCKS_PER_SM);
+    }
+    BLOCKS_PER_SM
+}
+
+/// One histogram selection: the input, its rows, k, and the call's records (`run` gets each row's
+/// status; the NaN count goes to `global` when `count_nan`).
+pub struct Call<'a> {
+    pub input: &'a Input,
+    pub shape: &'a Shape,
+    pub k: u64,
+    pub count_nan: bool,
+    pub run: &'a Dev<u8>,
+    pub global: &'a Dev<u8>,
 }
 
 /// Queues the selection of every row: k row-local indices per row (any order) in the returned
-/// slots. `run` gets each row's status; the NaN count goes to `global` when `count_nan`.
-pub fn select(
-    arena: &mut Arena,
-    input: &Input,
-    shape: &Shape,
-    k: u64,
-    count_nan: bool,
-    run: &Dev<u8>,
-    global: &Dev<u8>,
-) -> Result<Dev<u64>> {
+/// slots.
+pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev<u64>> {
+    let Call {
+        input,
+        shape,
+        k,
+        run,
+        ..
+    } = *call;
     let rows = shape.rows as usize;
     let out = arena.alloc::<u64>(rows * k as usize)?;
-    let row_bytes = shape.n * u64::from(shape.kb / 8);
-    let per_sm = (IN_FLIGHT_BYTES / (u64::from(arena.sms) * row_bytes.max(1))).clamp(2, 8);
-    let grid = shape.rows.clamp(1, per_sm * u64::from(arena.sms));
-    arena.launch_args(
-        Family::Rows,
-        &format!("rows_topk_{}", input.suffix),
-        grid,
-        THREADS,
-        &[
-            Arg::U64(input.ptr),
-            Arg::U64(shape.n),
-            Arg::U64(shape.rows),
-            Arg::U64(k),
-            Arg::I32(input.mag as i32),
-            Arg::I32(shape.ib as i32),
-            Arg::I32(count_nan as i32),
-            Arg::U64(out.ptr),
-            Arg::U64(run.ptr),
-            Arg::U64(global.ptr),
-        ],
-    )?;
+    let resident = blocks_per_sm() * u64::from(arena.sms);
+    match path {
+        HistogramPath::OneBlockPerRow => one_block_per_row(arena, call, &out, resident)?,
+        HistogramPath::Split => split_rows(arena, call, &out, resident)?,
+    }
+    if skip::has(skip::FALLBACK) {
+        return Ok(out);
+    }
     // The rows that fell back (a threshold bin over the buffer: heavy ties), exactly on the dense
     // input; the launches skip every other row.
     let lists = arena.alloc::<u32>(3 * rows)?;
@@ -88,4 +98,127 @@ pub fn select(
     fallback.threshold_from_init(&Source::Dense, true)?;
     fallback.compact(&Source::Dense, &out, k, run)?;
     Ok(out)
+}
+
+/// One block per row, one launch (`rows_topk`).
+fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> Result<()> {
+    let Call {
+        input,
+        shape,
+        k,
+        count_nan,
+        run,
+        global,
+    } = *call;
+    arena.launch_args(
+        Family::Rows,
+        &format!("rows_topk_{}", input.suffix),
+        shape.rows.clamp(1, resident),
+        THREADS,
+        &[
+            Arg::U64(input.ptr),
+            Arg::U64(shape.n),
+            Arg::U64(shape.rows),
+            Arg::U64(k),
+            Arg::I32(input.mag as i32),
+            Arg::I32(shape.ib as i32),
+            Arg::I32(count_nan as i32),
+            Arg::U64(out.ptr),
+            Arg::U64(run.ptr),
+            Arg::U64(global.ptr),
+        ],
+    )
+}
+
+/// Rows split into parts over every resident block, two launches (`rows_split_hist`,
+/// `rows_split_compact`) sharing a zeroed state and a candidate buffer per row.
+fn split_rows(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> Result<()> {
+    let Call {
+        input,
+        shape,
+        k,
+        count_nan,
+        run,
+        global,
+    } = *call;
+    let rows = shape.rows as usize;
+    let (part, parts) = split(shape.n, shape.rows, resident);
+    let state = arena.zeros::<u32>(rows * SPLIT_ROW_WORDS)?;
+    let cand = arena.alloc::<u64>(rows * SPLIT_CAP)?;
+    let grid = (shape.rows * parts).clamp(1, resident);
+    let common = [
+        Arg::U64(input.ptr),
+        Arg::U64(shape.n),
+        Arg::U64(shape.rows),
+        Arg::U64(part),
+        Arg::U32(parts as u32),
+        Arg::U64(k),
+        Arg::I32(input.mag as i32),
+    ];
+    let mut hist = common.to_vec();
+    hist.extend([
+        Arg::I32(count_nan as i32),
+        Arg::U64(state.ptr),
+        Arg::U64(run.ptr),
+        Arg::U64(global.ptr),
+    ]);
+    arena.launch_args(
+        Family::Rows,
+        &format!("rows_split_hist_{}", input.suffix),
+        grid,
+        THREADS,
+        &hist,
+    )?;
+    let mut compact = common.to_vec();
+    compact.extend([
+        Arg::I32(shape.ib as i32),
+        Arg::U64(state.ptr),
+        Arg::U64(cand.ptr),
+        Arg::U64(out.ptr),
+        Arg::U64(run.ptr),
+    ]);
+    arena.launch_args(
+        Family::Rows,
+        &format!("rows_split_compact_{}", input.suffix),
+        grid,
+        THREADS,
+        &compact,
+    )
+}
+
+/// Part length (a multiple of 64 elements, so that every part of an aligned row starts aligned) and
+/// parts per row, so that the rows' parts make about one per resident block.
+fn split(n: u64, rows: u64, resident: u64) -> (u64, u64) {
+    let want = resident.div_ceil(rows.max(1)).max(1);
+    let part = n.div_ceil(want).next_multiple_of(64).max(MIN_PART);
+    (part, n.div_ceil(part).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split;
+
+    #[test]
+    fn parts_cover_the_row_and_fill_the_device() {
+        for (n, rows) in [
+            (1u64 << 24, 1u64),
+            (1 << 20, 16),
+            (100_003, 3),
+            (5000, 1),
+            (1, 1),
+        ] {
+            let (part, parts) = split(n, rows, 528);
+            assert!(part % 64 == 0 && part >= 4096, "{n} x {rows}: part {part}");
+            assert!(
+                part * parts >= n && part * (parts - 1) < n,
+                "{n} x {rows}: {part} x {parts}"
+            );
+            if n >= 4096 * 528 {
+                assert!(
+                    rows * parts >= 528 && rows * parts < 528 + 2 * rows,
+                    "{n} x {rows}: {parts}"
+                );
+            }
+        }
+    }
 }

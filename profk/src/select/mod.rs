@@ -7,6 +7,7 @@
 
 mod baselines;
 pub(crate) mod cpu;
+pub mod histogram;
 mod key;
 
 use crate::params::{self, Method};

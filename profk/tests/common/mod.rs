@@ -612,18 +612,21 @@ pub fn gather(dev: &Device) -> Result<()> {
 }
 
 /// A batch of many short rows and a batch of long rows agree with the reference (the two ways of
-/// parallelizing).
+/// parallelizing). The long rows are sampled on the CPU; on CUDA so few rows of this size are split
+/// over the SMs by the histogram selection, which samples nothing.
 pub fn many_rows(dev: &Device) -> Result<()> {
     let x = tensor(&normal(512 * 257, 41), &[512, 257], DType::BF16, dev)?;
     check(&x, 16, &TopKOptions::default())?;
     let n = 4 * profk::select::PROFK_MIN_N;
     let long = tensor(&normal(6 * n, 42), &[6, n], DType::F32, dev)?;
     let got = check(&long, 32, &TopKOptions::default())?;
-    ensure!(
-        got.stats.rows == 6 && got.stats.exact_rows == 0 && got.stats.attempts >= 1,
-        "{:?}",
-        got.stats
-    );
+    let s = &got.stats;
+    let path_ok = if dev.is_cuda() {
+        s.exact_rows == 6 && s.attempts == 0 && !s.fell_back
+    } else {
+        s.exact_rows == 0 && s.attempts >= 1
+    };
+    ensure!(s.rows == 6 && path_ok, "{s:?}");
     Ok(())
 }
 
