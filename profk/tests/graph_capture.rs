@@ -82,11 +82,11 @@ fn selection_replays_inside_a_captured_graph() -> Result<()> {
         mode: Mode::Flat,
         ..TopKOptions::default()
     };
-    // One long row (the sampled path), batched rows, short rows (the one-block-per-row kernel), a
-    // flat selection across rows.
+    // One long row (split over the SMs by the histogram selection), batched long rows (the sampled
+    // path), short rows (one block per row), a flat selection across rows.
     for (rows, n, k, opts) in [
         (1, 1 << 20, 1024, &rowwise),
-        (64, 1 << 16, 64, &by_index),
+        (256, 1 << 16, 64, &by_index),
         (512, 4096, 32, &by_index),
         (256, 1 << 12, 2048, &flat),
     ] {

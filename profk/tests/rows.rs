@@ -1,7 +1,8 @@
-//! Row-wise selection at the shapes of the one-block-per-row CUDA kernel (short rows at any count, up to
-//! 2^18 with many rows), against the full-sort reference on every device: random and adversarial rows,
-//! f32/bf16/f16, both orders, by value and by magnitude, k from 0 to n, unaligned rows, and rows
-//! whose threshold bin is too large for the kernel's buffer (the dense fallback in the same call).
+//! Row-wise selection at the shapes of the CUDA histogram selection (short rows at any count, rows of
+//! up to 2^15 that fill the device, few rows split over the SMs), against the full-sort reference on
+//! every device: random and adversarial rows, f32/bf16/f16, both orders, by value and by magnitude, k
+//! from 0 to n, unaligned rows, and rows whose threshold bin is too large for the kernel's buffer (the
+//! dense fallback in the same call).
 mod common;
 
 use anyhow::{ensure, Context, Result};

@@ -23,8 +23,9 @@ pub struct CudaBenchArgs {
     /// Time only Prof-K on the shapes of the peer comparison (bench/topk_peers.sh).
     #[arg(long)]
     pub peers: bool,
-    /// Time only the row-wise shapes (1024x2^18, 128x2^20, masked 8192x32768), in both output
-    /// orders, with the one-block-per-row kernel and with the sampled path.
+    /// Time only the row-wise shapes (1024x2^18, 128x2^20, masked 8192x32768, then few rows of 2^20
+    /// to 2^24), in both output orders, by the default path, the histogram selection and the sampled
+    /// path.
     #[arg(long)]
     pub row_shapes: bool,
     /// Only the checks, no timing table.
