@@ -12,7 +12,7 @@
 // Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory, one
 // launch), and rows split over many blocks (rows_split_hist, then rows_split_compact: a histogram and
 // a candidate buffer per row in global memory; the last block to finish a row's part of a pass takes
-// the row's next step), for rows too few to fill the device.
+// the row's next step: block_any_last), for rows too few to fill the device.
 #include <cub/block/block_scan.cuh>
 #include "block_select.cuh"
 
@@ -332,18 +332,6 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
   }
 }
 
-// Whether this block is the last of `parts` to arrive at a row's counter (after its writes are
-// visible), for every thread of the block.
-__device__ __forceinline__ bool last_to_arrive(u32* counter, u32 parts) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == parts - 1;
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
 // Split rows, pass 1: part c of row r (items r * parts + c, parts of `part` elements) into the row's
 // histogram; the last part of a row finds its cut (a row that overflows the buffer is marked for the
 // dense fallback) and reports its NaN.
@@ -362,7 +350,7 @@ __device__ void rows_split_hist(const T* x, u64 n, u64 rows, u64 part, u32 parts
     SplitRow& s = st[r];
     for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS)
       if (h[i]) atomicAdd(&s.hist[i], h[i]);
-    if (last_to_arrive(&s.arrived_hist, parts)) {
+    if (block_any_last(&s.arrived_hist, parts)) {
       for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) h[i] = __ldcg(&s.hist[i]);
       __syncthreads();
       const u32 nans = count_nan ? h[NAN_BIN] : 0;
@@ -396,7 +384,7 @@ __device__ void rows_split_compact(const T* x, u64 n, u64 rows, u64 part, u32 pa
     u64* rc = cand + r * SPLIT_CAP;
     compact_pass(x + r * n + from, len, from, n, mag, ib, cut, k, o, &s.out_fill, rc, &s.cand_fill,
                  SPLIT_CAP, nullptr);
-    if (last_to_arrive(&s.arrived_compact, parts)) {
+    if (block_any_last(&s.arrived_compact, parts)) {
       if (!whole_bin(cut, k))
         select_in_bin<Ops<T>::KB>([&](u32 j) { return __ldcg(rc + j); }, cut, k, n, ib, o, &s.out_fill);
       if (threadIdx.x == 0) run[r].status = ROW_OK;

@@ -94,7 +94,7 @@ fn run_device(args: &ParamsArgs, device: PlanDevice) -> anyhow::Result<()> {
         ..TopKOptions::default()
     };
     let row_eps = call.row_budget(rows);
-    // f32 elements: the histogram selection takes a call by its bytes as well as its shape.
+    // f32 elements: the split layout's limit depends on the element type as well as the shape.
     let histogram = match device {
         PlanDevice::Cpu => None,
         PlanDevice::Cuda => profk::gpu_histogram_path(args.rows, args.n, args.k, 4, args.sms),

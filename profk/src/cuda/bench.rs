@@ -412,8 +412,8 @@ pub fn row_cases() -> Vec<Case> {
     v
 }
 
-/// Prof-K on the [`row_cases`] in both output orders: the default path, the one-block-per-row kernel
-/// (`skip::ROW_KERNEL`) and the sampled path (`skip::ROWS`), beside the read floor.
+/// Prof-K on the [`row_cases`] in both output orders: the default path, the histogram selection
+/// (`skip::ROW_KERNEL`, "row kernel") and the sampled path (`skip::ROWS`), beside the read floor.
 pub fn run_rows(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
     table_head(
         out,

@@ -51,10 +51,10 @@ pub mod skip {
     /// Not a skip: take the path of composites wider than 64 bits (rows over 2^32 f32 elements)
     /// even where 64 bits suffice, so that tests reach it with small inputs.
     pub const WIDE: u32 = 16;
-    /// Not a skip: take the sampled path where the one-block-per-row kernel would run, to time both.
+    /// Not a skip: take the sampled path where the histogram selection would run, to time both.
     pub const ROWS: u32 = 32;
-    /// Not a skip: take the one-block-per-row kernel on any shape whose composites fit 64 bits, to
-    /// time it where the default leaves it.
+    /// Not a skip: take the histogram selection on any shape whose composites fit 64 bits, to time it
+    /// where the default leaves it.
     pub const ROW_KERNEL: u32 = 64;
     #[cfg(feature = "bench")]
     thread_local!(static SKIP: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
@@ -224,10 +224,6 @@ pub(crate) fn suffix(dtype: DType) -> Result<(&'static str, u32)> {
     }
 }
 
-fn index_bits(n: u64) -> u32 {
-    64 - n.saturating_sub(1).leading_zeros()
-}
-
 /// The call on `x`; with `acc`, `x` is the flat residual and the accumulation is applied first: fused
 /// into Prof-K's first attempt when it samples, else as a pass of its own. With `histogram_allowed`,
 /// Prof-K on a shape that [`rows::path`] takes goes by the histogram selection instead of its plan.
@@ -249,7 +245,7 @@ fn topk_deferred_spec(
         rows: spec.rows as u64,
         n: spec.n as u64,
         kb,
-        ib: index_bits(spec.n as u64),
+        ib: crate::select::index_bits(spec.n as u64),
     };
     let k = spec.k as u64;
     let mut arena = Arena::new(dev.cuda_stream())?;

@@ -9,7 +9,7 @@ use super::launch::{Arena, Arg, Dev};
 use super::module::Family;
 use super::select::{SelState, Selection, Source};
 use super::{skip, Input, Shape};
-use crate::select::histogram::forced_histogram_path;
+use crate::select::histogram::histogram_layout;
 use crate::{gpu_histogram_path, HistogramPath, Result};
 
 /// Threads of a block and blocks resident on an SM (kernels/rows.cu).
@@ -27,7 +27,7 @@ const MIN_PART: u64 = 4096;
 pub fn path(shape: &Shape, k: u64, sms: u32) -> Option<HistogramPath> {
     let bytes = u64::from(shape.kb / 8);
     if skip::has(skip::ROW_KERNEL) && k > 0 && shape.kb + shape.ib <= 64 {
-        return Some(forced_histogram_path(shape.rows, shape.n, sms));
+        return Some(histogram_layout(shape.rows, shape.n, sms));
     }
     gpu_histogram_path(shape.rows, shape.n, k, bytes, sms)
 }
@@ -102,14 +102,7 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
 
 /// One block per row, one launch (`rows_topk`).
 fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> Result<()> {
-    let Call {
-        input,
-        shape,
-        k,
-        count_nan,
-        run,
-        global,
-    } = *call;
+    let (input, shape) = (call.input, call.shape);
     arena.launch_args(
         Family::Rows,
         &format!("rows_topk_{}", input.suffix),
@@ -119,13 +112,13 @@ fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u
             Arg::U64(input.ptr),
             Arg::U64(shape.n),
             Arg::U64(shape.rows),
-            Arg::U64(k),
+            Arg::U64(call.k),
             Arg::I32(input.mag as i32),
             Arg::I32(shape.ib as i32),
-            Arg::I32(count_nan as i32),
+            Arg::I32(call.count_nan as i32),
             Arg::U64(out.ptr),
-            Arg::U64(run.ptr),
-            Arg::U64(global.ptr),
+            Arg::U64(call.run.ptr),
+            Arg::U64(call.global.ptr),
         ],
     )
 }
@@ -133,14 +126,7 @@ fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u
 /// Rows split into parts over every resident block, two launches (`rows_split_hist`,
 /// `rows_split_compact`) sharing a zeroed state and a candidate buffer per row.
 fn split_rows(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> Result<()> {
-    let Call {
-        input,
-        shape,
-        k,
-        count_nan,
-        run,
-        global,
-    } = *call;
+    let (input, shape) = (call.input, call.shape);
     let rows = shape.rows as usize;
     let (part, parts) = split(shape.n, shape.rows, resident);
     let state = arena.zeros::<u32>(rows * SPLIT_ROW_WORDS)?;
@@ -152,15 +138,15 @@ fn split_rows(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> 
         Arg::U64(shape.rows),
         Arg::U64(part),
         Arg::U32(parts as u32),
-        Arg::U64(k),
+        Arg::U64(call.k),
         Arg::I32(input.mag as i32),
     ];
     let mut hist = common.to_vec();
     hist.extend([
-        Arg::I32(count_nan as i32),
+        Arg::I32(call.count_nan as i32),
         Arg::U64(state.ptr),
-        Arg::U64(run.ptr),
-        Arg::U64(global.ptr),
+        Arg::U64(call.run.ptr),
+        Arg::U64(call.global.ptr),
     ]);
     arena.launch_args(
         Family::Rows,
@@ -175,7 +161,7 @@ fn split_rows(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> 
         Arg::U64(state.ptr),
         Arg::U64(cand.ptr),
         Arg::U64(out.ptr),
-        Arg::U64(run.ptr),
+        Arg::U64(call.run.ptr),
     ]);
     arena.launch_args(
         Family::Rows,

@@ -47,28 +47,26 @@ pub fn gpu_histogram_path(
     elem_bytes: u64,
     sms: u32,
 ) -> Option<HistogramPath> {
-    let index_bits = u64::from(64 - n.saturating_sub(1).leading_zeros());
-    if k == 0 || rows == 0 || 8 * elem_bytes + index_bits > 64 {
+    if k == 0 || rows == 0 || 8 * elem_bytes + u64::from(super::index_bits(n)) > 64 {
         return None;
     }
-    let many = rows >= u64::from(sms);
+    let layout = histogram_layout(rows, n, sms);
     let split_max = if elem_bytes >= 4 {
         SPLIT_MAX_ELEMENTS_F32
     } else {
         SPLIT_MAX_ELEMENTS_16
     };
-    if n <= SHORT_N || (many && n <= ONE_BLOCK_MAX_N) {
-        Some(HistogramPath::OneBlockPerRow)
-    } else if !many && rows.saturating_mul(n) <= split_max {
-        Some(HistogramPath::Split)
-    } else {
-        None
-    }
+    let served = match layout {
+        HistogramPath::OneBlockPerRow => n <= ONE_BLOCK_MAX_N,
+        HistogramPath::Split => rows.saturating_mul(n) <= split_max,
+    };
+    served.then_some(layout)
 }
 
-/// The layout of a call that the histogram selection serves whatever its size (benchmarks time it
-/// where [`gpu_histogram_path`] leaves it): one block per row when the rows fill the device.
-pub fn forced_histogram_path(rows: u64, n: u64, sms: u32) -> HistogramPath {
+/// How the histogram selection lays out `rows` rows of `n`, whatever their size (benchmarks time it
+/// where [`gpu_histogram_path`] leaves it): one block per row when the rows fill the device or are
+/// short, else each row split over many blocks.
+pub fn histogram_layout(rows: u64, n: u64, sms: u32) -> HistogramPath {
     if rows >= u64::from(sms) || n <= SHORT_N {
         HistogramPath::OneBlockPerRow
     } else {

@@ -20,6 +20,11 @@ pub use cpu::MAX_ATTEMPTS;
 /// Rows shorter than this go straight to exact selection: a sample would cost more than it saves.
 pub const PROFK_MIN_N: usize = 1 << 13;
 
+/// Bits of a row-local index in a composite: enough for the indices 0..n.
+pub(crate) fn index_bits(n: u64) -> u32 {
+    64 - n.saturating_sub(1).leading_zeros()
+}
+
 /// Per-call record of what the selector did. Row-wise calls sum the counts and stage times over rows.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SelectStats {
