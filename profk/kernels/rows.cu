@@ -6,11 +6,20 @@
 // selected, and the k - above largest of the bin remain to be found. Pass 2 re-reads the row, last
 // part first (what pass 1 read last is the likeliest still in L2), writes the indices of the higher
 // bins straight out and keeps the bin's elements as (key, index) composites; an exact selection over
-// them gives the cut. A bin larger than the buffer marks the row for the dense fallback (an exact
-// count, so the result is always exact). Ties resolve by the composite: equal keys rank by lower index.
+// them gives the cut. A bin larger than the buffer (an exact count, so the result is always exact) is
+// selected from the row itself by a row's own block, and marks a split row for the dense fallback. Ties resolve by the composite: equal keys rank by lower index.
+//
+// A block that has finished a row carries a threshold bin to its next row (rows of one call are alike:
+// attention scores, activations). Its pass 1 counts only the bins from that guess up (the rest of the
+// row costs no atomic) and keeps their elements in shared memory; their exact count checks the guess
+// (at least k, so the threshold bin is among them, and no more than the buffer). A row that passes is
+// selected from what pass 1 kept and is read once; a row that does not is read again into the full
+// histogram and goes on as above, so the result is exact either way and only the cost depends on the
+// guess.
 //
 // Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory, one
-// launch), and rows split over many blocks (rows_split_hist, then rows_split_compact: a histogram and
+// launch, sorted output written by the same block when k <= FUSED_MAX_K, a bin over its buffer
+// selected by the block from the row), and rows split over many blocks (rows_split_hist, then rows_split_compact: a histogram and
 // a candidate buffer per row in global memory; the last block to finish a row's part of a pass takes
 // the row's next step: block_any_last), for rows too few to fill the device.
 #include <cub/block/block_scan.cuh>
@@ -25,16 +34,25 @@
 // The threshold bin's elements a block keeps in shared memory, and a split row in global memory.
 #define ROWS_CAP 4096
 #define SPLIT_CAP 16384
+// Elements at or above a carried threshold bin that pass 1 keeps beside the histogram, a slice a warp
+// (a guess aims to keep at most 3/4 of it: the next row may hold more, and a warp more than its share).
+#define CARRY_CAP 2048
+#define WARP_KEPT (CARRY_CAP / (ROWS_THREADS / 32))
+#define NO_GUESS ROWS_BINS
+// Largest k whose sorted values and indices the row's block writes itself.
+#define FUSED_MAX_K 1024
 // 16-byte loads each thread keeps in flight per round of a pass.
 #define ROWS_UNROLL 4
 // The top bin holds exactly the NaNs (every NaN has the largest key, +inf's bin is lower).
 #define NAN_BIN (ROWS_BINS - 1)
 
-static_assert(ROWS_BINS * 4 <= ROWS_CAP * 8, "the histogram shares the candidates' buffer");
+static_assert(ROWS_BINS * 4 + CARRY_CAP * 8 <= ROWS_CAP * 8, "pass 1's histogram and kept elements share pass 2's buffer");
+static_assert(ROWS_BINS * 4 >= CARRY_CAP * 8, "the threshold bin's kept elements fit where the histogram was");
+static_assert(FUSED_MAX_K <= ROWS_CAP, "the sorted output is sorted in pass 2's buffer");
 
-// A row's threshold bin, the elements above it and in it.
+// A row's threshold bin, the elements above it and in it, and in the bin below it.
 struct Cut {
-  u32 bin, above, count;
+  u32 bin, above, count, below;
 };
 
 // Per-row state of a split row (mirrored in src/cuda/rows.rs: SPLIT_ROW_WORDS u32 words, zeroed).
@@ -119,6 +137,15 @@ __device__ __forceinline__ u32 common_bin(int mag) {
   return (mag ? 0u : Ops<T>::key_bits(Ops<T>::NEG_INF, 0)) >> (Ops<T>::KB - ROWS_BITS);
 }
 
+// The largest bin a warp saw in a chunk (its `top`, reset), when chunk_max records them.
+__device__ __forceinline__ void record_chunk(u32* chunk_max, u32 chunk, u32& top) {
+  if (chunk_max) {
+    const u32 m = __reduce_max_sync(0xffffffffu, top);
+    if ((threadIdx.x & 31) == 0 && chunk < ROWS_CHUNKS) chunk_max[chunk] = m;
+  }
+  top = 0;
+}
+
 // Pass 1: the histogram of p[0..len) added into the shared h; with `chunk_max`, the largest bin of
 // each chunk (ROWS_CHUNKS of them at most) too.
 template <typename T>
@@ -139,15 +166,44 @@ __device__ __forceinline__ void hist_pass(const T* p, u64 len, int mag, u32* h, 
         }
       },
       [](u32) { return true; },
-      [&](u32 chunk) {
-        if (chunk_max) {
-          const u32 m = __reduce_max_sync(0xffffffffu, top);
-          if ((threadIdx.x & 31) == 0 && chunk < ROWS_CHUNKS) chunk_max[chunk] = m;
-        }
-        top = 0;
-      });
+      [&](u32 chunk) { record_chunk(chunk_max, chunk, top); });
   in_common = __reduce_add_sync(0xffffffffu, in_common);
   if ((threadIdx.x & 31) == 0 && in_common) atomicAdd(&h[common], in_common);
+}
+
+// Pass 1 with a carried threshold bin: the histogram of the bins from `guess` up only (the rest cost
+// no atomic) and their elements' composites (a row of n) into `kept`, a slice of WARP_KEPT slots a
+// warp filled through a count in registers (no shared counter to contend for). Each warp's count goes
+// to warp_kept; `kept_total` and `kept_most` end at the exact count and the largest warp's.
+template <typename T>
+__device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u32 guess, u32* h, u64* kept,
+                                           u32* warp_kept, u32* kept_total, u32* kept_most) {
+  const int SHIFT = Ops<T>::KB - ROWS_BITS;
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  u64* mine = kept + warp * WARP_KEPT;
+  u32 fill = 0;
+  visit_row<false>(
+      p, n,
+      [&](u32 j, u32 raw, bool valid) {
+        const u32 key = Ops<T>::key_bits(raw, mag);
+        const u32 bin = key >> SHIFT;
+        const bool keep = valid && bin >= guess;
+        const u32 ballot = __ballot_sync(0xffffffffu, keep);
+        if (ballot) {
+          if (keep) {
+            const u32 slot = fill + __popc(ballot & ((1u << lane) - 1));
+            atomicAdd(&h[bin], 1u);
+            if (slot < WARP_KEPT) mine[slot] = (u64)composite(key, j, n, ib);
+          }
+          fill += __popc(ballot);
+        }
+      },
+      [](u32) { return true; }, [](u32) {});
+  if (lane == 0) {
+    warp_kept[warp] = fill;
+    atomicAdd(kept_total, fill);
+    atomicMax(kept_most, fill);
+  }
 }
 
 // The bin of the shared histogram h that holds the k-th largest key, for every thread of the block.
@@ -168,7 +224,7 @@ __device__ __forceinline__ Cut find_cut(const u32* h, u64 k) {
   for (int i = 0; i < PER; ++i) {
     const u32 b = ROWS_BINS - 1 - (t * PER + i);
     const u32 c = h[b];
-    if (acc < k && acc + c >= k) s_cut = Cut{b, (u32)acc, c};
+    if (acc < k && acc + c >= k) s_cut = Cut{b, (u32)acc, c, b > 0 ? h[b - 1] : 0u};
     acc += c;
   }
   __syncthreads();
@@ -297,37 +353,191 @@ __device__ void report_nan(const T* row, u64 n, u64 r, u32 nans, Global* g) {
   }
 }
 
-// One block per row.
+// The threshold bin the next row of a block carries (NO_GUESS: none), from this row's cut and the
+// lowest bin its histogram counted (`floor`): the bin below the cut when it and the bins above it fit
+// three quarters of the kept buffer (a margin for a next row whose k-th element falls just below this
+// one's bin; a bin below the floor was not counted, so the bins above must leave it half), else the
+// cut's bin when it fits.
+__device__ __forceinline__ u32 next_guess(const Cut& c, u32 floor) {
+  const u32 budget = CARRY_CAP / 4 * 3, at_or_above = c.above + c.count;
+  if (c.bin > floor && at_or_above + c.below <= budget) return c.bin - 1;
+  if (c.bin > 0 && c.bin == floor && at_or_above <= budget / 2) return c.bin - 1;
+  return at_or_above <= budget ? c.bin : NO_GUESS;
+}
+
+// A row's output from what pass 1 kept (the warps' slices of `kept`, warp_kept[w] composites in slice
+// w, every element of the bins at or above the cut among them): the elements above the threshold bin
+// straight into o through out_fill, the bin's into `bin_buf` through bin_fill, and their k - above
+// largest by select_in_bin.
+template <int KB>
+__device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kept, const Cut& cut, u64 k, u64 n,
+                                            int ib, u64* o, u32* out_fill, u64* bin_buf, u32* bin_fill) {
+  const u32 t = threadIdx.x;
+  const int hi = KB - ROWS_BITS + ib;
+  const u64 low_bits = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
+  const bool whole = whole_bin(cut, k);
+  // Whole warps each round: warp_slot votes.
+  for (u32 b = 0; b < CARRY_CAP; b += ROWS_THREADS) {
+    const u32 i = b + t;
+    const bool valid = i % WARP_KEPT < warp_kept[i / WARP_KEPT];
+    const u64 c = valid ? kept[i] : 0;
+    const u32 bin = (u32)(c >> hi);
+    const bool take = valid && (bin > cut.bin || (whole && bin == cut.bin));
+    const bool keep = valid && !whole && bin == cut.bin;
+    const u32 pos = warp_slot(out_fill, take);
+    if (take && pos < k) o[pos] = n - 1 - (c & low_bits);
+    const u32 slot = warp_slot(bin_fill, keep);
+    if (keep) bin_buf[slot] = c;
+  }
+  __syncthreads();
+  if (!whole) select_in_bin<KB>([&](u32 i) { return bin_buf[i]; }, cut, k, n, ib, o, out_fill);
+}
+
+// A row whose threshold bin overflows the buffer (heavy ties: an all-equal row), by the same block: a
+// radix selection inside the bin that reads the row once a digit, then a pass that takes every
+// element at or above the cut, into o through out_fill.
+template <typename T>
+__device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag, int ib, u64* o, u32* out_fill) {
+  const u32 t = threadIdx.x;
+  const int hi = Ops<T>::KB - ROWS_BITS + ib;
+  auto at = [&](u64 i) { return (u64)composite(Ops<T>::key(row[i], mag), i, n, ib); };
+  const u64 tau = block_kth_with<ROWS_THREADS>(
+      [&](auto f) {
+        for (u64 i = t; i < n; i += ROWS_THREADS) f(at(i));
+      },
+      (u32)k - cut.above, hi, (u64)cut.bin << hi, true);
+  // Whole warps each round: warp_slot votes.
+  for (u64 b = 0; b < n; b += ROWS_THREADS) {
+    const u64 i = b + t;
+    const bool take = i < n && at(i) >= tau;
+    const u32 pos = warp_slot(out_fill, take);
+    if (take && pos < k) o[pos] = i;
+  }
+}
+
+// Output flags of the one-block kernel: descending (else by index); benchmarks leave out the sort
+// (OUT_UNSORTED) or every write (OUT_NONE) to time them.
+#define OUT_DESC 1
+#define OUT_UNSORTED 2
+#define OUT_NONE 4
+
+// Writes a finished row's k selected elements (row-local indices in o, any order) as values and i64
+// indices, by composite descending or by index, sorted in `buf` (k <= FUSED_MAX_K slots) by sort keys
+// composite + 1 (or ~index), descending: up to a key a thread by each one's rank (keys are distinct),
+// more by a bitonic sort with the padding at 0 behind every element.
+template <typename T>
+__device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag, int ib, int flags, const u64* o,
+                                             u64* buf, T* vals, long long* idx_out) {
+  if (flags & OUT_NONE) return;
+  const u32 t = threadIdx.x;
+  const bool desc = flags & OUT_DESC;
+  const u64 low_bits = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
+  auto sort_key = [&](u64 j) { return desc ? (u64)composite(Ops<T>::key(row[j], mag), j, n, ib) + 1 : ~j; };
+  auto put = [&](u32 pos, u64 key) {
+    const u64 j = desc ? n - 1 - ((key - 1) & low_bits) : ~key;
+    vals[pos] = row[j];
+    idx_out[pos] = (long long)j;
+  };
+  if (k <= ROWS_THREADS || (flags & OUT_UNSORTED)) {
+    const bool sorted = !(flags & OUT_UNSORTED);
+    u64 key = 0;
+    for (u32 i = t; i < k; i += ROWS_THREADS) buf[i] = key = sort_key(o[i]);
+    if (!sorted) {
+      for (u32 i = t; i < k; i += ROWS_THREADS) put(i, buf[i]);
+      return;
+    }
+    __syncthreads();
+    if (t < k) {
+      u32 rank = 0;
+#pragma unroll 8
+      for (u32 i = 0; i < (u32)k; ++i) rank += buf[i] > key;
+      put(rank, key);
+    }
+    return;
+  }
+  u32 size = 1;
+  while (size < k) size <<= 1;
+  for (u32 i = t; i < size; i += ROWS_THREADS) buf[i] = i < k ? sort_key(o[i]) : 0;
+  __syncthreads();
+  for (u32 span = 2; span <= size; span <<= 1) {
+    for (u32 stride = span >> 1; stride > 0; stride >>= 1) {
+      for (u32 i = t; i < size / 2; i += ROWS_THREADS) {
+        const u32 lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
+        const u64 a = buf[lo], b = buf[hi];
+        if ((lo & span) == 0 ? a < b : a > b) {
+          buf[lo] = b;
+          buf[hi] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  for (u32 i = t; i < k; i += ROWS_THREADS) put(i, buf[i]);
+}
+
+// One block per row, every row finished by its block (a threshold bin over the buffer by the dense
+// selection). With `vals`, the block also writes the row's sorted output (k <= FUSED_MAX_K).
 template <typename T>
 __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out,
-                          RowRun* run, Global* g) {
+                          RowRun* run, Global* g, T* vals, long long* idx_out, int flags) {
   __shared__ union {
-    u32 hist[ROWS_BINS];
+    struct {
+      u32 hist[ROWS_BINS];
+      u64 kept[CARRY_CAP];
+    } p1;
     u64 cand[ROWS_CAP];
   } sm;
-  __shared__ u32 s_out, s_cand;
+  __shared__ u32 s_out, s_cand, s_kept, s_kept_most;
+  __shared__ u32 warp_kept[ROWS_THREADS / 32];
   __shared__ u32 chunk_max[ROWS_CHUNKS];
   const u32 t = threadIdx.x;
+  u32 guess = NO_GUESS;
   for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * n;
-    for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.hist[i] = 0;
-    if (t == 0) s_out = s_cand = 0;
+    for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.p1.hist[i] = 0;
+    if (t == 0) s_out = s_cand = s_kept = s_kept_most = 0;
     __syncthreads();
-    hist_pass(row, n, mag, sm.hist, chunk_max);
-    __syncthreads();
-    const u32 nans = count_nan ? sm.hist[NAN_BIN] : 0;
-    const Cut cut = find_cut(sm.hist, k);
-    if (nans) report_nan(row, n, r, nans, g);
-    if (overflows(cut, k, ROWS_CAP)) {
-      if (t == 0) run[r].status = ROW_FALLBACK;
+    // With a carried bin the row is read once when the bins from it up hold the top k and fit the
+    // buffer (their exact count says so); otherwise the full histogram takes a read of its own.
+    bool read_once = false;
+    if (guess < NO_GUESS) {
+      guess_pass(row, n, mag, ib, guess, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
       __syncthreads();
-      continue;
+      read_once = s_kept >= k && s_kept_most <= WARP_KEPT;
+      if (!read_once) {
+        for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.p1.hist[i] = 0;
+        __syncthreads();
+      }
     }
+    if (!read_once) {
+      hist_pass(row, n, mag, sm.p1.hist, chunk_max);
+      __syncthreads();
+    }
+    const u32 nans = count_nan ? sm.p1.hist[NAN_BIN] : 0;
+    const Cut cut = find_cut(sm.p1.hist, k);
+    guess = next_guess(cut, read_once ? guess : 0);
+    if (nans) report_nan(row, n, r, nans, g);
     u64* o = out + r * k;
-    compact_pass(row, n, 0, n, mag, ib, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP, chunk_max);
+    const bool dense = !read_once && overflows(cut, k, ROWS_CAP);
+    if (read_once) {
+      // The histogram is spent: the bin's elements go where it was.
+      select_kept<Ops<T>::KB>(sm.p1.kept, warp_kept, cut, k, n, ib, o, &s_out, (u64*)sm.p1.hist, &s_cand);
+    } else if (dense) {
+      select_dense(row, n, cut, k, mag, ib, o, &s_out);
+    } else {
+      compact_pass(row, n, 0, n, mag, ib, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP, chunk_max);
+      __syncthreads();
+      if (!whole_bin(cut, k))
+        select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, o, &s_out);
+    }
     __syncthreads();
-    if (!whole_bin(cut, k)) select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, o, &s_out);
-    if (t == 0) run[r].status = ROW_OK;
+    if (vals) write_sorted(row, n, k, mag, ib, flags, o, sm.cand, vals + r * k, idx_out + r * k);
+    if (t == 0) {
+      // The dense selection keeps its status for the call's record; `attempts` counts reads of the
+      // row before its selection (1: the carried bin held).
+      run[r].status = dense ? ROW_FALLBACK : ROW_OK;
+      run[r].attempts = read_once ? 1 : 2;
+    }
     __syncthreads();
   }
 }
@@ -396,8 +606,8 @@ __device__ void rows_split_compact(const T* x, u64 n, u64 rows, u64 part, u32 pa
 #define ROWS_KERNELS(SUF, T)                                                                        \
   extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
       rows_topk_##SUF(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out, \
-                      RowRun* run, Global* g) {                                                    \
-    rows_topk<T>(x, n, rows, k, mag, ib, count_nan, out, run, g);                                  \
+                      RowRun* run, Global* g, T* vals, long long* idx_out, int flags) {            \
+    rows_topk<T>(x, n, rows, k, mag, ib, count_nan, out, run, g, vals, idx_out, flags);            \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
       rows_split_hist_##SUF(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,      \

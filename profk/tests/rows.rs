@@ -188,6 +188,58 @@ pub fn many_long_rows(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// More rows than a GPU keeps blocks resident (528 on an H200), so that each block selects several
+/// rows and carries a threshold bin from one to the next: runs of alike rows (the guess holds, the
+/// row is read once) changing every 800 rows, and every fifth row scaled up or down by 10^4, masked,
+/// tied or all equal (the guess keeps too many, misses the k-th or lands on a tied bin, and the row
+/// takes the second read or the dense selection). k up to and past the largest the row kernel sorts
+/// itself.
+pub fn carried_thresholds(dev: &Device) -> Result<()> {
+    let (rows, n) = (2400, 700);
+    let base = normal(rows * n, 10);
+    let ties = small_ints(rows * n, 6, 11);
+    let data: Vec<f64> = (0..rows * n)
+        .map(|i| {
+            let (r, j) = (i / n, i % n);
+            let alike = if r / 800 == 1 {
+                3.0 * base[i] + 1.0
+            } else {
+                base[i]
+            };
+            match (r % 5, r / 5 % 5) {
+                (0..=3, _) => alike,
+                (_, 0) => base[i] * 1e4,
+                (_, 1) => base[i] * 1e-4,
+                (_, 2) if j >= n / 3 => f64::NEG_INFINITY,
+                (_, 2) => base[i],
+                (_, 3) => ties[i],
+                _ => 0.5,
+            }
+        })
+        .collect();
+    for dtype in DTYPES {
+        let x = tensor(&data, &[rows, n], dtype, dev)?;
+        for k in [1, 64, 350, n] {
+            check_all(&x, k, NanPolicy::Error).with_context(|| format!("k={k} {dtype:?}"))?;
+        }
+        if dev.is_cuda() {
+            // Most rows follow an alike row in their block: the carried bin must hold for some.
+            let got = profk::topk(&x, 64, &TopKOptions::default())?;
+            ensure!(
+                got.stats.read_once > rows as u64 / 4 && got.stats.read_once < rows as u64,
+                "{dtype:?}: {} of {rows} rows read once",
+                got.stats.read_once
+            );
+        }
+    }
+    let (rows, n) = (1100, 1500);
+    let x = tensor(&normal(rows * n, 12), &[rows, n], DType::F32, dev)?;
+    for k in [1024, 1025] {
+        check_all(&x, k, NanPolicy::Error).with_context(|| format!("k={k}"))?;
+    }
+    Ok(())
+}
+
 /// NaN is an error naming the count and the first flat index, with rows of the kernel's shapes.
 pub fn nan_error(dev: &Device) -> Result<()> {
     let n = 3001;
@@ -213,3 +265,4 @@ test_device!(adversarial_rows, super::adversarial_rows);
 test_device!(ties_to_the_lowest_index, super::ties_to_the_lowest_index);
 test_device!(many_long_rows, super::many_long_rows);
 test_device!(nan_error, super::nan_error);
+test_device!(carried_thresholds, super::carried_thresholds);

@@ -146,8 +146,9 @@ impl DeviceStatus {
             // SAFETY: RowRun is plain old data of exactly ROW_RUN_BYTES bytes.
             let r: RowRun = unsafe { std::ptr::read_unaligned(chunk.as_ptr() as *const RowRun) };
             if self.plan.is_none() {
-                // The row kernel's rows that went to the dense selection.
+                // The row kernel's rows read once, and those that went to the dense selection.
                 stats.exact_rows += 1;
+                stats.read_once += u64::from(r.attempts == 1);
                 if r.status == ROW_FALLBACK {
                     stats.fell_back = true;
                     stats.fallbacks += 1;
@@ -304,52 +305,62 @@ fn topk_deferred_spec(
             Tensor::zeros(out, DType::I64, x.device())?,
         )
     } else {
-        let slots = match (opts.selector, plan, histogram) {
-            (_, _, Some(path)) => {
-                let call = rows::Call {
-                    input: &input,
-                    shape: &shape,
-                    k,
-                    count_nan: opts.nan == NanPolicy::Error,
-                    run: &run,
-                    global: &global,
-                };
-                rows::select(&mut arena, &call, path)?
-            }
-            (Selector::Sort, _, _) => {
-                nan_scan(&arena, &input, &shape, opts, &global)?;
-                sort_baseline(&mut arena, &input, &shape, k)?
-            }
-            (Selector::Profk, Some(p), _) => {
-                profk(&mut arena, &input, &shape, k, opts, p, &run, &global, fused)?
+        let call = |sorted: Option<(u64, u64)>| rows::Call {
+            input: &input,
+            shape: &shape,
+            k,
+            count_nan: opts.nan == NanPolicy::Error,
+            run: &run,
+            global: &global,
+            sorted: sorted.map(|ptrs| (ptrs, opts.order == Order::Desc)),
+        };
+        match (opts.selector, plan, histogram) {
+            // The one-block histogram path writes the sorted output itself.
+            (_, _, Some(path)) if rows::fused_output(path, &shape, k) => {
+                let sorted = Outputs::alloc(&arena, x.dtype(), shape.rows * k)?;
+                let call = call(Some(sorted.ptrs(&arena)));
+                rows::select(&mut arena, &call, path)?;
+                sorted.into_tensors(dev, &spec.out_shape)
             }
             _ => {
-                nan_scan(&arena, &input, &shape, opts, &global)?;
-                let state = SelState::new(&mut arena, spec.rows)?;
-                let out = arena.alloc::<u64>(spec.rows * spec.k)?;
-                let s = Selection {
-                    arena: &arena,
-                    input: &input,
-                    shape,
-                    state: &state,
-                    rows: RowList::default(),
+                let slots = match (opts.selector, plan, histogram) {
+                    (_, _, Some(path)) => rows::select(&mut arena, &call(None), path)?,
+                    (Selector::Sort, _, _) => {
+                        nan_scan(&arena, &input, &shape, opts, &global)?;
+                        sort_baseline(&mut arena, &input, &shape, k)?
+                    }
+                    (Selector::Profk, Some(p), _) => {
+                        profk(&mut arena, &input, &shape, k, opts, p, &run, &global, fused)?
+                    }
+                    _ => {
+                        nan_scan(&arena, &input, &shape, opts, &global)?;
+                        let state = SelState::new(&mut arena, spec.rows)?;
+                        let out = arena.alloc::<u64>(spec.rows * spec.k)?;
+                        let s = Selection {
+                            arena: &arena,
+                            input: &input,
+                            shape,
+                            state: &state,
+                            rows: RowList::default(),
+                        };
+                        s.threshold(&Source::Dense, k, true)?;
+                        s.compact(&Source::Dense, &out, k, &run)?;
+                        out
+                    }
                 };
-                s.threshold(&Source::Dense, k, true)?;
-                s.compact(&Source::Dense, &out, k, &run)?;
-                out
+                output(
+                    &mut arena,
+                    dev,
+                    &input,
+                    &shape,
+                    k,
+                    opts.order,
+                    &slots,
+                    &spec.out_shape,
+                    x.dtype(),
+                )?
             }
-        };
-        output(
-            &mut arena,
-            dev,
-            &input,
-            &shape,
-            k,
-            opts.order,
-            &slots,
-            &spec.out_shape,
-            x.dtype(),
-        )?
+        }
     };
     drop(storage);
     let aux_bytes = arena.bytes;
@@ -721,6 +732,57 @@ fn output(
     finish(arena, dev, dtype, total, out_shape, launch)
 }
 
+/// A call's two outputs on the device, allocated before whichever launch writes them.
+pub(crate) struct Outputs {
+    values: OutValues,
+    indices: CudaSlice<i64>,
+}
+
+enum OutValues {
+    F32(CudaSlice<f32>),
+    F16(CudaSlice<half::f16>),
+    Bf16(CudaSlice<half::bf16>),
+}
+
+impl Outputs {
+    /// Uninitialized outputs of `total` elements: every caller writes them in full.
+    fn alloc(arena: &Arena, dtype: DType, total: u64) -> Result<Self> {
+        let stream = &arena.stream;
+        let n = total as usize;
+        // SAFETY: every caller's launches write both outputs in full before they are read.
+        let indices = unsafe { stream.alloc::<i64>(n) }.map_err(launch::drv)?;
+        // SAFETY: as above.
+        let values = unsafe {
+            match dtype {
+                DType::F32 => OutValues::F32(stream.alloc(n).map_err(launch::drv)?),
+                DType::F16 => OutValues::F16(stream.alloc(n).map_err(launch::drv)?),
+                _ => OutValues::Bf16(stream.alloc(n).map_err(launch::drv)?),
+            }
+        };
+        Ok(Self { values, indices })
+    }
+
+    /// Device addresses of the values and the indices.
+    fn ptrs(&self, arena: &Arena) -> (u64, u64) {
+        let stream = &arena.stream;
+        let values = match &self.values {
+            OutValues::F32(v) => v.device_ptr(stream).0,
+            OutValues::F16(v) => v.device_ptr(stream).0,
+            OutValues::Bf16(v) => v.device_ptr(stream).0,
+        };
+        (values, self.indices.device_ptr(stream).0)
+    }
+
+    fn into_tensors(self, dev: &CudaDevice, shape: &[usize]) -> (Tensor, Tensor) {
+        let values = match self.values {
+            OutValues::F32(v) => wrap(v, dev, shape),
+            OutValues::F16(v) => wrap(v, dev, shape),
+            OutValues::Bf16(v) => wrap(v, dev, shape),
+        };
+        (values, wrap(self.indices, dev, shape))
+    }
+}
+
 /// Allocates the two outputs, lets `launch(values, indices)` fill them, and wraps them as tensors.
 fn finish(
     arena: &Arena,
@@ -730,24 +792,10 @@ fn finish(
     out_shape: &[usize],
     launch: impl FnOnce(u64, u64) -> Result<()>,
 ) -> Result<(Tensor, Tensor)> {
-    let stream = &arena.stream;
-    // SAFETY: both outputs are written in full by the launch.
-    let idx = unsafe { stream.alloc::<i64>(total as usize) }.map_err(launch::drv)?;
-    let idx_ptr = idx.device_ptr(stream).0;
-    macro_rules! typed {
-        ($t:ty) => {{
-            // SAFETY: as above.
-            let vals = unsafe { stream.alloc::<$t>(total as usize) }.map_err(launch::drv)?;
-            launch(vals.device_ptr(stream).0, idx_ptr)?;
-            wrap(vals, dev, out_shape)
-        }};
-    }
-    let values = match dtype {
-        DType::F32 => typed!(f32),
-        DType::F16 => typed!(half::f16),
-        _ => typed!(half::bf16),
-    };
-    Ok((values, wrap(idx, dev, out_shape)))
+    let outputs = Outputs::alloc(arena, dtype, total)?;
+    let (values, indices) = outputs.ptrs(arena);
+    launch(values, indices)?;
+    Ok(outputs.into_tensors(dev, out_shape))
 }
 
 fn wrap<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice, shape: &[usize]) -> Tensor {

@@ -1,9 +1,11 @@
 //! Row-wise selection by a histogram of the keys (kernels/rows.cu): a pass into a histogram of the
 //! top key bits, a second read that writes the higher bins out and keeps the threshold bin's elements,
 //! and an exact selection over those. Many rows go one block per row, in one launch, with the
-//! histogram and the bin in shared memory; a few long rows are split over every SM, with a histogram
-//! and a candidate buffer per row in global memory, in two launches. Rows whose threshold bin
-//! overflows its buffer go to the dense radix selection, on the device, in the same call.
+//! histogram and the bin in shared memory: a block carries a threshold bin from one row to the next
+//! and reads a row once when it holds, selects a row whose bin overflows its buffer from the row
+//! itself, and writes the sorted output for k up to 1024. A few long rows are split over every SM,
+//! with a histogram and a candidate buffer per row in global memory, in two launches; split rows
+//! whose threshold bin overflows its buffer go to the dense radix selection, in the same call.
 use super::abi::{RowList, ROW_FALLBACK};
 use super::launch::{Arena, Arg, Dev};
 use super::module::Family;
@@ -21,6 +23,17 @@ const SPLIT_ROW_WORDS: usize = 4096 + 8;
 const SPLIT_CAP: usize = 16384;
 /// Shortest part of a split row one block reads.
 const MIN_PART: u64 = 4096;
+/// Largest k whose sorted output the one-block kernel writes itself (kernels/rows.cu `FUSED_MAX_K`).
+const FUSED_MAX_K: u64 = 1024;
+
+/// Whether a call on `path` selecting k writes its sorted values and indices from the row kernel, with
+/// no output launch after it (its sort keys are composite + 1: narrower than 64 bits).
+pub fn fused_output(path: HistogramPath, shape: &Shape, k: u64) -> bool {
+    path == HistogramPath::OneBlockPerRow
+        && k <= FUSED_MAX_K
+        && shape.kb + shape.ib < 64
+        && !skip::has(skip::OUTPUT)
+}
 
 /// The histogram path of this call, if it takes one ([`gpu_histogram_path`]; any shape whose
 /// composites fit 64 bits under the benchmarks' `skip::ROW_KERNEL`).
@@ -54,6 +67,9 @@ pub struct Call<'a> {
     pub count_nan: bool,
     pub run: &'a Dev<u8>,
     pub global: &'a Dev<u8>,
+    /// Where the one-block kernel writes the sorted output ((values, indices), descending), if it
+    /// does ([`fused_output`]).
+    pub sorted: Option<((u64, u64), bool)>,
 }
 
 /// Queues the selection of every row: k row-local indices per row (any order) in the returned
@@ -70,14 +86,18 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
     let out = arena.alloc::<u64>(rows * k as usize)?;
     let resident = blocks_per_sm() * u64::from(arena.sms);
     match path {
-        HistogramPath::OneBlockPerRow => one_block_per_row(arena, call, &out, resident)?,
+        // Its block finishes every row, the dense selection included.
+        HistogramPath::OneBlockPerRow => {
+            one_block_per_row(arena, call, &out, resident)?;
+            return Ok(out);
+        }
         HistogramPath::Split => split_rows(arena, call, &out, resident)?,
     }
     if skip::has(skip::FALLBACK) {
         return Ok(out);
     }
-    // The rows that fell back (a threshold bin over the buffer: heavy ties), exactly on the dense
-    // input; the launches skip every other row.
+    // The split rows that fell back (a threshold bin over the buffer: heavy ties), exactly on the
+    // dense input; the launches skip every other row.
     let lists = arena.alloc::<u32>(3 * rows)?;
     let counts = arena.alloc::<u32>(3)?;
     Selection::classify(arena, run, shape.rows, &lists, &counts)?;
@@ -100,9 +120,23 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
     Ok(out)
 }
 
+/// Output stages a benchmark leaves out of the one-block kernel (`PROFK_ROWS_OUTPUT=unsorted|none`;
+/// kernels/rows.cu `OUT_UNSORTED`, `OUT_NONE`): the results are then not meaningful.
+fn output_skips() -> i32 {
+    #[cfg(feature = "bench")]
+    match std::env::var("PROFK_ROWS_OUTPUT").as_deref() {
+        Ok("unsorted") => return 2,
+        Ok("none") => return 4,
+        _ => {}
+    }
+    0
+}
+
 /// One block per row, one launch (`rows_topk`).
 fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> Result<()> {
     let (input, shape) = (call.input, call.shape);
+    let sorted = call.sorted.unwrap_or(((0, 0), false));
+    let flags = i32::from(sorted.1) | output_skips();
     arena.launch_args(
         Family::Rows,
         &format!("rows_topk_{}", input.suffix),
@@ -119,6 +153,9 @@ fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u
             Arg::U64(out.ptr),
             Arg::U64(call.run.ptr),
             Arg::U64(call.global.ptr),
+            Arg::U64(sorted.0 .0),
+            Arg::U64(sorted.0 .1),
+            Arg::I32(flags),
         ],
     )
 }

@@ -1,11 +1,17 @@
 //! Which calls the CUDA path serves by the histogram selection (kernels/rows.cu) instead of sampling:
 //! a histogram of the top key bits, a second read that keeps the threshold bin, an exact selection
-//! inside it. It reads every row twice, so it serves rows whose second read finds them in L2, and
-//! it has no failure probability and no redraw.
+//! inside it; one block per row carries its threshold bin from row to row and reads a row once when
+//! the bin holds. It has no failure probability and no redraw.
 
-/// Longest row one block takes when the rows fill the device: the rows in flight (four blocks an
-/// SM) must leave most of each row in the H200's 50 MB L2 for the second read.
+/// Longest row one block takes when the rows fill the device.
 pub const ONE_BLOCK_MAX_N: u64 = 1 << 15;
+/// Longer rows, up to this, take one block each when k is at most 2^-10 of the row: a block carries
+/// its threshold bin from row to row, and at that k the bins from the one below the cut up fit its
+/// kept buffer, so most rows are read once (H200, 2026-12-02, `profk bench --device cuda
+/// --row-shapes`, 1024 x 2^18 k = 64: f32 0.476 ms against 0.69 sampled, bf16 0.493 against 0.523).
+/// At k = 1024 they no longer fit and each row is read twice (1.02 ms against 0.92 sampled).
+pub const ONE_BLOCK_LONG_MAX_N: u64 = 1 << 18;
+pub const ONE_BLOCK_LONG_K_SHIFT: u32 = 10;
 /// Rows this short take one block each even when they are few: one block reads such a row in about
 /// a microsecond, less than one of the launches the sampled path chains.
 pub const SHORT_N: u64 = 1 << 14;
@@ -57,7 +63,9 @@ pub fn gpu_histogram_path(
         SPLIT_MAX_ELEMENTS_16
     };
     let served = match layout {
-        HistogramPath::OneBlockPerRow => n <= ONE_BLOCK_MAX_N,
+        HistogramPath::OneBlockPerRow => {
+            n <= ONE_BLOCK_MAX_N || (n <= ONE_BLOCK_LONG_MAX_N && k << ONE_BLOCK_LONG_K_SHIFT <= n)
+        }
         HistogramPath::Split => rows.saturating_mul(n) <= split_max,
     };
     served.then_some(layout)
@@ -86,8 +94,16 @@ mod tests {
         assert_eq!(h200(3, 5000, 4), Some(OneBlockPerRow));
         assert_eq!(h200(1, 1 << 24, 4), Some(Split));
         assert_eq!(h200(16, 1 << 20, 4), Some(Split));
-        // Long rows that fill the device, inputs past L2, composites over 64 bits: sampled.
-        assert_eq!(h200(1024, 1 << 18, 4), None);
+        // Rows of up to 2^18 that fill the device when k is at most 2^-10 of them.
+        assert_eq!(h200(1024, 1 << 18, 4), Some(OneBlockPerRow));
+        assert_eq!(h200(1024, 1 << 18, 2), Some(OneBlockPerRow));
+        assert_eq!(gpu_histogram_path(1024, 1 << 18, 1024, 4, 132), None);
+        assert_eq!(
+            gpu_histogram_path(1024, 1 << 18, 256, 4, 132),
+            Some(OneBlockPerRow)
+        );
+        // Longer rows that fill the device, inputs past L2, composites over 64 bits: sampled.
+        assert_eq!(h200(1024, 1 << 19, 4), None);
         assert_eq!(h200(1, 1 << 28, 4), None);
         assert_eq!(h200(128, 1 << 20, 4), None);
         assert_eq!(gpu_histogram_path(1, (1 << 32) + 1, 1, 4, 132), None);

@@ -52,6 +52,9 @@ pub struct SelectStats {
     pub overflows: u64,
     /// Rows that fell back.
     pub fallbacks: u64,
+    /// Rows the CUDA histogram selection read once: the threshold bin its block carried from the
+    /// row before held (every other row of that path is read twice).
+    pub read_once: u64,
     pub time_sample: Duration,
     pub time_filter: Duration,
     pub time_select: Duration,
