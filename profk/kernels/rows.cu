@@ -7,7 +7,8 @@
 // part first (what pass 1 read last is the likeliest still in L2), writes the indices of the higher
 // bins straight out and keeps the bin's elements as (key, index) composites; an exact selection over
 // them gives the cut. A bin larger than the buffer (an exact count, so the result is always exact) is
-// selected from the row itself by a row's own block, and marks a split row for the dense fallback. Ties resolve by the composite: equal keys rank by lower index.
+// selected from the row itself by a row's own block, and marks a split row for the dense fallback.
+// Ties resolve by the composite: equal keys rank by lower index.
 //
 // A block that has finished a row carries a threshold bin to its next row (rows of one call are alike:
 // attention scores, activations). Its pass 1 counts only the bins from that guess up (the rest of the
@@ -19,9 +20,10 @@
 //
 // Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory, one
 // launch, sorted output written by the same block when k <= FUSED_MAX_K, a bin over its buffer
-// selected by the block from the row), and rows split over many blocks (rows_split_hist, then rows_split_compact: a histogram and
-// a candidate buffer per row in global memory; the last block to finish a row's part of a pass takes
-// the row's next step: block_any_last), for rows too few to fill the device.
+// selected by the block from the row), and rows split over many blocks (rows_split_hist, then
+// rows_split_compact: a histogram and a candidate buffer per row in global memory; the last block to
+// finish a row's part of a pass takes the row's next step: block_any_last), for rows too few to fill
+// the device.
 #include <cub/block/block_scan.cuh>
 #include "block_select.cuh"
 

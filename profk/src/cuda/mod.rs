@@ -314,52 +314,50 @@ fn topk_deferred_spec(
             global: &global,
             sorted: sorted.map(|ptrs| (ptrs, opts.order == Order::Desc)),
         };
-        match (opts.selector, plan, histogram) {
+        let fused_path = histogram.filter(|&path| rows::fused_output(path, &shape, k));
+        if let Some(path) = fused_path {
             // The one-block histogram path writes the sorted output itself.
-            (_, _, Some(path)) if rows::fused_output(path, &shape, k) => {
-                let sorted = Outputs::alloc(&arena, x.dtype(), shape.rows * k)?;
-                let call = call(Some(sorted.ptrs(&arena)));
-                rows::select(&mut arena, &call, path)?;
-                sorted.into_tensors(dev, &spec.out_shape)
-            }
-            _ => {
-                let slots = match (opts.selector, plan, histogram) {
-                    (_, _, Some(path)) => rows::select(&mut arena, &call(None), path)?,
-                    (Selector::Sort, _, _) => {
-                        nan_scan(&arena, &input, &shape, opts, &global)?;
-                        sort_baseline(&mut arena, &input, &shape, k)?
-                    }
-                    (Selector::Profk, Some(p), _) => {
-                        profk(&mut arena, &input, &shape, k, opts, p, &run, &global, fused)?
-                    }
-                    _ => {
-                        nan_scan(&arena, &input, &shape, opts, &global)?;
-                        let state = SelState::new(&mut arena, spec.rows)?;
-                        let out = arena.alloc::<u64>(spec.rows * spec.k)?;
-                        let s = Selection {
-                            arena: &arena,
-                            input: &input,
-                            shape,
-                            state: &state,
-                            rows: RowList::default(),
-                        };
-                        s.threshold(&Source::Dense, k, true)?;
-                        s.compact(&Source::Dense, &out, k, &run)?;
-                        out
-                    }
-                };
-                output(
-                    &mut arena,
-                    dev,
-                    &input,
-                    &shape,
-                    k,
-                    opts.order,
-                    &slots,
-                    &spec.out_shape,
-                    x.dtype(),
-                )?
-            }
+            let sorted = Outputs::alloc(&arena, x.dtype(), shape.rows * k)?;
+            let call = call(Some(sorted.ptrs(&arena)));
+            rows::select(&mut arena, &call, path)?;
+            sorted.into_tensors(dev, &spec.out_shape)
+        } else {
+            let slots = match (opts.selector, plan, histogram) {
+                (_, _, Some(path)) => rows::select(&mut arena, &call(None), path)?,
+                (Selector::Sort, _, _) => {
+                    nan_scan(&arena, &input, &shape, opts, &global)?;
+                    sort_baseline(&mut arena, &input, &shape, k)?
+                }
+                (Selector::Profk, Some(p), _) => {
+                    profk(&mut arena, &input, &shape, k, opts, p, &run, &global, fused)?
+                }
+                _ => {
+                    nan_scan(&arena, &input, &shape, opts, &global)?;
+                    let state = SelState::new(&mut arena, spec.rows)?;
+                    let out = arena.alloc::<u64>(spec.rows * spec.k)?;
+                    let s = Selection {
+                        arena: &arena,
+                        input: &input,
+                        shape,
+                        state: &state,
+                        rows: RowList::default(),
+                    };
+                    s.threshold(&Source::Dense, k, true)?;
+                    s.compact(&Source::Dense, &out, k, &run)?;
+                    out
+                }
+            };
+            output(
+                &mut arena,
+                dev,
+                &input,
+                &shape,
+                k,
+                opts.order,
+                &slots,
+                &spec.out_shape,
+                x.dtype(),
+            )?
         }
     };
     drop(storage);

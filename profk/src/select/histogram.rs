@@ -7,9 +7,10 @@
 pub const ONE_BLOCK_MAX_N: u64 = 1 << 15;
 /// Longer rows, up to this, take one block each when k is at most 2^-10 of the row: a block carries
 /// its threshold bin from row to row, and at that k the bins from the one below the cut up fit its
-/// kept buffer, so most rows are read once (H200, 2026-12-02, `profk bench --device cuda
-/// --row-shapes`, 1024 x 2^18 k = 64: f32 0.476 ms against 0.69 sampled, bf16 0.493 against 0.523).
-/// At k = 1024 they no longer fit and each row is read twice (1.02 ms against 0.92 sampled).
+/// kept buffer, so most rows are read once (H200, 2026-12-02 ~09:45 UTC, one call of `profk bench
+/// --device cuda --row-shapes`, 1024 x 2^18 k = 64: f32 0.476 ms against 0.682 sampled, bf16 0.493
+/// against 0.521; docs/perf/logs/2026-12-02-h200-profk-carried-bin.txt). At k = 1024 they no longer
+/// fit and each row is read twice (f32 1.021 ms against 0.907 sampled).
 pub const ONE_BLOCK_LONG_MAX_N: u64 = 1 << 18;
 pub const ONE_BLOCK_LONG_K_SHIFT: u32 = 10;
 /// Rows this short take one block each even when they are few: one block reads such a row in about
