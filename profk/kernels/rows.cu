@@ -50,7 +50,8 @@
 
 static_assert(ROWS_BINS * 4 + CARRY_CAP * 8 <= ROWS_CAP * 8, "pass 1's histogram and kept elements share pass 2's buffer");
 static_assert(ROWS_BINS * 4 >= CARRY_CAP * 8, "the threshold bin's kept elements fit where the histogram was");
-static_assert(FUSED_MAX_K <= ROWS_CAP, "the sorted output is sorted in pass 2's buffer");
+static_assert(FUSED_MAX_K * 2 <= ROWS_CAP, "the sorted output is sorted in pass 2's buffer");
+static_assert(FUSED_MAX_K % ROWS_THREADS == 0, "sort_desc holds FUSED_MAX_K / ROWS_THREADS keys a lane");
 
 // A row's threshold bin, the elements above it and in it, and in the bin below it.
 struct Cut {
@@ -173,38 +174,108 @@ __device__ __forceinline__ void hist_pass(const T* p, u64 len, int mag, u32* h, 
   if ((threadIdx.x & 31) == 0 && in_common) atomicAdd(&h[common], in_common);
 }
 
+// A warp's slots for `cnt` elements a lane: its first slot from the warp's running `fill` (advanced
+// for the whole warp), by a prefix sum over the lanes; nothing when no lane has any.
+__device__ __forceinline__ bool warp_slots(u32 cnt, u32& fill, u32& slot) {
+  if (!__any_sync(0xffffffffu, cnt)) return false;
+  const u32 lane = threadIdx.x & 31;
+  u32 incl = cnt;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const u32 o = __shfl_up_sync(0xffffffffu, incl, d);
+    if (lane >= (u32)d) incl += o;
+  }
+  slot = fill + incl - cnt;
+  fill += __shfl_sync(0xffffffffu, incl, 31);
+  return cnt != 0;
+}
+
 // Pass 1 with a carried threshold bin: the histogram of the bins from `guess` up only (the rest cost
 // no atomic) and their elements' composites (a row of n) into `kept`, a slice of WARP_KEPT slots a
 // warp filled through a count in registers (no shared counter to contend for). Each warp's count goes
-// to warp_kept; `kept_total` and `kept_most` end at the exact count and the largest warp's.
-template <typename T>
-__device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u32 guess, u32* h, u64* kept,
-                                           u32* warp_kept, u32* kept_total, u32* kept_most) {
+// to warp_kept; `kept_total` and `kept_most` end at the exact count and the largest warp's. Most
+// elements fail the test, so it costs a compare against the guess bin's lower bound (as compact_pass
+// does) and a count; the slots are drawn once a round for all of a lane's elements, and keys are
+// computed for the kept ones only.
+template <typename T, typename Keeps>
+__device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib, u32* h, u64* kept, u32* warp_kept,
+                                              u32* kept_total, u32* kept_most, Keeps keeps) {
+  typedef typename Ops<T>::Vec Vec;
+  const u32 V = Ops<T>::VEC;
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
-  const u32 lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const u32 t = threadIdx.x, lane = t & 31, warp = t / 32;
   u64* mine = kept + warp * WARP_KEPT;
-  u32 fill = 0;
-  visit_row<false>(
-      p, n,
-      [&](u32 j, u32 raw, bool valid) {
-        const u32 key = Ops<T>::key_bits(raw, mag);
-        const u32 bin = key >> SHIFT;
-        const bool keep = valid && bin >= guess;
-        const u32 ballot = __ballot_sync(0xffffffffu, keep);
-        if (ballot) {
-          if (keep) {
-            const u32 slot = fill + __popc(ballot & ((1u << lane) - 1));
-            atomicAdd(&h[bin], 1u);
-            if (slot < WARP_KEPT) mine[slot] = (u64)composite(key, j, n, ib);
-          }
-          fill += __popc(ballot);
+  u32 fill = 0, slot = 0;
+  auto keep = [&](u32 j, u32 raw) {
+    const u32 key = Ops<T>::key_bits(raw, mag);
+    atomicAdd(&h[key >> SHIFT], 1u);
+    if (slot < WARP_KEPT) mine[slot] = (u64)composite(key, j, n, ib);
+    ++slot;
+  };
+  // The unaligned head and the tail: one element a thread.
+  const u32 head = (u32)min((u64)(((16 - ((u64)p & 15)) & 15) / sizeof(T)), n);
+  const u32 nvec = (u32)((n - head) / V), tail = head + nvec * V;
+  {
+    const u32 m = head + ((u32)n - tail);
+    const u32 j = t < head ? t : tail + (t - head);
+    const u32 raw = t < m ? Ops<T>::raw1(p[j]) : 0u;
+    if (warp_slots(t < m && keeps(raw), fill, slot)) keep(j, raw);
+  }
+  const Vec* vp = (const Vec*)(p + head);
+  const u32 per_round = ROWS_UNROLL * ROWS_THREADS;
+  for (u32 b = 0; b < nvec; b += per_round) {
+    Vec w[ROWS_UNROLL];
+#pragma unroll
+    for (int u = 0; u < ROWS_UNROLL; ++u) {
+      const u32 v = b + u * ROWS_THREADS + t;
+      if (v < nvec) w[u] = vp[v];
+    }
+    // One count a vector, summed after: independent chains.
+    u32 cnt_u[ROWS_UNROLL];
+#pragma unroll
+    for (int u = 0; u < ROWS_UNROLL; ++u) {
+      const bool valid = b + u * ROWS_THREADS + t < nvec;
+      cnt_u[u] = 0;
+#pragma unroll
+      for (int q = 0; q < (int)V; ++q) cnt_u[u] += valid && keeps(Ops<T>::raw(w[u], q));
+    }
+    u32 cnt = 0;
+#pragma unroll
+    for (int u = 0; u < ROWS_UNROLL; ++u) cnt += cnt_u[u];
+    if (warp_slots(cnt, fill, slot)) {
+#pragma unroll
+      for (int u = 0; u < ROWS_UNROLL; ++u) {
+        const u32 v = b + u * ROWS_THREADS + t;
+#pragma unroll
+        for (int q = 0; q < (int)V; ++q) {
+          const u32 raw = Ops<T>::raw(w[u], q);
+          if (v < nvec && keeps(raw)) keep(head + v * V + q, raw);
         }
-      },
-      [](u32) { return true; }, [](u32) {});
+      }
+    }
+  }
   if (lane == 0) {
     warp_kept[warp] = fill;
     atomicAdd(kept_total, fill);
     atomicMax(kept_most, fill);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u32 guess, u32* h, u64* kept,
+                                           u32* warp_kept, u32* kept_total, u32* kept_most) {
+  const int SHIFT = Ops<T>::KB - ROWS_BITS;
+  // !(x < lo) holds exactly when key(x) >= guess << SHIFT; a bound on a NaN bit pattern (the bins of
+  // NaN and above +inf) takes the key test.
+  const float lo = key_value<T>(guess << SHIFT, mag);
+  if (lo == lo) {
+    guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most, [&](u32 raw) {
+      const float x = Ops<T>::from_bits(raw);
+      return !((mag ? fabsf(x) : x) < lo);
+    });
+  } else {
+    guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most,
+                  [&](u32 raw) { return (Ops<T>::key_bits(raw, mag) >> SHIFT) >= guess; });
   }
 }
 
@@ -367,6 +438,43 @@ __device__ __forceinline__ u32 next_guess(const Cut& c, u32 floor) {
   return at_or_above <= budget ? c.bin : NO_GUESS;
 }
 
+// 16-byte vectors a thread reads for a block's first guess, and the sample's margin in standard
+// deviations.
+#define SAMPLE_VECS 2
+#define SAMPLE_SIGMAS 3.0f
+
+// A block's first threshold bin (it has no row behind it), from a sample of the row: SAMPLE_VECS
+// vectors a thread, spread evenly over the row, into the zeroed histogram h (left dirty). The guess is
+// the bin at which the sample's count from the top passes its expectation at the k-th element by
+// SAMPLE_SIGMAS deviations and more, so that the row most likely holds at least k from it up, when the
+// elements it estimates from it up fit the carried budget; else NO_GUESS. A wrong guess costs a read.
+template <typename T>
+__device__ u32 sample_guess(const T* p, u64 n, u64 k, int mag, u32* h) {
+  typedef typename Ops<T>::Vec Vec;
+  const u32 V = Ops<T>::VEC, t = threadIdx.x;
+  const int SHIFT = Ops<T>::KB - ROWS_BITS;
+  const u32 head = (u32)min((u64)(((16 - ((u64)p & 15)) & 15) / sizeof(T)), n);
+  const u32 nvec = (u32)((n - head) / V), draws = SAMPLE_VECS * ROWS_THREADS;
+  if (nvec < draws) return NO_GUESS;
+  const Vec* vp = (const Vec*)(p + head);
+  const u32 stride = nvec / draws;
+  Vec w[SAMPLE_VECS];
+#pragma unroll
+  for (int u = 0; u < SAMPLE_VECS; ++u) w[u] = vp[(u32)(u * ROWS_THREADS + t) * stride];
+#pragma unroll
+  for (int u = 0; u < SAMPLE_VECS; ++u)
+#pragma unroll
+    for (int q = 0; q < (int)V; ++q) atomicAdd(&h[Ops<T>::key_bits(Ops<T>::raw(w[u], q), mag) >> SHIFT], 1u);
+  __syncthreads();
+  const float drawn = (float)(draws * V), scale = (float)n / drawn;
+  const float expect = (float)k / scale;
+  const float target = ceilf(expect + SAMPLE_SIGMAS * (sqrtf(expect) + 1.0f));
+  if (target > drawn) return NO_GUESS;
+  const Cut c = find_cut(h, (u64)target);
+  const float estimate = (float)(c.above + c.count) * scale;
+  return estimate <= CARRY_CAP / 4 * 3 ? c.bin : NO_GUESS;
+}
+
 // A row's output from what pass 1 kept (the warps' slices of `kept`, warp_kept[w] composites in slice
 // w, every element of the bins at or above the cut among them): the elements above the threshold bin
 // straight into o through out_fill, the bin's into `bin_buf` through bin_fill, and their k - above
@@ -423,10 +531,89 @@ __device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag
 #define OUT_UNSORTED 2
 #define OUT_NONE 4
 
+// Index order from a bitmap of the row's selected indices (`bits`, n bits): each thread owns a run of
+// words and writes their indices from its exclusive count, so no sort is needed.
+template <typename T>
+__device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, const u64* o, u32* bits, T* vals,
+                                               long long* idx_out) {
+  typedef cub::BlockScan<u32, ROWS_THREADS> Scan;
+  __shared__ typename Scan::TempStorage scan;
+  const u32 t = threadIdx.x, words = (u32)((n + 31) / 32);
+  const u32 per = (words + ROWS_THREADS - 1) / ROWS_THREADS;
+  const u32 from = min(words, t * per), to = min(words, from + per);
+  for (u32 i = t; i < words; i += ROWS_THREADS) bits[i] = 0;
+  __syncthreads();
+  for (u32 i = t; i < k; i += ROWS_THREADS) {
+    const u32 j = (u32)o[i];
+    atomicOr(&bits[j >> 5], 1u << (j & 31));
+  }
+  __syncthreads();
+  u32 mine = 0;
+  for (u32 w = from; w < to; ++w) mine += __popc(bits[w]);
+  u32 pos;
+  Scan(scan).ExclusiveSum(mine, pos);
+  for (u32 w = from; w < to; ++w) {
+    for (u32 b = bits[w]; b; b &= b - 1, ++pos) {
+      const u32 j = w * 32 + __ffs(b) - 1;
+      vals[pos] = row[j];
+      idx_out[pos] = (long long)j;
+    }
+  }
+}
+
+// Descending order of k <= FUSED_MAX_K distinct sort keys in buf[0..k): each warp ranks the keys of
+// its segment (up to 4 a lane) among the segment and stores them sorted after the keys; a key's place
+// is then its place in its segment plus, for every other segment, how many of its keys are larger
+// (a binary search). Two block barriers, where a bitonic sort of 512 takes 45.
+template <typename Put>
+__device__ __forceinline__ void sort_desc(u64* buf, u64 k, Put put) {
+  const int SEGS = ROWS_THREADS / 32, PER = FUSED_MAX_K / ROWS_THREADS;
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  const u32 seg = (u32)(k + SEGS - 1) / SEGS;
+  auto seg_from = [&](u32 w) { return min((u32)k, w * seg); };
+  const u32 s0 = seg_from(warp), s1 = seg_from(warp + 1);
+  u64 mine[PER];
+  u32 rank[PER];
+#pragma unroll
+  for (int q = 0; q < PER; ++q) {
+    const u32 i = s0 + lane + 32 * q;
+    mine[q] = i < s1 ? buf[i] : ~0ull;
+    rank[q] = 0;
+  }
+  for (u32 i = s0; i < s1; ++i) {
+    const u64 b = buf[i];
+#pragma unroll
+    for (int q = 0; q < PER; ++q) rank[q] += b > mine[q];
+  }
+  u64* sorted = buf + FUSED_MAX_K;
+#pragma unroll
+  for (int q = 0; q < PER; ++q)
+    if (s0 + lane + 32 * q < s1) sorted[s0 + rank[q]] = mine[q];
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < PER; ++q) {
+    if (s0 + lane + 32 * q >= s1) continue;
+    u32 place = rank[q];
+    for (u32 w = 0; w < SEGS; ++w) {
+      if (w == warp) continue;
+      const u32 a = seg_from(w);
+      u32 lo = a, hi = seg_from(w + 1);
+      while (lo < hi) {
+        const u32 mid = (lo + hi) / 2;
+        if (sorted[mid] > mine[q])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      place += lo - a;
+    }
+    put(place, mine[q]);
+  }
+}
+
 // Writes a finished row's k selected elements (row-local indices in o, any order) as values and i64
-// indices, by composite descending or by index, sorted in `buf` (k <= FUSED_MAX_K slots) by sort keys
-// composite + 1 (or ~index), descending: up to a key a thread by each one's rank (keys are distinct),
-// more by a bitonic sort with the padding at 0 behind every element.
+// indices into `buf` (FUSED_MAX_K * 2 slots): by index from a bitmap of the row when it fits there,
+// else (and by composite descending) by sorting keys composite + 1 (or ~index).
 template <typename T>
 __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag, int ib, int flags, const u64* o,
                                              u64* buf, T* vals, long long* idx_out) {
@@ -440,41 +627,17 @@ __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag
     vals[pos] = row[j];
     idx_out[pos] = (long long)j;
   };
-  if (k <= ROWS_THREADS || (flags & OUT_UNSORTED)) {
-    const bool sorted = !(flags & OUT_UNSORTED);
-    u64 key = 0;
-    for (u32 i = t; i < k; i += ROWS_THREADS) buf[i] = key = sort_key(o[i]);
-    if (!sorted) {
-      for (u32 i = t; i < k; i += ROWS_THREADS) put(i, buf[i]);
-      return;
-    }
-    __syncthreads();
-    if (t < k) {
-      u32 rank = 0;
-#pragma unroll 8
-      for (u32 i = 0; i < (u32)k; ++i) rank += buf[i] > key;
-      put(rank, key);
-    }
+  if (flags & OUT_UNSORTED) {
+    for (u32 i = t; i < k; i += ROWS_THREADS) put(i, sort_key(o[i]));
     return;
   }
-  u32 size = 1;
-  while (size < k) size <<= 1;
-  for (u32 i = t; i < size; i += ROWS_THREADS) buf[i] = i < k ? sort_key(o[i]) : 0;
-  __syncthreads();
-  for (u32 span = 2; span <= size; span <<= 1) {
-    for (u32 stride = span >> 1; stride > 0; stride >>= 1) {
-      for (u32 i = t; i < size / 2; i += ROWS_THREADS) {
-        const u32 lo = 2 * i - (i & (stride - 1)), hi = lo + stride;
-        const u64 a = buf[lo], b = buf[hi];
-        if ((lo & span) == 0 ? a < b : a > b) {
-          buf[lo] = b;
-          buf[hi] = a;
-        }
-      }
-      __syncthreads();
-    }
+  if (!desc && n <= (u64)ROWS_CAP * 64) {
+    write_by_index(row, n, k, o, (u32*)buf, vals, idx_out);
+    return;
   }
-  for (u32 i = t; i < k; i += ROWS_THREADS) put(i, buf[i]);
+  for (u32 i = t; i < k; i += ROWS_THREADS) buf[i] = sort_key(o[i]);
+  __syncthreads();
+  sort_desc(buf, k, put);
 }
 
 // One block per row, every row finished by its block (a threshold bin over the buffer by the dense
@@ -502,6 +665,11 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     // With a carried bin the row is read once when the bins from it up hold the top k and fit the
     // buffer (their exact count says so); otherwise the full histogram takes a read of its own.
     bool read_once = false;
+    if (r == blockIdx.x) {
+      guess = sample_guess(row, n, k, mag, sm.p1.hist);
+      for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.p1.hist[i] = 0;
+      __syncthreads();
+    }
     if (guess < NO_GUESS) {
       guess_pass(row, n, mag, ib, guess, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
       __syncthreads();

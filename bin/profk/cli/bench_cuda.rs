@@ -28,6 +28,9 @@ pub struct CudaBenchArgs {
     /// path.
     #[arg(long)]
     pub row_shapes: bool,
+    /// With --row-shapes: only the shapes whose label contains this text (e.g. "masked").
+    #[arg(long)]
+    pub only: Option<String>,
     /// Only the checks, no timing table.
     #[arg(long)]
     pub no_table: bool,
@@ -73,7 +76,7 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     } else if args.peers {
         profk::cuda::bench::run_peers(&dev, dtype, &mut table)?;
     } else if args.row_shapes {
-        profk::cuda::bench::run_rows(&dev, dtype, &mut table)?;
+        profk::cuda::bench::run_rows(&dev, dtype, args.only.as_deref(), &mut table)?;
     } else if args.targets {
         profk::cuda::bench::run_targets(&dev, &mut table)?;
     } else {

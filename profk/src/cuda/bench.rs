@@ -19,6 +19,17 @@ pub struct Case {
     pub dist: Dist,
 }
 
+impl Case {
+    /// The output order the shape's workload asks for: ascending indices for the masked
+    /// block-selection rows, values descending otherwise.
+    fn workload_order(&self) -> Order {
+        match self.dist {
+            Dist::Masked => Order::Index,
+            _ => Order::Desc,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dist {
     Normal,
@@ -270,7 +281,8 @@ pub fn run_peers(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
     run_cases(dev, peer_cases(), true, dtype, out)
 }
 
-/// The timing table over `cases`: Prof-K, and unless `profk_only` the `radix` and `sort` baselines.
+/// The timing table over `cases`, each in the order its workload asks for: Prof-K, and unless
+/// `profk_only` the `radix` and `sort` baselines.
 fn run_cases(
     dev: &Device,
     cases: Vec<Case>,
@@ -280,7 +292,7 @@ fn run_cases(
 ) -> Result<()> {
     table_head(
         out,
-        "| shape | mode | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |",
+        "| shape | mode, order | dist | k | selector | ms | GB/s | of read BW | attempts | aux MB |",
     );
     for c in cases {
         let n: usize = c.dims.iter().product();
@@ -303,6 +315,7 @@ fn run_cases(
             let opts = TopKOptions {
                 selector: s,
                 mode: c.mode,
+                order: c.workload_order(),
                 ..Default::default()
             };
             let (ms, attempts, aux) = time(&xs, c.k, &opts, reps)?;
@@ -310,9 +323,10 @@ fn run_cases(
             let gbs = bytes / ms / 1e6;
             writeln!(
                 out,
-                "| {} | {:?} | {} | {} | {:?} | {:.3} | {:.0} | {:.2} | {} | {:.1} |",
+                "| {} | {:?} {:?} | {} | {} | {:?} | {:.3} | {:.0} | {:.2} | {} | {:.1} |",
                 c.label,
                 c.mode,
+                opts.order,
                 c.dist.name(),
                 c.k,
                 s,
@@ -412,14 +426,18 @@ pub fn row_cases() -> Vec<Case> {
     v
 }
 
-/// Prof-K on the [`row_cases`] in both output orders: the default path, the histogram selection
-/// (`skip::ROW_KERNEL`, "row kernel") and the sampled path (`skip::ROWS`), beside the read floor.
-pub fn run_rows(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
+/// Prof-K on the [`row_cases`] (those whose label contains `only`, when given) in both output orders:
+/// the default path, the histogram selection (`skip::ROW_KERNEL`, "row kernel") and the sampled path
+/// (`skip::ROWS`), beside the read floor.
+pub fn run_rows(dev: &Device, dtype: DType, only: Option<&str>, out: &mut String) -> Result<()> {
     table_head(
         out,
         "| shape | dist | dtype | k | order | path | ms | floor ms | of floor | aux MB |",
     );
-    for c in row_cases() {
+    let cases = row_cases()
+        .into_iter()
+        .filter(|c| only.is_none_or(|o| c.label.contains(o)));
+    for c in cases {
         let n: usize = c.dims.iter().product();
         let xs = rotated_inputs(&c, dtype, dev)?;
         let floor = (n * dtype.size_in_bytes()) as f64 / (READ_TBPS * 1e9);
