@@ -612,8 +612,8 @@ __device__ __forceinline__ void sort_desc(u64* buf, u64 k, Put put) {
 }
 
 // Writes a finished row's k selected elements (row-local indices in o, any order) as values and i64
-// indices into `buf` (FUSED_MAX_K * 2 slots): by index from a bitmap of the row when it fits there,
-// else (and by composite descending) by sorting keys composite + 1 (or ~index).
+// indices into `buf` (FUSED_MAX_K * 2 slots): by index from a bitmap of the row when it fits there
+// and is short beside k, else (and by composite descending) by sorting keys composite + 1 (or ~index).
 template <typename T>
 __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag, int ib, int flags, const u64* o,
                                              u64* buf, T* vals, long long* idx_out) {
@@ -631,7 +631,10 @@ __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag
     for (u32 i = t; i < k; i += ROWS_THREADS) put(i, sort_key(o[i]));
     return;
   }
-  if (!desc && n <= (u64)ROWS_CAP * 64) {
+  // The bitmap costs n/32 words a row, the sort about k keys: the bitmap when it fits `buf` and a
+  // thread's share of words is small beside k.
+  const u64 words_each = (n + 32 * ROWS_THREADS - 1) / (32 * ROWS_THREADS);
+  if (!desc && n <= (u64)ROWS_CAP * 64 && words_each <= max(4ull, k / 32)) {
     write_by_index(row, n, k, o, (u32*)buf, vals, idx_out);
     return;
   }

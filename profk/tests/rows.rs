@@ -154,7 +154,7 @@ pub fn ties_to_the_lowest_index(dev: &Device) -> Result<()> {
 }
 
 /// Batches of rows longer than the short-row limit, enough to fill a GPU, random and masked (the
-/// block-selection shape: the second half of every row at -inf).
+/// block-selection shape: the second half of every row at -inf), and rows of 2^16.
 pub fn many_long_rows(dev: &Device) -> Result<()> {
     let (rows, n) = (136, 20_003);
     let inf = f64::INFINITY;
@@ -185,6 +185,15 @@ pub fn many_long_rows(dev: &Device) -> Result<()> {
         dev,
     )?;
     check(&x, 1024, &TopKOptions::default())?;
+    // k = 64 keeps these rows on one block each (k <= n/1024), where index order sorts the k indices
+    // instead of taking a bitmap of the row.
+    for order in [Order::Desc, Order::Index] {
+        let opts = TopKOptions {
+            order,
+            ..TopKOptions::default()
+        };
+        check(&x, 64, &opts)?;
+    }
     Ok(())
 }
 

@@ -124,17 +124,19 @@ pub const GPU_FUSED_SAMPLE: u64 = 16384;
 /// Sample sizes a single-row GPU call also weighs against the default: a larger sample keeps fewer
 /// candidates, which matters when k (and so the buffer) is large.
 const GPU_LARGER_SAMPLES: [u64; 2] = [1 << 16, 1 << 18];
+/// Sample sizes a call of several rows also weighs: each sampled element is a random 32-byte read,
+/// so the CPU rule's n/32 costs more than the larger buffer a smaller sample needs (H200,
+/// 2026-12-02, same call: 128x2^20 f32 k = 1024 0.335 ms with S = 16384, 0.295 with 4096; 1024x2^18
+/// k = 1024 0.912 with S = 8192, 0.832 with 2048; docs/perf/profk-cuda.md).
+const GPU_ROW_SAMPLES: [u64; 3] = [1 << 11, 1 << 12, 1 << 13];
 
 /// Cost of a plan on the GPU, in buffer elements (measured on the H200, 2026-11-30: a buffer element
 /// costs about 0.07 ns in the exact top-k that follows the pass, a sampled element about four times
-/// that, and a sample above [`GPU_FUSED_SAMPLE`] about 0.07 ms of extra launches).
+/// that, and a sample or a buffer above [`GPU_FUSED_SAMPLE`] about 0.07 ms of extra launches: neither
+/// is then selected by one block per row).
 fn gpu_cost(p: &params::Params) -> u64 {
-    let launches = if p.sample > GPU_FUSED_SAMPLE {
-        1_000_000
-    } else {
-        0
-    };
-    p.capacity + 4 * p.sample + launches
+    let launches = |len: u64| if len > GPU_FUSED_SAMPLE { 1_000_000 } else { 0 };
+    p.capacity + 4 * p.sample + launches(p.sample) + launches(p.capacity)
 }
 
 /// The plan Prof-K uses for rows of `n` with budget `eps` per row, or `None` when exact selection is
@@ -154,17 +156,28 @@ pub fn gpu_plan_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<
 
 /// The parameters, with their exact failure probabilities, of the plan the CUDA path takes for
 /// `rows` rows of `n` with budget `eps` per row: among the default sample size, [`GPU_FUSED_SAMPLE`]
-/// and, for a single row, a few larger sizes (at most n/64), the exact parameters of least
-/// [`gpu_cost`]; `None` when exact selection is cheaper.
+/// and a few larger sizes for a single row or smaller ones for several (at most n/64), the exact
+/// parameters of least [`gpu_cost`]; `None` when exact selection is cheaper.
 pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<params::Params>> {
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
     }
     let (nu, ku) = (n as u64, k as u64);
     let default = params::cached(nu, ku, eps, Method::Exact)?;
+    #[cfg(feature = "bench")]
+    if let Some(s) = bench_sample(rows) {
+        return Ok(worth_sampling(
+            n,
+            params::cached_with_sample(nu, ku, eps, Method::Exact, Some(s))?,
+        ));
+    }
     let mut best = default;
-    let larger: &[u64] = if rows == 1 { &GPU_LARGER_SAMPLES } else { &[] };
-    for &s in std::iter::once(&GPU_FUSED_SAMPLE).chain(larger) {
+    let others: &[u64] = if rows == 1 {
+        &GPU_LARGER_SAMPLES
+    } else {
+        &GPU_ROW_SAMPLES
+    };
+    for &s in std::iter::once(&GPU_FUSED_SAMPLE).chain(others) {
         if s == default.sample || s.saturating_mul(64) > nu {
             continue;
         }
@@ -176,6 +189,14 @@ pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Optio
         }
     }
     Ok(worth_sampling(n, best))
+}
+
+/// The sample size a benchmark sets for calls of several rows (`PROFK_GPU_SAMPLE`), to time the
+/// cost rule's alternatives.
+#[cfg(feature = "bench")]
+fn bench_sample(rows: usize) -> Option<u64> {
+    let s = std::env::var("PROFK_GPU_SAMPLE").ok()?.parse().ok()?;
+    (rows > 1).then_some(s)
 }
 
 /// [`plan_for`] with the CPU's sample size: the plan of [`cpu_params_for`].
@@ -397,12 +418,19 @@ mod tests {
         let gpu = gpu_plan_for(n, n / 1000, eps, 1).unwrap().unwrap();
         let default = plan_for(n, n / 1000, eps).unwrap().unwrap();
         assert!(gpu.sample > default.sample && gpu.capacity < default.capacity);
-        // Many rows never draw more than the default sample per row.
-        for (n, k, rows) in [(1usize << 18, 64usize, 1024usize), (1 << 20, 1024, 128)] {
+        // Many rows draw less than the default sample per row, as little as leaves a buffer that one
+        // block per row selects (the sizes that ran fastest on the H200).
+        for (n, k, rows, sample) in [
+            (1usize << 18, 1024usize, 1024usize, 1u64 << 11),
+            (1 << 20, 1024, 128, 1 << 12),
+            (1 << 20, 64, 128, 1 << 11),
+        ] {
             let e = eps / rows as f64;
             let gpu = gpu_plan_for(n, k, e, rows).unwrap().unwrap();
             let default = plan_for(n, k, e).unwrap().unwrap();
-            assert!(gpu.sample <= default.sample);
+            assert!(gpu.sample < default.sample, "{n} {k}: {gpu:?}");
+            assert_eq!(gpu.sample, sample, "{n} {k}: {gpu:?}");
+            assert!(gpu.capacity <= GPU_FUSED_SAMPLE, "{n} {k}: {gpu:?}");
         }
         assert_eq!(gpu_plan_for(1 << 20, 0, eps, 1).unwrap(), None);
     }
