@@ -16,10 +16,11 @@
 // (at least k, so the threshold bin is among them, and no more than the buffer). A row that passes is
 // selected from what pass 1 kept and is read once; a row that does not is read again into the full
 // histogram and goes on as above, so the result is exact either way and only the cost depends on the
-// guess.
+// guess. A block's first row takes its guess from a sample of the row.
 //
 // Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory, one
-// launch, sorted output written by the same block when k <= FUSED_MAX_K, a bin over its buffer
+// launch, output written by the same block when k <= FUSED_MAX_K (index order from a bitmap of the
+// row, value order by per-warp ranks and a merge), a bin over its buffer
 // selected by the block from the row), and rows split over many blocks (rows_split_hist, then
 // rows_split_compact: a histogram and a candidate buffer per row in global memory; the last block to
 // finish a row's part of a pass takes the row's next step: block_any_last), for rows too few to fill
