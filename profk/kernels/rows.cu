@@ -67,6 +67,21 @@ struct SplitRow {
   u32 out_fill, cand_fill, pad;
 };
 
+// How a pass cuts p[0..len) (len < 2^32): an unaligned head, `nvec` 16-byte vectors from p + head, and
+// a tail; the head and the tail (`scalars` elements, fewer than a block's threads) take one scalar
+// round, thread t taking element scalar(t).
+template <typename T>
+struct RowCut {
+  u32 head, nvec, tail, scalars;
+  __device__ __forceinline__ RowCut(const T* p, u64 len) {
+    head = (u32)min((u64)(((16 - ((u64)p & 15)) & 15) / sizeof(T)), len);
+    nvec = (u32)((len - head) / Ops<T>::VEC);
+    tail = head + nvec * Ops<T>::VEC;
+    scalars = head + ((u32)len - tail);
+  }
+  __device__ __forceinline__ u32 scalar(u32 t) const { return t < head ? t : tail + (t - head); }
+};
+
 // Calls f(j, raw bits, valid) for every element of p[0..len) (len < 2^32), every thread of the block
 // the same number of times (valid = false for padding), so that f may use warp-wide votes. The
 // unaligned head and the tail take one scalar round; the body goes in 16-byte vectors, in rounds from
@@ -77,14 +92,11 @@ __device__ __forceinline__ void visit_row(const T* p, u64 len, F&& f, Enter&& en
   typedef typename Ops<T>::Vec Vec;
   const u32 V = Ops<T>::VEC;
   const u32 t = threadIdx.x, warps = ROWS_THREADS / 32;
-  u32 head = (u32)(((16 - ((u64)p & 15)) & 15) / sizeof(T));
-  if (head > len) head = (u32)len;
-  const u32 nvec = (u32)((len - head) / V);
-  const u32 tail = head + nvec * V;
+  const RowCut<T> cut(p, len);
+  const u32 head = cut.head, nvec = cut.nvec;
   {
-    const u32 m = head + ((u32)len - tail);
-    const bool valid = t < m;
-    const u32 j = t < head ? t : tail + (t - head);
+    const bool valid = t < cut.scalars;
+    const u32 j = cut.scalar(t);
     f(j, valid ? Ops<T>::raw1(p[j]) : 0u, valid);
   }
   const Vec* vp = (const Vec*)(p + head);
@@ -213,14 +225,13 @@ __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib
     if (slot < WARP_KEPT) mine[slot] = (u64)composite(key, j, n, ib);
     ++slot;
   };
-  // The unaligned head and the tail: one element a thread.
-  const u32 head = (u32)min((u64)(((16 - ((u64)p & 15)) & 15) / sizeof(T)), n);
-  const u32 nvec = (u32)((n - head) / V), tail = head + nvec * V;
+  const RowCut<T> cut(p, n);
+  const u32 head = cut.head, nvec = cut.nvec;
   {
-    const u32 m = head + ((u32)n - tail);
-    const u32 j = t < head ? t : tail + (t - head);
-    const u32 raw = t < m ? Ops<T>::raw1(p[j]) : 0u;
-    if (warp_slots(t < m && keeps(raw), fill, slot)) keep(j, raw);
+    const bool valid = t < cut.scalars;
+    const u32 j = cut.scalar(t);
+    const u32 raw = valid ? Ops<T>::raw1(p[j]) : 0u;
+    if (warp_slots(valid && keeps(raw), fill, slot)) keep(j, raw);
   }
   const Vec* vp = (const Vec*)(p + head);
   const u32 per_round = ROWS_UNROLL * ROWS_THREADS;
@@ -454,10 +465,10 @@ __device__ u32 sample_guess(const T* p, u64 n, u64 k, int mag, u32* h) {
   typedef typename Ops<T>::Vec Vec;
   const u32 V = Ops<T>::VEC, t = threadIdx.x;
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
-  const u32 head = (u32)min((u64)(((16 - ((u64)p & 15)) & 15) / sizeof(T)), n);
-  const u32 nvec = (u32)((n - head) / V), draws = SAMPLE_VECS * ROWS_THREADS;
+  const RowCut<T> cut(p, n);
+  const u32 nvec = cut.nvec, draws = SAMPLE_VECS * ROWS_THREADS;
   if (nvec < draws) return NO_GUESS;
-  const Vec* vp = (const Vec*)(p + head);
+  const Vec* vp = (const Vec*)(p + cut.head);
   const u32 stride = nvec / draws;
   Vec w[SAMPLE_VECS];
 #pragma unroll
