@@ -5,11 +5,16 @@
 // digit over the elements that still match the threshold prefix of their row; the last block to finish
 // a row (arrival counter) picks the digit that contains the k-th largest and updates the row's prefix.
 // Composites are distinct, so the final prefix selects exactly k elements, ties by lowest index.
-// A row whose digit bucket is taken whole is done early: later launches skip it at once.
+// A row whose digit bucket is taken whole is done early: later launches skip it at once. The buffer
+// top-k and the fallback run every digit in one cooperative launch (select_all_*), a grid barrier
+// between digits, so that their usual case, no row listed, costs one launch.
+#include <cooperative_groups.h>
 #include <cub/block/block_radix_sort.cuh>
 #include "block_select.cuh"
 
 #define SEL_THREADS 256
+
+namespace cg = cooperative_groups;
 
 struct SelSrc {
   const void* x;
@@ -98,9 +103,19 @@ __device__ void pass_body(const SelArgs& a) {
     u128 top = load_prefix(a.sel[r]) >> hb;
     u64 end = Src<T, LIST>::count(a.src, r);
     u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
-    for (u64 j = b0 + threadIdx.x; j < b1; j += blockDim.x) {
-      u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, need_idx);
-      if ((c >> hb) == top) atomicAdd(&sh[(u32)(c >> a.lo) & mask], 1u);
+    // Lanes of a warp that hit the same bin add once: a buffer's candidates share their leading
+    // digits, and unaggregated they would all queue on one shared counter. Every lane of a warp runs
+    // the same number of rounds so that the match sees all of them.
+    const u64 span = b1 > b0 ? b1 - b0 : 0, rounds = (span + blockDim.x - 1) / blockDim.x;
+    for (u64 q = 0; q < rounds; ++q) {
+      const u64 j = b0 + q * blockDim.x + threadIdx.x;
+      u32 bin = ~0u;
+      if (j < b1) {
+        const u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, need_idx);
+        if ((c >> hb) == top) bin = (u32)(c >> a.lo) & mask;
+      }
+      const unsigned same = __match_any_sync(0xffffffffu, bin);
+      if (bin != ~0u && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&sh[bin], (u32)__popc(same));
     }
     __syncthreads();
     for (int i = threadIdx.x; i <= (int)mask; i += blockDim.x)
@@ -241,6 +256,32 @@ extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* r
   if (threadIdx.x < 3) counts[threadIdx.x] = fill[threadIdx.x];
 }
 
+// A whole selection in one cooperative launch: the reset of the listed rows, every digit pass and the
+// compaction, with a grid barrier where separate launches had a kernel boundary. When the list is
+// empty (the fallback's rows, nearly always) every block returns at once: one launch instead of ten.
+template <typename T, bool LIST>
+__device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run) {
+  const u64 nrows = list_len(a.list, a.rows);
+  if (nrows == 0) return;
+  cg::grid_group grid = cg::this_grid();
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += (u64)gridDim.x * blockDim.x) {
+    RowSel s = {};
+    s.kleft = kth;
+    s.tmin = ~0ull;
+    a.sel[list_row(a.list, i)] = s;
+  }
+  grid.sync();
+  for (int hi = bits; hi > 0;) {
+    const int lo = hi > 8 ? hi - 8 : 0;
+    a.lo = lo;
+    a.width = hi - lo;
+    pass_body<T, LIST>(a);
+    grid.sync();
+    hi = lo;
+  }
+  compact_body<T, LIST>(a, out, k, run);
+}
+
 extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) {
   u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < rows) {
@@ -261,6 +302,10 @@ extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kle
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
       select_compact_##SUF(SelArgs a, u64* out, u64 k, RowRun* run) {                              \
     compact_body<T, LIST>(a, out, k, run);                                                         \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
+      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run) {               \
+    select_all_body<T, LIST>(a, kth, bits, out, k, run);                                           \
   }
 
 SEL_KERNELS(f32, float, false)
@@ -357,6 +402,16 @@ __device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
     sort_gather<T, 128, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                          \
   }                                                                                                      \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
+      sort_gather_1024_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
+                             const u64* slots, T* vals, long long* out) {                                \
+    sort_gather<T, 256, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                          \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256)                                                      \
+      sort_gather_2048_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
+                             const u64* slots, T* vals, long long* out) {                                \
+    sort_gather<T, 256, 8>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                          \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(256)                                                      \
       sort_gather_4096_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
                              const u64* slots, T* vals, long long* out) {                                \
     sort_gather<T, 256, 16>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                         \
@@ -365,6 +420,98 @@ __device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
 SORT_GATHER(f32, float)
 SORT_GATHER(f16, __half)
 SORT_GATHER(bf16, __nv_bfloat16)
+
+// Sorted output of few rows in one launch, for rows too few to fill the device with one block per row:
+// one block per slice of RANK_SLICE outputs. The block orders its slice by counting within it, then finds
+// every order key of the row in the ordered slice by binary search; a histogram of those positions,
+// summed, is how many keys precede each slice element, which is its place in the output. O(k log
+// RANK_SLICE) work a block, no sort passes. Order keys are distinct (a composite, an index) and every
+// place lies in [0, k) even if they were not, so no write leaves the output.
+#define RANK_THREADS 512
+#define RANK_SLICE 128
+#define RANK_BATCH 8
+
+// Larger order key = earlier in the output: the composite for values descending, the complement of the
+// index for indices ascending.
+template <typename T>
+__device__ __forceinline__ u64 order_key(const T* row, u64 idx, u64 n, int mag, int ib, int desc) {
+  return desc ? (u64)composite(Ops<T>::key(row[idx], mag), idx, n, ib) : ~idx;
+}
+
+template <typename T>
+__device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, T* vals,
+                            long long* out) {
+  __shared__ u64 slice[RANK_SLICE];
+  __shared__ u64 ordered[RANK_SLICE];
+  __shared__ u32 bucket[RANK_SLICE + 1];
+  const u64 parts = (k + RANK_SLICE - 1) / RANK_SLICE;
+  const u64 mask = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
+  for (u64 item = blockIdx.x; item < rows * parts; item += gridDim.x) {
+    const u64 r = item / parts, lo = (item % parts) * RANK_SLICE;
+    const u32 s = (u32)min((u64)RANK_SLICE, k - lo);
+    const T* row = x + r * n;
+    const u64* rs = slots + r * k;
+    if (threadIdx.x < s) slice[threadIdx.x] = order_key(row, rs[lo + threadIdx.x], n, mag, ib, desc);
+    if (threadIdx.x <= RANK_SLICE) bucket[threadIdx.x] = 0;
+    __syncthreads();
+    if (threadIdx.x < s) {
+      const u64 c = slice[threadIdx.x];
+      u32 before = 0;
+      for (u32 i = 0; i < s; ++i) {
+        const u64 o = slice[i];
+        before += o > c || (o == c && i < threadIdx.x);
+      }
+      ordered[before] = c;
+    }
+    __syncthreads();
+    // m = how many slice elements are >= the key: the key precedes the slice elements from m on. Keys
+    // go in batches whose loads are all in flight at once (the gathers are random reads).
+    // Lanes of a warp with the same m add once: slots often come in index order, and then nearly every
+    // key of the row lands on the first or the last position of a slice.
+    for (u64 j0 = 0; j0 < k; j0 += (u64)RANK_THREADS * RANK_BATCH) {
+      u64 c[RANK_BATCH];
+#pragma unroll
+      for (int b = 0; b < RANK_BATCH; ++b) {
+        const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
+        c[b] = j < k ? rs[j] : 0;
+      }
+#pragma unroll
+      for (int b = 0; b < RANK_BATCH; ++b) c[b] = order_key(row, c[b], n, mag, ib, desc);
+#pragma unroll
+      for (int b = 0; b < RANK_BATCH; ++b) {
+        const bool valid = j0 + (u64)b * RANK_THREADS + threadIdx.x < k;
+        u32 m = 0;
+#pragma unroll
+        for (u32 step = RANK_SLICE; step; step >>= 1)
+          if (m + step <= s && ordered[m + step - 1] >= c[b]) m += step;
+        m = valid ? m : ~0u;
+        const unsigned same = __match_any_sync(0xffffffffu, m);
+        if (valid && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&bucket[m], (u32)__popc(same));
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < s) {
+      u32 place = 0;
+      for (u32 m = 0; m <= threadIdx.x; ++m) place += bucket[m];
+      const u64 c = ordered[threadIdx.x];
+      const u64 idx = desc ? n - 1 - (c & mask) : ~c;
+      vals[r * k + place] = row[idx];
+      out[r * k + place] = (long long)idx;
+    }
+    __syncthreads();
+  }
+}
+
+#define RANK_GATHER(SUF, T)                                                                              \
+  extern "C" __global__ void __launch_bounds__(RANK_THREADS)                                             \
+      rank_gather_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots,  \
+                        T* vals, long long* out) {                                                       \
+    rank_gather<T>(x, n, k, rows, mag, ib, desc, slots, vals, out);                                      \
+  }
+
+RANK_GATHER(f32, float)
+RANK_GATHER(f16, __half)
+RANK_GATHER(bf16, __nv_bfloat16)
 
 #define OUT_KERNELS(SUF, T)                                                                             \
   extern "C" __global__ void out_composite_##SUF(const T* x, u64 n, u64 k, int mag, int ib, const u64* idx, \

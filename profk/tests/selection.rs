@@ -12,6 +12,7 @@ test_device!(common::{
     shapes_and_views,
     random_sweep,
     forced_redraws_and_fallback,
+    long_outputs,
     gather,
     many_rows,
     approximate_mode,

@@ -513,17 +513,11 @@ fn profk(
         cap,
         run: Some(run),
     };
-    // One reset of the selection state serves the buffer's and the fallback's rows (disjoint lists).
-    let shared_init = !block_buffer && !skip::has(skip::BUFFER);
-    if shared_init {
-        ok.init(k)?;
-    }
     if skip::has(skip::BUFFER) {
     } else if block_buffer {
         ok.block_topk(&buffer_src, &out, k)?;
     } else {
-        ok.threshold_from_init(&buffer_src, true)?;
-        ok.compact(&buffer_src, &out, k, run)?;
+        ok.exact(&buffer_src, &out, k, run)?;
     }
     let fb = Selection {
         arena: arena_ro,
@@ -533,11 +527,7 @@ fn profk(
         rows: list(ROW_FALLBACK),
     };
     if !skip::has(skip::FALLBACK) {
-        if !shared_init {
-            fb.init(k)?;
-        }
-        fb.threshold_from_init(&Source::Dense, true)?;
-        fb.compact(&Source::Dense, &out, k, run)?;
+        fb.exact(&Source::Dense, &out, k, run)?;
     }
     Ok(out)
 }
@@ -610,8 +600,25 @@ fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Res
 
 /// Largest k whose per-row sort runs in one block, fused with the gather.
 const BLOCK_SORT_MAX: u64 = 4096;
+/// Outputs a block places by ranking (kernels/select.cu `RANK_SLICE`).
+const RANK_SLICE: u64 = 128;
+/// Blocks an SM the ranked output may ask for: calls of more slices than that fill the device with
+/// one block per row, or sort.
+const RANK_BLOCKS_PER_SM: u64 = 2;
 
-/// Sorts the k slots of every row into the requested order and gathers values and i64 indices.
+/// The output stage a benchmark sets (`PROFK_OUTPUT=rank|sort`), to time both on one shape.
+fn output_choice() -> Option<&'static str> {
+    #[cfg(feature = "bench")]
+    match std::env::var("PROFK_OUTPUT").as_deref() {
+        Ok("rank") => return Some("rank"),
+        Ok("sort") => return Some("sort"),
+        _ => {}
+    }
+    None
+}
+
+/// Sorts the k slots of every row into the requested order and gathers values and i64 indices: few
+/// rows by ranking (one launch), one block per row up to [`BLOCK_SORT_MAX`], else CUB's sorts.
 #[allow(clippy::too_many_arguments)]
 fn output(
     arena: &mut Arena,
@@ -626,11 +633,43 @@ fn output(
 ) -> Result<(Tensor, Tensor)> {
     let narrow = shape.kb + shape.ib <= 64 && !skip::has(skip::WIDE);
     let desc = order == Order::Desc;
-    if k <= BLOCK_SORT_MAX && (narrow || !desc) && !skip::has(skip::OUTPUT) {
-        let (threads, name) = if k <= 512 {
-            (128, "sort_gather_512")
-        } else {
-            (256, "sort_gather_4096")
+    let slices = shape.rows * k.div_ceil(RANK_SLICE);
+    let rankable = (narrow || !desc) && !skip::has(skip::OUTPUT);
+    let ranked = match output_choice() {
+        Some(choice) => rankable && choice == "rank",
+        None => rankable && slices <= RANK_BLOCKS_PER_SM * arena.sms as u64,
+    };
+    if ranked {
+        // Few rows: a block per slice of the output places it by ranking, in one launch.
+        let launch = |vals: u64, idx: u64| {
+            arena.launch_args(
+                Family::Select,
+                &format!("rank_gather_{}", input.suffix),
+                slices,
+                512,
+                &[
+                    Arg::U64(input.ptr),
+                    Arg::U64(shape.n),
+                    Arg::U64(k),
+                    Arg::U64(shape.rows),
+                    Arg::I32(input.mag as i32),
+                    Arg::I32(shape.ib as i32),
+                    Arg::I32(desc as i32),
+                    Arg::U64(slots.ptr),
+                    Arg::U64(vals),
+                    Arg::U64(idx),
+                ],
+            )
+        };
+        return finish(arena, dev, dtype, shape.rows * k, out_shape, launch);
+    }
+    if k <= BLOCK_SORT_MAX && rankable {
+        // The smallest block sort that holds k: padding is sorted too.
+        let (threads, name) = match k {
+            0..=512 => (128, "sort_gather_512"),
+            513..=1024 => (256, "sort_gather_1024"),
+            1025..=2048 => (256, "sort_gather_2048"),
+            _ => (256, "sort_gather_4096"),
         };
         let grid = shape.rows.clamp(1, 16 * arena.sms as u64);
         let launch = |vals: u64, idx: u64| {

@@ -114,9 +114,7 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
             count: counts.ptr + 4 * status,
         },
     };
-    fallback.init(k)?;
-    fallback.threshold_from_init(&Source::Dense, true)?;
-    fallback.compact(&Source::Dense, &out, k, run)?;
+    fallback.exact(&Source::Dense, &out, k, run)?;
     Ok(out)
 }
 

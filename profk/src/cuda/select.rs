@@ -1,5 +1,6 @@
 //! Radix selection by (key, index) composite (kernels/select.cu): the threshold over the sample, the
 //! exact top-k of the buffer, the dense fallback and the `radix` baseline, and the output stage.
+use candle_core::cuda::cudarc::driver::sys::{CUdevice_attribute, CUstreamCaptureStatus};
 use candle_core::cuda::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
 use super::abi::{RowList, SelArgs, SelSrc, ROW_SEL_BYTES};
@@ -240,6 +241,49 @@ impl Selection<'_> {
             shared_mem_bytes: 0,
         };
         Ok((f, self.args(src, true), cfg))
+    }
+
+    /// The exact top-k of every gated row of `src` into `out` (k row-local indices per row, any
+    /// order): [`Self::init`] of those rows, [`Self::threshold_from_init`] and [`Self::compact`] in
+    /// one cooperative launch, with a grid barrier between digits, so that an empty list costs one
+    /// launch. Inside a stream capture, or on a device without cooperative launches, the separate
+    /// launches.
+    pub fn exact(&self, src: &Source, out: &Dev<u64>, k: u64, run: &Dev<u8>) -> Result<()> {
+        let a = self.arena;
+        let capturing = a.stream.capture_status().map_err(drv)?
+            != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let cooperative = a
+            .stream
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)
+            .map_err(drv)?
+            != 0;
+        if capturing || !cooperative {
+            self.init(k)?;
+            self.threshold_from_init(src, true)?;
+            return self.compact(src, out, k, run);
+        }
+        let f = a.func(Family::Select, &format!("select_all_{}", self.suffix(src)))?;
+        // Every block of a cooperative launch must be resident at once.
+        let per_sm = f
+            .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
+            .map_err(drv)?
+            .clamp(1, 8);
+        let args = self.args(src, true);
+        let grid = (self.shape.rows * args.cpr).clamp(1, u64::from(per_sm * a.sms));
+        let bits = (self.shape.kb + self.shape.ib) as i32;
+        let (o, r) = (out.ptr, run.ptr);
+        let mut b = a.stream.launch_builder(&f);
+        b.arg(&args).arg(&k).arg(&bits).arg(&o).arg(&k).arg(&r);
+        let cfg = LaunchConfig {
+            grid_dim: (grid as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: (SelArgs, u64, int, u64*, u64, RowRun*) is the kernel's signature, and the grid fits
+        // the device at the kernel's occupancy.
+        unsafe { b.launch_cooperative(cfg) }.map_err(drv)?;
+        Ok(())
     }
 
     /// Writes the row-local indices of the selected elements into `out` (k per row, any order).

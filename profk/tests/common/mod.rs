@@ -537,6 +537,59 @@ pub fn random_sweep(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Outputs of every size the output stage treats apart (a block per slice of 128 for few rows, a
+/// block per row by the smallest block sort that holds k, CUB's sort), both orders, by value and by magnitude, on ties, masked tails and
+/// random values.
+pub fn long_outputs(dev: &Device) -> Result<()> {
+    let n = 1 << 16;
+    let inf = f64::INFINITY;
+    let masked: Vec<f64> = normal(n, 31)
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| if i >= n / 2 { -inf } else { v })
+        .collect();
+    let inputs = [
+        ("normal", normal(3 * n, 30)),
+        ("eight levels", small_ints(3 * n, 8, 32)),
+        ("masked tail", masked.repeat(3)),
+    ];
+    for (name, data) in &inputs {
+        for rows in [1usize, 3] {
+            let x = tensor(&data[..rows * n], &[rows, n], DType::F32, dev)?;
+            for k in [129, 4097, 8192, 20_000, 40_000] {
+                for order in [Order::Desc, Order::Index] {
+                    let opts = TopKOptions {
+                        order,
+                        by_magnitude: k == 8192,
+                        ..TopKOptions::default()
+                    };
+                    check(&x, k, &opts)
+                        .with_context(|| format!("{name}, {rows} rows, k = {k}, {order:?}"))?;
+                }
+            }
+        }
+    }
+    // Enough rows for a block per row: each of its block sorts (k up to 1024, 2048, 4096).
+    let (rows, n) = (48, 5000);
+    for (name, data) in [
+        ("normal", normal(rows * n, 33)),
+        ("eight levels", small_ints(rows * n, 8, 34)),
+    ] {
+        let x = tensor(&data, &[rows, n], DType::F32, dev)?;
+        for k in [1000, 2000, 4000] {
+            for order in [Order::Desc, Order::Index] {
+                let opts = TopKOptions {
+                    order,
+                    ..TopKOptions::default()
+                };
+                check(&x, k, &opts)
+                    .with_context(|| format!("{name}, {rows} rows, k = {k}, {order:?}"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Plans that fail on purpose: the answer stays exact, and the statistics show the redraws and the
 /// fallback.
 pub fn forced_redraws_and_fallback(dev: &Device) -> Result<()> {
