@@ -6,8 +6,8 @@
 // a row (arrival counter) picks the digit that contains the k-th largest and updates the row's prefix.
 // Composites are distinct, so the final prefix selects exactly k elements, ties by lowest index.
 // A row whose digit bucket is taken whole is done early: later launches skip it at once. The buffer
-// top-k and the fallback run every digit in one cooperative launch (select_all_*), a grid barrier
-// between digits, so that their usual case, no row listed, costs one launch.
+// top-k, the fallback and a large sample's threshold run every digit in one cooperative launch
+// (select_all_*, select_kth_*), a grid barrier between digits: one launch, even when no row is listed.
 #include <cooperative_groups.h>
 #include <cub/block/block_radix_sort.cuh>
 #include "block_select.cuh"
@@ -259,11 +259,11 @@ extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* r
 // A whole selection in one cooperative launch: the reset of the listed rows, every digit pass and the
 // compaction, with a grid barrier where separate launches had a kernel boundary. When the list is
 // empty (the fallback's rows, nearly always) every block returns at once: one launch instead of ten.
+// The reset of the listed rows and every digit pass, for a grid of a cooperative launch whose list is
+// not empty; returns after a grid barrier.
 template <typename T, bool LIST>
-__device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run) {
+__device__ void digits_in_one_launch(SelArgs& a, u64 kth, int bits, cg::grid_group& grid) {
   const u64 nrows = list_len(a.list, a.rows);
-  if (nrows == 0) return;
-  cg::grid_group grid = cg::this_grid();
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += (u64)gridDim.x * blockDim.x) {
     RowSel s = {};
     s.kleft = kth;
@@ -279,7 +279,25 @@ __device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, R
     grid.sync();
     hi = lo;
   }
+}
+
+template <typename T, bool LIST>
+__device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run) {
+  if (list_len(a.list, a.rows) == 0) return;
+  cg::grid_group grid = cg::this_grid();
+  digits_in_one_launch<T, LIST>(a, kth, bits, grid);
   compact_body<T, LIST>(a, out, k, run);
+}
+
+// The kth-largest composite of every listed row in one cooperative launch: its prefix in the row's
+// state, and with an early stop allowed (composites of at most 64 bits) the smallest selected one in
+// its tmin. A sample too large for one block takes this path.
+template <typename T, bool LIST>
+__device__ void select_kth_body(SelArgs a, u64 kth, int bits) {
+  if (list_len(a.list, a.rows) == 0) return;
+  cg::grid_group grid = cg::this_grid();
+  digits_in_one_launch<T, LIST>(a, kth, bits, grid);
+  if (a.allow_done) tmin_body<T, LIST>(a);
 }
 
 extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) {
@@ -306,6 +324,10 @@ extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kle
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
       select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run) {               \
     select_all_body<T, LIST>(a, kth, bits, out, k, run);                                           \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
+      select_kth_##SUF(SelArgs a, u64 kth, int bits) {                                             \
+    select_kth_body<T, LIST>(a, kth, bits);                                                        \
   }
 
 SEL_KERNELS(f32, float, false)

@@ -478,10 +478,7 @@ fn profk(
             if block_sample {
                 sel.block_kth(&sample_src, plan.t)?;
             } else {
-                sel.threshold(&sample_src, plan.t, narrow)?;
-                if narrow {
-                    sel.finalize_min(&sample_src)?;
-                }
+                sel.kth(&sample_src, plan.t, narrow)?;
             }
         }
         let pass = filter::Pass {

@@ -249,39 +249,76 @@ impl Selection<'_> {
     /// launch. Inside a stream capture, or on a device without cooperative launches, the separate
     /// launches.
     pub fn exact(&self, src: &Source, out: &Dev<u64>, k: u64, run: &Dev<u8>) -> Result<()> {
+        if !self.cooperative()? {
+            self.init(k)?;
+            self.threshold_from_init(src, true)?;
+            return self.compact(src, out, k, run);
+        }
+        self.launch_cooperative("select_all", src, true, k, &[out.ptr, k, run.ptr])
+    }
+
+    /// [`Self::threshold`] of `kth`, then with `allow_done` [`Self::finalize_min`], in one cooperative
+    /// launch (the separate launches where [`Self::exact`] takes them).
+    pub fn kth(&self, src: &Source, kth: u64, allow_done: bool) -> Result<()> {
+        if !self.cooperative()? {
+            self.threshold(src, kth, allow_done)?;
+            return if allow_done {
+                self.finalize_min(src)
+            } else {
+                Ok(())
+            };
+        }
+        self.launch_cooperative("select_kth", src, allow_done, kth, &[])
+    }
+
+    /// Whether a selection may run as one cooperative launch: the device has them and the stream is
+    /// not being captured.
+    fn cooperative(&self) -> Result<bool> {
         let a = self.arena;
         let capturing = a.stream.capture_status().map_err(drv)?
             != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let cooperative = a
+        let supported = a
             .stream
             .context()
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)
             .map_err(drv)?
             != 0;
-        if capturing || !cooperative {
-            self.init(k)?;
-            self.threshold_from_init(src, true)?;
-            return self.compact(src, out, k, run);
-        }
-        let f = a.func(Family::Select, &format!("select_all_{}", self.suffix(src)))?;
+        Ok(supported && !capturing)
+    }
+
+    /// Launches `{base}_{suffix}(SelArgs, u64 kth, int bits, extra...)` cooperatively (the extra
+    /// arguments 64-bit words), as many blocks as the rows' work items ask for and the device holds
+    /// at once.
+    fn launch_cooperative(
+        &self,
+        base: &str,
+        src: &Source,
+        allow_done: bool,
+        kth: u64,
+        extra: &[u64],
+    ) -> Result<()> {
+        let a = self.arena;
+        let f = a.func(Family::Select, &format!("{base}_{}", self.suffix(src)))?;
         // Every block of a cooperative launch must be resident at once.
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
             .map_err(drv)?
             .clamp(1, 8);
-        let args = self.args(src, true);
+        let args = self.args(src, allow_done);
         let grid = (self.shape.rows * args.cpr).clamp(1, u64::from(per_sm * a.sms));
         let bits = (self.shape.kb + self.shape.ib) as i32;
-        let (o, r) = (out.ptr, run.ptr);
         let mut b = a.stream.launch_builder(&f);
-        b.arg(&args).arg(&k).arg(&bits).arg(&o).arg(&k).arg(&r);
+        b.arg(&args).arg(&kth).arg(&bits);
+        for word in extra {
+            b.arg(word);
+        }
         let cfg = LaunchConfig {
             grid_dim: (grid as u32, 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: (SelArgs, u64, int, u64*, u64, RowRun*) is the kernel's signature, and the grid fits
-        // the device at the kernel's occupancy.
+        // SAFETY: (SelArgs, u64, int) and the extra arguments are the kernel's signature, and the grid
+        // fits the device at the kernel's occupancy.
         unsafe { b.launch_cooperative(cfg) }.map_err(drv)?;
         Ok(())
     }

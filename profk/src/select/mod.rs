@@ -192,12 +192,16 @@ pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Optio
     Ok(worth_sampling(n, best))
 }
 
-/// The sample size a benchmark sets for calls of several rows (`PROFK_GPU_SAMPLE`), to time the
-/// cost rule's alternatives.
+/// The sample size a benchmark sets (`PROFK_GPU_SAMPLE` for calls of several rows,
+/// `PROFK_GPU_SAMPLE_ONE` for one row), to time the cost rule's alternatives.
 #[cfg(feature = "bench")]
 fn bench_sample(rows: usize) -> Option<u64> {
-    let s = std::env::var("PROFK_GPU_SAMPLE").ok()?.parse().ok()?;
-    (rows > 1).then_some(s)
+    let name = if rows > 1 {
+        "PROFK_GPU_SAMPLE"
+    } else {
+        "PROFK_GPU_SAMPLE_ONE"
+    };
+    std::env::var(name).ok()?.parse().ok()
 }
 
 /// [`plan_for`] with the CPU's sample size: the plan of [`cpu_params_for`].

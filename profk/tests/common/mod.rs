@@ -613,6 +613,20 @@ pub fn forced_redraws_and_fallback(dev: &Device) -> Result<()> {
         redrawn += u64::from(got.stats.attempts > 1);
     }
     ensure!(redrawn > 0, "no redraw in 20 coin-flip calls");
+    // Samples and buffers too large for one block (their selections take the multi-block paths), on
+    // one row and on three.
+    for rows in [1, 3] {
+        let n = 200_000;
+        let x = tensor(&normal(rows * n, 22), &[rows, n], DType::F32, dev)?;
+        for order in [Order::Desc, Order::Index] {
+            let opts = TopKOptions {
+                order,
+                ..TopKOptions::default()
+            };
+            let got = check_with_plan(&x, 1000, &opts, (20_000, 130, 20_000))?;
+            ensure!(!got.stats.fell_back, "{:?}", got.stats);
+        }
+    }
     Ok(())
 }
 
