@@ -21,8 +21,11 @@ pub const SHORT_N: u64 = 1 << 14;
 /// path in one call): f32 single rows of 2^20, 2^22 and 2^24 and 16 x 2^20 split faster (0.169 / 0.172 /
 /// 0.201 / 0.112 ms against 0.189 / 0.227 / 0.228 / 0.120); bf16 splits faster at 2^22 (0.140 against
 /// 0.157) but not at 2^24 or 16 x 2^20 (0.174 against 0.153, 0.105 against 0.088), where the sampled
-/// path reads half the bytes of f32 and the split kernels do the same work per element.
-pub const SPLIT_MAX_ELEMENTS_F32: u64 = 1 << 24;
+/// path reads half the bytes of f32 and the split kernels do the same work per element. Once the
+/// sampled path's output and buffer selection took one launch each (2026-12-02, same command), f32
+/// still split faster at 2^22 (0.096 against 0.101 ms, index order) but no longer at 2^24 (0.120
+/// against 0.108) or 16 x 2^20 (0.099 against 0.095).
+pub const SPLIT_MAX_ELEMENTS_F32: u64 = 1 << 23;
 pub const SPLIT_MAX_ELEMENTS_16: u64 = 1 << 22;
 
 /// How the histogram selection lays out a call's rows on the GPU.
@@ -93,8 +96,8 @@ mod tests {
         // The masked block-selection rows, short rows of any count, few long rows.
         assert_eq!(h200(8192, 1 << 15, 4), Some(OneBlockPerRow));
         assert_eq!(h200(3, 5000, 4), Some(OneBlockPerRow));
-        assert_eq!(h200(1, 1 << 24, 4), Some(Split));
-        assert_eq!(h200(16, 1 << 20, 4), Some(Split));
+        assert_eq!(h200(1, 1 << 23, 4), Some(Split));
+        assert_eq!(h200(8, 1 << 20, 4), Some(Split));
         // Rows of up to 2^18 that fill the device when k is at most 2^-10 of them.
         assert_eq!(h200(1024, 1 << 18, 4), Some(OneBlockPerRow));
         assert_eq!(h200(1024, 1 << 18, 2), Some(OneBlockPerRow));
@@ -106,6 +109,8 @@ mod tests {
         // Longer rows that fill the device, inputs past L2, composites over 64 bits: sampled.
         assert_eq!(h200(1024, 1 << 19, 4), None);
         assert_eq!(h200(1, 1 << 28, 4), None);
+        assert_eq!(h200(1, 1 << 24, 4), None);
+        assert_eq!(h200(16, 1 << 20, 4), None);
         assert_eq!(h200(128, 1 << 20, 4), None);
         assert_eq!(gpu_histogram_path(1, (1 << 32) + 1, 1, 4, 132), None);
         assert_eq!(gpu_histogram_path(8192, 1 << 15, 0, 4, 132), None);

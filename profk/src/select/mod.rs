@@ -119,7 +119,7 @@ impl From<params::Params> for Plan {
 }
 
 /// Largest sample the CUDA path draws and selects in one launch per attempt (one block per row); a
-/// larger one takes a multi-launch selection of its own.
+/// larger one is drawn by a launch of its own and selected by a cooperative one.
 pub const GPU_FUSED_SAMPLE: u64 = 16384;
 /// Sample sizes a single-row GPU call also weighs against the default: a larger sample keeps fewer
 /// candidates, which matters when k (and so the buffer) is large.
@@ -133,11 +133,14 @@ const GPU_ROW_SAMPLES: [u64; 3] = [1 << 11, 1 << 12, 1 << 13];
 
 /// Cost of a plan on the GPU, in buffer elements (measured on the H200, 2026-11-30: a buffer element
 /// costs about 0.07 ns in the exact top-k that follows the pass, a sampled element about four times
-/// that, and a sample or a buffer above [`GPU_FUSED_SAMPLE`] about 0.07 ms of extra launches: neither
-/// is then selected by one block per row).
-fn gpu_cost(p: &params::Params) -> u64 {
-    let launches = |len: u64| if len > GPU_FUSED_SAMPLE { 1_000_000 } else { 0 };
-    p.capacity + 4 * p.sample + launches(p.sample) + launches(p.capacity)
+/// that; a buffer above [`GPU_FUSED_SAMPLE`] is not selected by one block per row, which costs calls
+/// of several rows more). A sample above it, and one row's buffer, are selected by one cooperative
+/// launch, no dearer than one block's (2026-12-02, one call, index order: 2^30 k = 8192 1.099 ms with S = 2^14, 1.080 with
+/// 2^16, the rule's pick, and 1.069 with 2^18; flat 8192x2^17 1.206 / 1.179 / 1.163; 2^28 0.355 /
+/// 0.350 / 0.369).
+fn gpu_cost(p: &params::Params, rows: usize) -> u64 {
+    let past_one_block = rows > 1 && p.capacity > GPU_FUSED_SAMPLE;
+    p.capacity + 4 * p.sample + if past_one_block { 1_000_000 } else { 0 }
 }
 
 /// The plan Prof-K uses for rows of `n` with budget `eps` per row, or `None` when exact selection is
@@ -185,7 +188,7 @@ pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Optio
         let Ok(p) = params::cached_with_sample(nu, ku, eps, Method::Exact, Some(s)) else {
             continue;
         };
-        if !p.is_full_selection() && gpu_cost(&p) < gpu_cost(&best) {
+        if !p.is_full_selection() && gpu_cost(&p, rows) < gpu_cost(&best, rows) {
             best = p;
         }
     }
@@ -412,8 +415,8 @@ mod tests {
     #[test]
     fn gpu_plan_weighs_the_sample_against_the_buffer() {
         let eps = 1e-3;
-        // 2^24, k = 8192: the default sample (25 662) needs a multi-launch threshold; the fused one
-        // costs a slightly larger buffer.
+        // 2^24, k = 8192: the fused sample costs a slightly larger buffer than the default
+        // (25 662), and less in all.
         let default = plan_for(1 << 24, 8192, eps).unwrap().unwrap();
         let gpu = gpu_plan_for(1 << 24, 8192, eps, 1).unwrap().unwrap();
         assert!(default.sample > GPU_FUSED_SAMPLE);
@@ -423,6 +426,10 @@ mod tests {
         let gpu = gpu_plan_for(n, n / 1000, eps, 1).unwrap().unwrap();
         let default = plan_for(n, n / 1000, eps).unwrap().unwrap();
         assert!(gpu.sample > default.sample && gpu.capacity < default.capacity);
+        // 2^30, k = 8192: 2^16 samples keep the buffer (and the call's aux memory) a third of the
+        // fused sample's.
+        let gpu = gpu_plan_for(1 << 30, 8192, eps, 1).unwrap().unwrap();
+        assert_eq!(gpu.sample, 1 << 16, "{gpu:?}");
         // Many rows draw less than the default sample per row, as little as leaves a buffer that one
         // block per row selects (the sizes that ran fastest on the H200).
         for (n, k, rows, sample) in [
