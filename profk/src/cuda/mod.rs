@@ -603,12 +603,13 @@ const RANK_SLICE: u64 = 128;
 /// one block per row, or sort.
 const RANK_BLOCKS_PER_SM: u64 = 2;
 
-/// The output stage a benchmark sets (`PROFK_OUTPUT=rank|sort`), to time both on one shape.
-fn output_choice() -> Option<&'static str> {
+/// The output stage a benchmark sets (`PROFK_OUTPUT=rank|sort`), to time both on one shape: whether
+/// to rank.
+fn forced_ranking() -> Option<bool> {
     #[cfg(feature = "bench")]
     match std::env::var("PROFK_OUTPUT").as_deref() {
-        Ok("rank") => return Some("rank"),
-        Ok("sort") => return Some("sort"),
+        Ok("rank") => return Some(true),
+        Ok("sort") => return Some(false),
         _ => {}
     }
     None
@@ -632,36 +633,14 @@ fn output(
     let desc = order == Order::Desc;
     let slices = shape.rows * k.div_ceil(RANK_SLICE);
     let rankable = (narrow || !desc) && !skip::has(skip::OUTPUT);
-    let ranked = match output_choice() {
-        Some(choice) => rankable && choice == "rank",
-        None => rankable && slices <= RANK_BLOCKS_PER_SM * arena.sms as u64,
-    };
-    if ranked {
-        // Few rows: a block per slice of the output places it by ranking, in one launch.
-        let launch = |vals: u64, idx: u64| {
-            arena.launch_args(
-                Family::Select,
-                &format!("rank_gather_{}", input.suffix),
-                slices,
-                512,
-                &[
-                    Arg::U64(input.ptr),
-                    Arg::U64(shape.n),
-                    Arg::U64(k),
-                    Arg::U64(shape.rows),
-                    Arg::I32(input.mag as i32),
-                    Arg::I32(shape.ib as i32),
-                    Arg::I32(desc as i32),
-                    Arg::U64(slots.ptr),
-                    Arg::U64(vals),
-                    Arg::U64(idx),
-                ],
-            )
-        };
-        return finish(arena, dev, dtype, shape.rows * k, out_shape, launch);
-    }
-    if k <= BLOCK_SORT_MAX && rankable {
-        // The smallest block sort that holds k: padding is sorted too.
+    let ranked =
+        rankable && forced_ranking().unwrap_or(slices <= RANK_BLOCKS_PER_SM * arena.sms as u64);
+    // Few rows: a block per slice of the output places it by ranking. More rows with k up to
+    // BLOCK_SORT_MAX: a block a row sorts it, by the smallest block sort that holds k (padding is
+    // sorted too). Either is one launch; the sorts also take the key width.
+    let in_blocks = if ranked {
+        Some(("rank_gather", slices, 512, None))
+    } else if k <= BLOCK_SORT_MAX && rankable {
         let (threads, name) = match k {
             0..=512 => (128, "sort_gather_512"),
             513..=1024 => (256, "sort_gather_1024"),
@@ -669,25 +648,33 @@ fn output(
             _ => (256, "sort_gather_4096"),
         };
         let grid = shape.rows.clamp(1, 16 * arena.sms as u64);
+        Some((name, grid, threads, Some(Arg::I32(shape.kb as i32))))
+    } else {
+        None
+    };
+    if let Some((name, grid, threads, key_bits)) = in_blocks {
         let launch = |vals: u64, idx: u64| {
+            let mut args = vec![
+                Arg::U64(input.ptr),
+                Arg::U64(shape.n),
+                Arg::U64(k),
+                Arg::U64(shape.rows),
+                Arg::I32(input.mag as i32),
+                Arg::I32(shape.ib as i32),
+            ];
+            args.extend(key_bits);
+            args.extend([
+                Arg::I32(desc as i32),
+                Arg::U64(slots.ptr),
+                Arg::U64(vals),
+                Arg::U64(idx),
+            ]);
             arena.launch_args(
                 Family::Select,
                 &format!("{name}_{}", input.suffix),
                 grid,
                 threads,
-                &[
-                    Arg::U64(input.ptr),
-                    Arg::U64(shape.n),
-                    Arg::U64(k),
-                    Arg::U64(shape.rows),
-                    Arg::I32(input.mag as i32),
-                    Arg::I32(shape.ib as i32),
-                    Arg::I32(shape.kb as i32),
-                    Arg::I32(desc as i32),
-                    Arg::U64(slots.ptr),
-                    Arg::U64(vals),
-                    Arg::U64(idx),
-                ],
+                &args,
             )
         };
         return finish(arena, dev, dtype, shape.rows * k, out_shape, launch);

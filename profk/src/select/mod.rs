@@ -135,9 +135,9 @@ const GPU_ROW_SAMPLES: [u64; 3] = [1 << 11, 1 << 12, 1 << 13];
 /// costs about 0.07 ns in the exact top-k that follows the pass, a sampled element about four times
 /// that; a buffer above [`GPU_FUSED_SAMPLE`] is not selected by one block per row, which costs calls
 /// of several rows more). A sample above it, and one row's buffer, are selected by one cooperative
-/// launch, no dearer than one block's (2026-12-02, one call, index order: 2^30 k = 8192 1.099 ms with S = 2^14, 1.080 with
-/// 2^16, the rule's pick, and 1.069 with 2^18; flat 8192x2^17 1.206 / 1.179 / 1.163; 2^28 0.355 /
-/// 0.350 / 0.369).
+/// launch, no dearer than one block's (2026-12-02, one call, index order: 2^30 k = 8192 1.099 ms
+/// with S = 2^14, 1.080 with 2^16, the rule's pick, and 1.069 with 2^18; flat 8192x2^17 1.206 /
+/// 1.179 / 1.163; 2^28 0.355 / 0.350 / 0.369).
 fn gpu_cost(p: &params::Params, rows: usize) -> u64 {
     let past_one_block = rows > 1 && p.capacity > GPU_FUSED_SAMPLE;
     p.capacity + 4 * p.sample + if past_one_block { 1_000_000 } else { 0 }
