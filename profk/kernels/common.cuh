@@ -36,7 +36,8 @@ struct RowRun {
 struct Global {
   u64 nan_count;
   u64 nan_first;
-  u64 next_chunk;  // work counter of the fused accumulation pass
+  u64 next_chunk;     // work counter of the fused accumulation pass
+  u64 rows_finished;  // rows whose filter outcome is recorded, this attempt (filter.cuh)
 };
 
 // Order-preserving key of raw IEEE bits of width W with MANT mantissa bits (the CPU path's key):
@@ -144,6 +145,20 @@ struct RowList {
 
 __device__ __forceinline__ u64 list_len(const RowList& l, u64 rows) { return l.ids ? *l.count : rows; }
 __device__ __forceinline__ u64 list_row(const RowList& l, u64 i) { return l.ids ? l.ids[i] : i; }
+
+// Lists of the rows in each status (pending, ok, fallback: 3 x rows ids, then 3 counts), by one block
+// once every row's outcome is recorded; the statuses are read past L1 (other blocks wrote them).
+__device__ inline void classify_body(const RowRun* run, u64 rows, u32* lists, u32* counts) {
+  __shared__ u32 fill[3];
+  if (threadIdx.x < 3) fill[threadIdx.x] = 0;
+  __syncthreads();
+  for (u64 r = threadIdx.x; r < rows; r += blockDim.x) {
+    const u32 st = __ldcg(&run[r].status);
+    lists[st * rows + atomicAdd(&fill[st], 1u)] = (u32)r;
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) counts[threadIdx.x] = fill[threadIdx.x];
+}
 
 // Next work item of a grid-stride loop over rows x cpr items. An inactive row is skipped whole: the
 // next item is the first one of a later row that this block owns, so gated launches cost O(rows).

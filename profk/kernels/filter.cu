@@ -19,6 +19,8 @@ struct FilterArgs {
   Global* g;
   int last_attempt, approximate;
   RowList list;  // the rows still pending (all rows on the first attempt)
+  u32* lists;    // where the pass lists the rows by status (3 x rows ids; null: a launch of its own)
+  u32* counts;   // and how many in each
 };
 
 template <typename T>
@@ -33,7 +35,12 @@ __device__ void filter_body(const FilterArgs& a) {
   }
   __syncthreads();
   const u64 ib_mask = a.ib >= 64 ? ~0ull : ((1ull << a.ib) - 1);
-  const u64 total_items = list_len(a.list, a.rows) * a.cpr;
+  const u64 listed = list_len(a.list, a.rows), total_items = listed * a.cpr;
+  if (listed == 0) {
+    // No row to finish: the lists still have to be written, unchanged.
+    if (blockIdx.x == 0 && a.lists) classify_body(a.run, a.rows, a.lists, a.counts);
+    return;
+  }
   for (u64 item = blockIdx.x; item < total_items;) {
     const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
     const u128 tau = a.use_tmin ? (u128)a.sel[r].tmin : load_prefix(a.sel[r]);
@@ -107,7 +114,7 @@ __device__ void filter_body(const FilterArgs& a) {
       atomicAdd(&a.g->nan_count, nan_c);
       atomicMax(&a.g->nan_first, ~nan_first);  // stored inverted: zero means none
     }
-    finish_row(a, r, (u32)a.cpr);
+    finish_row(a, r, (u32)a.cpr, a.lists, a.counts, listed, a.rows);
     __syncthreads();
     item = next_item(item, a.cpr, false);
   }

@@ -92,9 +92,14 @@ __device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 ke
 }
 
 // The count check k <= R <= M of row r, by the last of `arrivals` work items to reach it: records R and
-// the outcome (ok, redraw, or fallback after the last attempt) for the launches that follow.
+// the outcome (ok, redraw, or fallback after the last attempt) for the launches that follow. With
+// `lists`, the block that records the last of the pass's `listed` rows then lists all `rows` rows by
+// status (classify_body), so no launch of its own is needed for it.
 template <typename A>
-__device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals) {
+__device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals, u32* lists = nullptr,
+                                           u32* counts = nullptr, u64 listed = 0, u64 rows = 0) {
+  __shared__ bool classify;
+  if (threadIdx.x == 0) classify = false;
   if (block_any_last(&a.run[r].arrivals, arrivals) && threadIdx.x == 0) {
     __threadfence();
     RowRun& rr = a.run[r];
@@ -112,5 +117,16 @@ __device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals) {
       rr.status = a.last_attempt ? ROW_FALLBACK : ROW_PENDING;
     }
     rr.arrivals = 0;
+    if (lists) {
+      __threadfence();
+      classify = atomicAdd(&a.g->rows_finished, 1ull) == listed - 1;
+    }
+  }
+  if (!lists) return;
+  __syncthreads();
+  if (classify) {
+    __threadfence();
+    classify_body(a.run, rows, lists, counts);
+    if (threadIdx.x == 0) a.g->rows_finished = 0;
   }
 }

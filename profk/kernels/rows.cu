@@ -416,7 +416,11 @@ __device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 
   const int hi = KB - ROWS_BITS + ib;
   const u64 tau = block_kth_with<ROWS_THREADS>(
       [&](auto f) {
-        for (u32 i = t; i < count; i += ROWS_THREADS) f(ld(i));
+        // Whole warps each round: the bins are matched across the warp.
+        for (u32 b = 0; b < count; b += ROWS_THREADS) {
+          const u32 i = b + t;
+          f(i < count ? ld(i) : 0, i < count);
+        }
       },
       kleft, hi, (u64)cut.bin << hi, true);
   for (u32 i = t; i < count; i += ROWS_THREADS) {
@@ -525,7 +529,10 @@ __device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag
   auto at = [&](u64 i) { return (u64)composite(Ops<T>::key(row[i], mag), i, n, ib); };
   const u64 tau = block_kth_with<ROWS_THREADS>(
       [&](auto f) {
-        for (u64 i = t; i < n; i += ROWS_THREADS) f(at(i));
+        for (u64 b = 0; b < n; b += ROWS_THREADS) {
+          const u64 i = b + t;
+          f(i < n ? at(i) : 0, i < n);
+        }
       },
       (u32)k - cut.above, hi, (u64)cut.bin << hi, true);
   // Whole warps each round: warp_slot votes.

@@ -59,6 +59,25 @@ struct Src {
 };
 
 
+// A cooperative selection of at most LOCAL_ROWS rows keeps their states in every block's shared
+// memory: after each grid barrier every block reads the digit's histogram and picks the same digit,
+// so no block waits on a last arrival and a row needs no global state until the end. The histograms
+// rotate over three sets (after the rows' own, a.hist + a.rows * 256): the set a pass fills was cleared
+// two barriers before, after every block had read it.
+#define LOCAL_ROWS 4
+
+struct LocalSel {
+  u64 pre_lo, pre_hi, kleft;
+  u32 done, pad;
+};
+
+__device__ __forceinline__ u128 local_prefix(const LocalSel& s) { return ((u128)s.pre_hi << 64) | s.pre_lo; }
+
+// The row's threshold: from the block's local state when the selection kept one, else the row's state.
+__device__ __forceinline__ u128 threshold_of(const SelArgs& a, const LocalSel* ls, u64 i, u64 r) {
+  return ls ? local_prefix(ls[i]) : load_prefix(a.sel[r]);
+}
+
 // The last block of a row: suffix sums of the histogram give the digit holding the k-th largest.
 __device__ void pick_digit(const SelArgs& a, u64 r) {
   typedef cub::BlockScan<u64, SEL_THREADS> Scan;
@@ -85,12 +104,40 @@ __device__ void pick_digit(const SelArgs& a, u64 r) {
   if (t == 0) s.arrivals = 0;
 }
 
+// Counts digit [a.lo, a.lo + a.width) of chunk ch of row r, over the elements whose bits above the
+// digit equal `top`, into the row's 256-bin histogram gh.
 template <typename T, bool LIST>
-__device__ void pass_body(const SelArgs& a) {
+__device__ void count_digit(const SelArgs& a, u64 r, u64 ch, u128 top, u64* gh) {
   __shared__ u32 sh[256];
   const bool need_idx = a.lo < a.ib;
   const int hb = a.lo + a.width;
   const u32 mask = (1u << a.width) - 1;
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) sh[i] = 0;
+  __syncthreads();
+  const u64 end = Src<T, LIST>::count(a.src, r);
+  const u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
+  // Lanes of a warp that hit the same bin add once: a buffer's candidates share their leading
+  // digits, and unaggregated they would all queue on one shared counter. Every lane of a warp runs
+  // the same number of rounds so that the match sees all of them.
+  const u64 span = b1 > b0 ? b1 - b0 : 0, rounds = (span + blockDim.x - 1) / blockDim.x;
+  for (u64 q = 0; q < rounds; ++q) {
+    const u64 j = b0 + q * blockDim.x + threadIdx.x;
+    u32 bin = ~0u;
+    if (j < b1) {
+      const u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, need_idx);
+      if ((c >> hb) == top) bin = (u32)(c >> a.lo) & mask;
+    }
+    const unsigned same = __match_any_sync(0xffffffffu, bin);
+    if (bin != ~0u && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&sh[bin], (u32)__popc(same));
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i <= (int)mask; i += blockDim.x)
+    if (sh[i]) atomicAdd(gh + i, (u64)sh[i]);
+  __syncthreads();
+}
+
+template <typename T, bool LIST>
+__device__ void pass_body(const SelArgs& a) {
   const u64 nrows = list_len(a.list, a.rows);
   for (u64 item = blockIdx.x; item < nrows * a.cpr;) {
     const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
@@ -98,28 +145,7 @@ __device__ void pass_body(const SelArgs& a) {
       item = next_item(item, a.cpr, true);
       continue;
     }
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) sh[i] = 0;
-    __syncthreads();
-    u128 top = load_prefix(a.sel[r]) >> hb;
-    u64 end = Src<T, LIST>::count(a.src, r);
-    u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
-    // Lanes of a warp that hit the same bin add once: a buffer's candidates share their leading
-    // digits, and unaggregated they would all queue on one shared counter. Every lane of a warp runs
-    // the same number of rounds so that the match sees all of them.
-    const u64 span = b1 > b0 ? b1 - b0 : 0, rounds = (span + blockDim.x - 1) / blockDim.x;
-    for (u64 q = 0; q < rounds; ++q) {
-      const u64 j = b0 + q * blockDim.x + threadIdx.x;
-      u32 bin = ~0u;
-      if (j < b1) {
-        const u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, need_idx);
-        if ((c >> hb) == top) bin = (u32)(c >> a.lo) & mask;
-      }
-      const unsigned same = __match_any_sync(0xffffffffu, bin);
-      if (bin != ~0u && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&sh[bin], (u32)__popc(same));
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i <= (int)mask; i += blockDim.x)
-      if (sh[i]) atomicAdd(a.hist + r * 256 + i, (u64)sh[i]);
+    count_digit<T, LIST>(a, r, ch, load_prefix(a.sel[r]) >> (a.lo + a.width), a.hist + r * 256);
     if (block_any_last(&a.sel[r].arrivals, (u32)a.cpr)) {
       __threadfence();
       pick_digit(a, r);
@@ -131,11 +157,11 @@ __device__ void pass_body(const SelArgs& a) {
 
 // Threshold finalization for a selection stopped early: the smallest selected composite (fits 64 bits).
 template <typename T, bool LIST>
-__device__ void tmin_body(const SelArgs& a) {
+__device__ void tmin_body(const SelArgs& a, const LocalSel* ls = nullptr) {
   const u64 nrows = list_len(a.list, a.rows);
   for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
     const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
-    u128 thr = load_prefix(a.sel[r]);
+    const u128 thr = threshold_of(a, ls, item / a.cpr, r);
     u64 end = Src<T, LIST>::count(a.src, r);
     u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
     u64 best = ~0ull;
@@ -147,14 +173,16 @@ __device__ void tmin_body(const SelArgs& a) {
   }
 }
 
-// Writes the row-local index of every element at or above the row's threshold: exactly k per row.
+// Writes the row-local index of every element at or above the row's threshold: exactly k per row; with
+// `comps`, each one's composite (of at most 64 bits) at the same place, for the output's order.
 template <typename T, bool LIST>
-__device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
+__device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run, u64* comps,
+                             const LocalSel* ls = nullptr) {
   const unsigned lane = threadIdx.x & 31;
   const u64 nrows = list_len(a.list, a.rows);
   for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
     const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
-    u128 thr = load_prefix(a.sel[r]);
+    const u128 thr = threshold_of(a, ls, item / a.cpr, r);
     u64 end = Src<T, LIST>::count(a.src, r);
     u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
     // Every lane of a warp runs the same number of rounds so that the ballot sees all of them.
@@ -162,7 +190,8 @@ __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
     u64 rounds = (span + blockDim.x - 1) / blockDim.x;
     for (u64 q = 0; q < rounds; ++q) {
       u64 j = b0 + q * blockDim.x + threadIdx.x;
-      bool take = j < b1 && Src<T, LIST>::comp(a.src, r, j, a.ib, true) >= thr;
+      const u128 c = j < b1 ? Src<T, LIST>::comp(a.src, r, j, a.ib, true) : 0;
+      const bool take = j < b1 && c >= thr;
       unsigned ballot = __ballot_sync(0xffffffffu, take);
       if (!ballot) continue;
       u64 base = 0;
@@ -171,7 +200,10 @@ __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
       base = __shfl_sync(0xffffffffu, base, leader);
       if (take) {
         u64 pos = base + __popc(ballot & ((1u << lane) - 1));
-        if (pos < k) out[r * k + pos] = Src<T, LIST>::index(a.src, r, j);
+        if (pos < k) {
+          out[r * k + pos] = Src<T, LIST>::index(a.src, r, j);
+          if (comps) comps[r * k + pos] = (u64)c;
+        }
       }
     }
   }
@@ -181,7 +213,7 @@ __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run) {
 // elements, composites of at most 64 bits): the kth-largest composite by block_kth, then every
 // element at or above it written out, exactly k per row.
 template <int THREADS>
-__device__ void block_topk_body(const SelArgs& a, u64* out, u64 k, int tb) {
+__device__ void block_topk_body(const SelArgs& a, u64* out, u64 k, int tb, u64* comps) {
   __shared__ u32 fill;
   const u64 nrows = list_len(a.list, a.rows);
   for (u64 i = blockIdx.x; i < nrows; i += gridDim.x) {
@@ -201,7 +233,10 @@ __device__ void block_topk_body(const SelArgs& a, u64* out, u64 k, int tb) {
       const u64 j = threadIdx.x + (u64)p * THREADS;
       if (j < count && c[p] >= tau) {
         u32 pos = atomicAdd(&fill, 1u);
-        if (pos < k) out[r * k + pos] = a.src.lidx[r * a.src.lcap + j];
+        if (pos < k) {
+          out[r * k + pos] = a.src.lidx[r * a.src.lcap + j];
+          if (comps) comps[r * k + pos] = c[p];
+        }
       }
     }
     __syncthreads();
@@ -236,29 +271,23 @@ extern "C" __global__ void __launch_bounds__(256) block_kth_list_small(SelArgs a
   block_kth_body<256>(a, kth, tb);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) block_topk_list(SelArgs a, u64* out, u64 k, int tb) {
-  block_topk_body<1024>(a, out, k, tb);
+extern "C" __global__ void __launch_bounds__(1024) block_topk_list(SelArgs a, u64* out, u64 k, int tb, u64* comps) {
+  block_topk_body<1024>(a, out, k, tb, comps);
 }
-extern "C" __global__ void __launch_bounds__(256) block_topk_list_small(SelArgs a, u64* out, u64 k, int tb) {
-  block_topk_body<256>(a, out, k, tb);
+extern "C" __global__ void __launch_bounds__(256) block_topk_list_small(SelArgs a, u64* out, u64 k, int tb,
+                                                                         u64* comps) {
+  block_topk_body<256>(a, out, k, tb, comps);
 }
 
 // Lists of the rows in each status (pending, ok, fallback) after a filter pass; one block.
 extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* run, u64 rows, u32* lists, u32* counts) {
-  __shared__ u32 fill[3];
-  if (threadIdx.x < 3) fill[threadIdx.x] = 0;
-  __syncthreads();
-  for (u64 r = threadIdx.x; r < rows; r += blockDim.x) {
-    const u32 st = run[r].status;
-    lists[st * rows + atomicAdd(&fill[st], 1u)] = (u32)r;
-  }
-  __syncthreads();
-  if (threadIdx.x < 3) counts[threadIdx.x] = fill[threadIdx.x];
+  classify_body(run, rows, lists, counts);
 }
 
 // A whole selection in one cooperative launch: the reset of the listed rows, every digit pass and the
 // compaction, with a grid barrier where separate launches had a kernel boundary. When the list is
 // empty (the fallback's rows, nearly always) every block returns at once: one launch instead of ten.
+
 // The reset of the listed rows and every digit pass, for a grid of a cooperative launch whose list is
 // not empty; returns after a grid barrier.
 template <typename T, bool LIST>
@@ -281,12 +310,88 @@ __device__ void digits_in_one_launch(SelArgs& a, u64 kth, int bits, cg::grid_gro
   }
 }
 
+// The digit holding the kth largest, from histogram h, into a local state (every thread of the block
+// calls it; SEL_THREADS covers the 256 bins).
+__device__ void pick_local(LocalSel& s, const u64* h, int lo, int width, bool allow_done) {
+  typedef cub::BlockScan<u64, SEL_THREADS> Scan;
+  __shared__ typename Scan::TempStorage tmp;
+  const int bins = 1 << width, t = threadIdx.x, digit = bins - 1 - t;
+  const u64 mine = t < bins ? ld_l2(h + digit) : 0;
+  u64 incl;
+  Scan(tmp).InclusiveSum(mine, incl);
+  const u64 kl = s.kleft;
+  __syncthreads();
+  if (t < bins && incl >= kl && incl - mine < kl) {
+    const u64 rest = kl - (incl - mine);
+    const u128 pre = local_prefix(s) | ((u128)(u32)digit << lo);
+    s.pre_lo = (u64)pre;
+    s.pre_hi = (u64)(pre >> 64);
+    s.kleft = rest;
+    s.done = lo == 0 || (allow_done && mine == rest);
+  }
+  __syncthreads();
+}
+
+// digits_in_one_launch for at most LOCAL_ROWS listed rows, their states in `ls` (shared memory): the
+// passes stop once every row is done, and block 0 leaves the final states in the rows' records.
 template <typename T, bool LIST>
-__device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run) {
-  if (list_len(a.list, a.rows) == 0) return;
+__device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_group& grid, LocalSel* ls) {
+  const u64 set = LOCAL_ROWS * 256, tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+  const u64 threads = (u64)gridDim.x * blockDim.x;
+  u64* sets = a.hist + a.rows * 256;
+  for (u64 e = tid; e < 3 * set; e += threads) sets[e] = 0;
+  for (u64 i = tid; i < nrows; i += threads) {
+    RowSel s = {};
+    s.kleft = kth;
+    s.tmin = ~0ull;
+    a.sel[list_row(a.list, i)] = s;
+  }
+  if (threadIdx.x < nrows) ls[threadIdx.x] = LocalSel{0, 0, kth, 0, 0};
+  grid.sync();
+  for (int hi = bits, p = 0; hi > 0; ++p) {
+    const int lo = hi > 8 ? hi - 8 : 0;
+    a.lo = lo;
+    a.width = hi - lo;
+    u64* cur = sets + (p % 3) * set;
+    u64* stale = sets + ((p + 1) % 3) * set;
+    for (u64 e = tid; e < nrows * 256; e += threads) stale[e] = 0;
+    for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
+      const u64 i = item / a.cpr;
+      if (ls[i].done) continue;
+      count_digit<T, LIST>(a, list_row(a.list, i), item % a.cpr, local_prefix(ls[i]) >> hi, cur + i * 256);
+    }
+    grid.sync();
+    bool all_done = true;
+    for (u64 i = 0; i < nrows; ++i) {
+      if (!ls[i].done) pick_local(ls[i], cur + i * 256, lo, hi - lo, a.allow_done);
+      all_done = all_done && ls[i].done;
+    }
+    hi = lo;
+    if (all_done) break;
+  }
+  if (blockIdx.x == 0 && threadIdx.x < nrows) {
+    RowSel& s = a.sel[list_row(a.list, threadIdx.x)];
+    const LocalSel& l = ls[threadIdx.x];
+    s.pre_lo = l.pre_lo;
+    s.pre_hi = l.pre_hi;
+    s.kleft = l.kleft;
+    s.done = l.done;
+  }
+}
+
+template <typename T, bool LIST>
+__device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps) {
+  const u64 nrows = list_len(a.list, a.rows);
+  if (nrows == 0) return;
   cg::grid_group grid = cg::this_grid();
+  if (nrows <= LOCAL_ROWS) {
+    __shared__ LocalSel ls[LOCAL_ROWS];
+    digits_local<T, LIST>(a, nrows, kth, bits, grid, ls);
+    compact_body<T, LIST>(a, out, k, run, comps, ls);
+    return;
+  }
   digits_in_one_launch<T, LIST>(a, kth, bits, grid);
-  compact_body<T, LIST>(a, out, k, run);
+  compact_body<T, LIST>(a, out, k, run, comps);
 }
 
 // The kth-largest composite of every listed row in one cooperative launch: its prefix in the row's
@@ -294,8 +399,15 @@ __device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, R
 // its tmin. A sample too large for one block takes this path.
 template <typename T, bool LIST>
 __device__ void select_kth_body(SelArgs a, u64 kth, int bits) {
-  if (list_len(a.list, a.rows) == 0) return;
+  const u64 nrows = list_len(a.list, a.rows);
+  if (nrows == 0) return;
   cg::grid_group grid = cg::this_grid();
+  if (nrows <= LOCAL_ROWS) {
+    __shared__ LocalSel ls[LOCAL_ROWS];
+    digits_local<T, LIST>(a, nrows, kth, bits, grid, ls);
+    if (a.allow_done) tmin_body<T, LIST>(a, ls);
+    return;
+  }
   digits_in_one_launch<T, LIST>(a, kth, bits, grid);
   if (a.allow_done) tmin_body<T, LIST>(a);
 }
@@ -318,12 +430,12 @@ extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kle
     tmin_body<T, LIST>(a);                                                                         \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_compact_##SUF(SelArgs a, u64* out, u64 k, RowRun* run) {                              \
-    compact_body<T, LIST>(a, out, k, run);                                                         \
+      select_compact_##SUF(SelArgs a, u64* out, u64 k, RowRun* run, u64* comps) {                  \
+    compact_body<T, LIST>(a, out, k, run, comps);                                                  \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run) {               \
-    select_all_body<T, LIST>(a, kth, bits, out, k, run);                                           \
+      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps) {   \
+    select_all_body<T, LIST>(a, kth, bits, out, k, run, comps);                                    \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
       select_kth_##SUF(SelArgs a, u64 kth, int bits) {                                             \
@@ -381,10 +493,11 @@ __device__ void nan_scan(const T* x, u64 total, Global* g) {
 }
 
 // Sort and gather in one launch for k <= THREADS * ITEMS: one block per row sorts the row's slots in
-// registers (by composite descending, or by index) and writes values and i64 indices.
+// registers (by composite descending, or by index) and writes values and i64 indices. `comps`, when
+// the selection wrote it, holds each slot's composite: no gather for the descending keys.
 template <typename T, int THREADS, int ITEMS>
 __device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc, const u64* slots,
-                            T* vals, long long* out) {
+                            T* vals, long long* out, const u64* comps) {
   typedef cub::BlockRadixSort<u64, THREADS, ITEMS> Sort;
   __shared__ typename Sort::TempStorage tmp;
   const u64 mask = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
@@ -397,7 +510,7 @@ __device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
       keys[i] = desc ? 0 : ~0ull;
       if (j < k) {
         const u64 idx = slots[r * k + j];
-        keys[i] = desc ? (u64)composite(Ops<T>::key(x[r * n + idx], mag), idx, n, ib) : idx;
+        keys[i] = !desc ? idx : comps ? comps[r * k + j] : (u64)composite(Ops<T>::key(x[r * n + idx], mag), idx, n, ib);
       }
     }
     if (desc)
@@ -420,23 +533,23 @@ __device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
 #define SORT_GATHER(SUF, T)                                                                              \
   extern "C" __global__ void __launch_bounds__(128)                                                      \
       sort_gather_512_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,        \
-                            const u64* slots, T* vals, long long* out) {                                 \
-    sort_gather<T, 128, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                          \
+                            const u64* slots, T* vals, long long* out, const u64* comps) {               \
+    sort_gather<T, 128, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
   }                                                                                                      \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
       sort_gather_1024_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out) {                                \
-    sort_gather<T, 256, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                          \
+                             const u64* slots, T* vals, long long* out, const u64* comps) {             \
+    sort_gather<T, 256, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
   }                                                                                                      \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
       sort_gather_2048_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out) {                                \
-    sort_gather<T, 256, 8>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                          \
+                             const u64* slots, T* vals, long long* out, const u64* comps) {             \
+    sort_gather<T, 256, 8>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
   }                                                                                                      \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
       sort_gather_4096_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out) {                                \
-    sort_gather<T, 256, 16>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out);                         \
+                             const u64* slots, T* vals, long long* out, const u64* comps) {             \
+    sort_gather<T, 256, 16>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                  \
   }
 
 SORT_GATHER(f32, float)
@@ -462,7 +575,7 @@ __device__ __forceinline__ u64 order_key(const T* row, u64 idx, u64 n, int mag, 
 
 template <typename T>
 __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, T* vals,
-                            long long* out) {
+                            long long* out, const u64* comps) {
   __shared__ u64 slice[RANK_SLICE];
   __shared__ u64 ordered[RANK_SLICE];
   __shared__ u32 bucket[RANK_SLICE + 1];
@@ -473,7 +586,8 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
     const u32 s = (u32)min((u64)RANK_SLICE, k - lo);
     const T* row = x + r * n;
     const u64* rs = slots + r * k;
-    if (threadIdx.x < s) slice[threadIdx.x] = order_key(row, rs[lo + threadIdx.x], n, mag, ib, desc);
+    const u64* rc = comps ? comps + r * k : nullptr;
+    if (threadIdx.x < s) slice[threadIdx.x] = rc && desc ? rc[lo + threadIdx.x] : order_key(row, rs[lo + threadIdx.x], n, mag, ib, desc);
     if (threadIdx.x <= RANK_SLICE) bucket[threadIdx.x] = 0;
     __syncthreads();
     if (threadIdx.x < s) {
@@ -492,13 +606,22 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
     // key of the row lands on the first or the last position of a slice.
     for (u64 j0 = 0; j0 < k; j0 += (u64)RANK_THREADS * RANK_BATCH) {
       u64 c[RANK_BATCH];
+      if (rc && desc) {
+        // The selection's composites: contiguous reads, no gather from the row.
 #pragma unroll
-      for (int b = 0; b < RANK_BATCH; ++b) {
-        const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
-        c[b] = j < k ? rs[j] : 0;
+        for (int b = 0; b < RANK_BATCH; ++b) {
+          const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
+          c[b] = j < k ? rc[j] : 0;
+        }
+      } else {
+#pragma unroll
+        for (int b = 0; b < RANK_BATCH; ++b) {
+          const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
+          c[b] = j < k ? rs[j] : 0;
+        }
+#pragma unroll
+        for (int b = 0; b < RANK_BATCH; ++b) c[b] = order_key(row, c[b], n, mag, ib, desc);
       }
-#pragma unroll
-      for (int b = 0; b < RANK_BATCH; ++b) c[b] = order_key(row, c[b], n, mag, ib, desc);
 #pragma unroll
       for (int b = 0; b < RANK_BATCH; ++b) {
         const bool valid = j0 + (u64)b * RANK_THREADS + threadIdx.x < k;
@@ -527,8 +650,8 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
 #define RANK_GATHER(SUF, T)                                                                              \
   extern "C" __global__ void __launch_bounds__(RANK_THREADS)                                             \
       rank_gather_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots,  \
-                        T* vals, long long* out) {                                                       \
-    rank_gather<T>(x, n, k, rows, mag, ib, desc, slots, vals, out);                                      \
+                        T* vals, long long* out, const u64* comps) {                                     \
+    rank_gather<T>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);                               \
   }
 
 RANK_GATHER(f32, float)

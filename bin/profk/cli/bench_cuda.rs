@@ -28,7 +28,8 @@ pub struct CudaBenchArgs {
     /// path.
     #[arg(long)]
     pub row_shapes: bool,
-    /// With --row-shapes: only the shapes whose label contains this text (e.g. "masked").
+    /// With --row-shapes, --peers or --targets: only the shapes whose label contains this text (e.g.
+    /// "masked").
     #[arg(long)]
     pub only: Option<String>,
     /// Only the checks, no timing table.
@@ -74,11 +75,11 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     if args.stages {
         profk::cuda::bench::run_stages(&dev, &mut table)?;
     } else if args.peers {
-        profk::cuda::bench::run_peers(&dev, dtype, &mut table)?;
+        profk::cuda::bench::run_peers(&dev, dtype, args.only.as_deref(), &mut table)?;
     } else if args.row_shapes {
         profk::cuda::bench::run_rows(&dev, dtype, args.only.as_deref(), &mut table)?;
     } else if args.targets {
-        profk::cuda::bench::run_targets(&dev, &mut table)?;
+        profk::cuda::bench::run_targets(&dev, args.only.as_deref(), &mut table)?;
     } else {
         profk::cuda::bench::run_grid(&dev, args.quick, dtype, &mut table)?;
     }

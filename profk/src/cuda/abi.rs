@@ -5,8 +5,9 @@ use candle_core::cuda::cudarc::driver::DeviceRepr;
 pub const ROW_SEL_BYTES: usize = 48;
 /// Bytes of `RowRun` (counter, R, output fill, status, attempts, failure counts of one row).
 pub const ROW_RUN_BYTES: usize = 48;
-/// Bytes of `Global` (NaN count, inverted first NaN index, the fused pass's work counter).
-pub const GLOBAL_BYTES: usize = 24;
+/// Bytes of `Global` (NaN count, inverted first NaN index, the fused pass's work counter, the rows
+/// a filter pass has finished).
+pub const GLOBAL_BYTES: usize = 32;
 
 pub const ROW_PENDING: u32 = 0;
 pub const ROW_OK: u32 = 1;
@@ -86,6 +87,9 @@ pub struct FilterArgs {
     pub last_attempt: i32,
     pub approximate: i32,
     pub list: RowList,
+    /// Where the pass lists the rows by status (3 x rows ids) and their counts; 0: not by the pass.
+    pub lists: u64,
+    pub counts: u64,
 }
 
 #[repr(C)]

@@ -276,9 +276,18 @@ pub fn peer_cases() -> Vec<Case> {
         .collect()
 }
 
-/// Prof-K alone on [`peer_cases`], in the columns of [`run_grid`].
-pub fn run_peers(dev: &Device, dtype: DType, out: &mut String) -> Result<()> {
-    run_cases(dev, peer_cases(), true, dtype, out)
+/// Prof-K alone on [`peer_cases`] (those whose label contains `only`, when given), in the columns
+/// of [`run_grid`].
+pub fn run_peers(dev: &Device, dtype: DType, only: Option<&str>, out: &mut String) -> Result<()> {
+    run_cases(dev, labelled(peer_cases(), only), true, dtype, out)
+}
+
+/// The cases whose label contains `only`, or all of them.
+fn labelled(cases: Vec<Case>, only: Option<&str>) -> Vec<Case> {
+    cases
+        .into_iter()
+        .filter(|c| only.is_none_or(|o| c.label.contains(o)))
+        .collect()
 }
 
 /// The timing table over `cases`, each in the order its workload asks for: Prof-K, and unless
@@ -370,14 +379,14 @@ pub fn targets() -> Vec<Case> {
     ]
 }
 
-/// Prof-K on the [`targets`], values-descending and ascending-index output (the SAE's order), with
-/// the read floor beside.
-pub fn run_targets(dev: &Device, out: &mut String) -> Result<()> {
+/// Prof-K on the [`targets`] (those whose label contains `only`, when given), values-descending and
+/// ascending-index output (the SAE's order), with the read floor beside.
+pub fn run_targets(dev: &Device, only: Option<&str>, out: &mut String) -> Result<()> {
     table_head(
         out,
         "| shape | mode | k | order | Prof-K ms | floor ms | of floor | attempts | aux MB |",
     );
-    for c in targets() {
+    for c in labelled(targets(), only) {
         let n: usize = c.dims.iter().product();
         let xs = rotated_inputs(&c, DType::F32, dev)?;
         let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
@@ -434,10 +443,7 @@ pub fn run_rows(dev: &Device, dtype: DType, only: Option<&str>, out: &mut String
         out,
         "| shape | dist | dtype | k | order | path | ms | floor ms | of floor | aux MB |",
     );
-    let cases = row_cases()
-        .into_iter()
-        .filter(|c| only.is_none_or(|o| c.label.contains(o)));
-    for c in cases {
+    for c in labelled(row_cases(), only) {
         let n: usize = c.dims.iter().product();
         let xs = rotated_inputs(&c, dtype, dev)?;
         let floor = (n * dtype.size_in_bytes()) as f64 / (READ_TBPS * 1e9);

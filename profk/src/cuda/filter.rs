@@ -24,6 +24,9 @@ pub struct Pass<'a> {
     pub last_attempt: bool,
     pub approximate: bool,
     pub rows: RowList,
+    /// Where the pass lists every row by status once it has finished them all (3 x rows ids, then the
+    /// 3 counts), in place of a launch of its own.
+    pub lists: Option<(u64, u64)>,
 }
 
 pub fn run(
@@ -55,6 +58,8 @@ pub fn run(
         last_attempt: p.last_attempt as i32,
         approximate: p.approximate as i32,
         list: p.rows,
+        lists: p.lists.map_or(0, |l| l.0),
+        counts: p.lists.map_or(0, |l| l.1),
     };
     let grid = (shape.rows * cpr).clamp(1, 2 * arena.sms as u64);
     arena.launch_struct(

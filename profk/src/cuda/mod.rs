@@ -322,11 +322,12 @@ fn topk_deferred_spec(
             rows::select(&mut arena, &call, path)?;
             sorted.into_tensors(dev, &spec.out_shape)
         } else {
-            let slots = match (opts.selector, plan, histogram) {
-                (_, _, Some(path)) => rows::select(&mut arena, &call(None), path)?,
+            // The k slots of every row, and where the selection wrote them, their composites.
+            let (slots, comps) = match (opts.selector, plan, histogram) {
+                (_, _, Some(path)) => (rows::select(&mut arena, &call(None), path)?, None),
                 (Selector::Sort, _, _) => {
                     nan_scan(&arena, &input, &shape, opts, &global)?;
-                    sort_baseline(&mut arena, &input, &shape, k)?
+                    (sort_baseline(&mut arena, &input, &shape, k)?, None)
                 }
                 (Selector::Profk, Some(p), _) => {
                     profk(&mut arena, &input, &shape, k, opts, p, &run, &global, fused)?
@@ -343,8 +344,8 @@ fn topk_deferred_spec(
                         rows: RowList::default(),
                     };
                     s.threshold(&Source::Dense, k, true)?;
-                    s.compact(&Source::Dense, &out, k, &run)?;
-                    out
+                    s.compact(&Source::Dense, &out, k, &run, None)?;
+                    (out, None)
                 }
             };
             output(
@@ -354,7 +355,7 @@ fn topk_deferred_spec(
                 &shape,
                 k,
                 opts.order,
-                &slots,
+                (&slots, comps.as_ref()),
                 &spec.out_shape,
                 x.dtype(),
             )?
@@ -398,7 +399,8 @@ fn nan_scan(
 }
 
 /// Prof-K: attempts with the device-side check, the buffer top-k, the fallback; returns k row-local
-/// indices per row (any order). With `acc`, the first attempt samples the accumulation and its pass
+/// indices per row (any order) and, for the values-descending order of composites of at most 64
+/// bits, their composites at the same places (the output then gathers no key). With `acc`, the first attempt samples the accumulation and its pass
 /// writes it into the input (the residual); later attempts read the updated input.
 #[allow(clippy::too_many_arguments)]
 fn profk(
@@ -411,7 +413,7 @@ fn profk(
     run: &Dev<u8>,
     global: &Dev<u8>,
     acc: Option<&abi::AccArgs>,
-) -> Result<Dev<u64>> {
+) -> Result<(Dev<u64>, Option<Dev<u64>>)> {
     let rows = shape.rows as usize;
     let (s, cap) = (plan.sample, plan.capacity);
     // Composites of at most 64 bits let small samples and buffers be selected inside one block, and a
@@ -438,18 +440,27 @@ fn profk(
     } else {
         arena.alloc::<u64>(rows * k as usize)?
     };
+    // Zeroed like the slots when a timing variant leaves them unwritten: composite 0 decodes to an
+    // index in the row.
+    let comps = match (narrow && opts.order == Order::Desc, skip::has(skip::BUFFER)) {
+        (false, _) => None,
+        (true, false) => Some(arena.alloc::<u64>(rows * k as usize)?),
+        (true, true) => Some(arena.zeros::<u64>(rows * k as usize)?),
+    };
     let attempts = if opts.approximate || skip::has(skip::REDRAW) {
         1
     } else {
         DEVICE_ATTEMPTS
     };
-    // Row lists by status, rebuilt after every filter pass: later launches touch only their rows.
-    let lists = row_lists(arena, rows)?;
+    // Row lists by status, written by every filter pass: later launches touch only their rows. An
+    // attempt reads the lists of the one before while its pass writes the other pair.
+    let lists = [row_lists(arena, rows)?, row_lists(arena, rows)?];
     let arena_ro: &Arena = arena;
     let all = RowList::default();
-    let list = |status: u32| RowList {
-        ids: lists.0.ptr + 4 * status as u64 * rows as u64,
-        count: lists.1.ptr + 4 * status as u64,
+    let written_by = |attempt: u32| &lists[(attempt as usize - 1) % 2];
+    let list = |attempt: u32, status: u32| RowList {
+        ids: written_by(attempt).0.ptr + 4 * status as u64 * rows as u64,
+        count: written_by(attempt).1.ptr + 4 * status as u64,
     };
     let sample_src = Source::List {
         keys: &skeys,
@@ -458,7 +469,12 @@ fn profk(
         run: None,
     };
     for attempt in 1..=attempts {
-        let pending = if attempt == 1 { all } else { list(ROW_PENDING) };
+        let pending = if attempt == 1 {
+            all
+        } else {
+            list(attempt - 1, ROW_PENDING)
+        };
+        let (ids, counts) = written_by(attempt);
         let acc = acc.filter(|_| attempt == 1);
         if fused_sample {
             sample::draw_and_select(
@@ -490,19 +506,22 @@ fn profk(
             last_attempt: attempt == attempts,
             approximate: opts.approximate,
             rows: pending,
+            lists: Some((ids.ptr, counts.ptr)),
         };
         match acc {
-            Some(a) => filter::run_accumulate(arena_ro, a, input, shape, k, &buf, &pass)?,
+            Some(a) => {
+                filter::run_accumulate(arena_ro, a, input, shape, k, &buf, &pass)?;
+                Selection::classify(arena_ro, run, shape.rows, ids, counts)?;
+            }
             None => filter::run(arena_ro, input, shape, k, &buf, &pass)?,
         }
-        Selection::classify(arena_ro, run, shape.rows, &lists.0, &lists.1)?;
     }
     let ok = Selection {
         arena: arena_ro,
         input,
         shape: *shape,
         state: &state,
-        rows: list(ROW_OK),
+        rows: list(attempts, ROW_OK),
     };
     let buffer_src = Source::List {
         keys: &buf.keys,
@@ -512,21 +531,21 @@ fn profk(
     };
     if skip::has(skip::BUFFER) {
     } else if block_buffer {
-        ok.block_topk(&buffer_src, &out, k)?;
+        ok.block_topk(&buffer_src, &out, k, comps.as_ref())?;
     } else {
-        ok.exact(&buffer_src, &out, k, run)?;
+        ok.exact(&buffer_src, &out, k, run, comps.as_ref())?;
     }
     let fb = Selection {
         arena: arena_ro,
         input,
         shape: *shape,
         state: &state,
-        rows: list(ROW_FALLBACK),
+        rows: list(attempts, ROW_FALLBACK),
     };
     if !skip::has(skip::FALLBACK) {
-        fb.exact(&Source::Dense, &out, k, run)?;
+        fb.exact(&Source::Dense, &out, k, run, comps.as_ref())?;
     }
-    Ok(out)
+    Ok((out, comps))
 }
 
 fn row_lists(arena: &mut Arena, rows: usize) -> Result<(Dev<u32>, Dev<u32>)> {
@@ -616,7 +635,9 @@ fn forced_ranking() -> Option<bool> {
 }
 
 /// Sorts the k slots of every row into the requested order and gathers values and i64 indices: few
-/// rows by ranking (one launch), one block per row up to [`BLOCK_SORT_MAX`], else CUB's sorts.
+/// rows by ranking (one launch), one block per row up to [`BLOCK_SORT_MAX`], else CUB's sorts. The
+/// slots come with their composites where the selection wrote them: the one-launch forms then read
+/// the descending order's keys instead of gathering them.
 #[allow(clippy::too_many_arguments)]
 fn output(
     arena: &mut Arena,
@@ -625,7 +646,7 @@ fn output(
     shape: &Shape,
     k: u64,
     order: Order,
-    slots: &Dev<u64>,
+    (slots, comps): (&Dev<u64>, Option<&Dev<u64>>),
     out_shape: &[usize],
     dtype: DType,
 ) -> Result<(Tensor, Tensor)> {
@@ -668,6 +689,7 @@ fn output(
                 Arg::U64(slots.ptr),
                 Arg::U64(vals),
                 Arg::U64(idx),
+                Arg::U64(comps.map_or(0, |c| c.ptr)),
             ]);
             arena.launch_args(
                 Family::Select,

@@ -114,7 +114,7 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
             count: counts.ptr + 4 * status,
         },
     };
-    fallback.exact(&Source::Dense, &out, k, run)?;
+    fallback.exact(&Source::Dense, &out, k, run, None)?;
     Ok(out)
 }
 

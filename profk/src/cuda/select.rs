@@ -25,6 +25,10 @@ fn chunk_for(rows: u64, len: u64, sms: u32) -> u64 {
         .clamp(THREADS as u64, CHUNK)
 }
 
+/// Rows a cooperative selection keeps in every block's shared memory (kernels/select.cu
+/// `LOCAL_ROWS`); their histograms rotate over three sets after the rows' own.
+const LOCAL_ROWS: usize = 4;
+
 /// Per-row state of one selection in flight, reused by successive selections of a call.
 pub struct SelState {
     pub sel: Dev<u8>,
@@ -35,7 +39,7 @@ impl SelState {
     pub fn new(arena: &mut Arena, rows: usize) -> Result<Self> {
         Ok(Self {
             sel: arena.zeros::<u8>(rows * ROW_SEL_BYTES)?,
-            hist: arena.zeros::<u64>(rows * 256)?,
+            hist: arena.zeros::<u64>((rows + 3 * LOCAL_ROWS) * 256)?,
         })
     }
 }
@@ -194,13 +198,21 @@ impl Selection<'_> {
     }
 
     /// The exact top-k of every gated row's list in one block per row (lists of at most
-    /// `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits): one launch.
-    pub fn block_topk(&self, src: &Source, out: &Dev<u64>, k: u64) -> Result<()> {
+    /// `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits), and with `comps` their
+    /// composites beside: one launch.
+    pub fn block_topk(
+        &self,
+        src: &Source,
+        out: &Dev<u64>,
+        k: u64,
+        comps: Option<&Dev<u64>>,
+    ) -> Result<()> {
         let (f, args, cfg) = self.block_per_row(src, "block_topk_list")?;
         let (o, tb) = (out.ptr, (self.shape.kb + self.shape.ib) as i32);
+        let c = comps.map_or(0, |c| c.ptr);
         let mut b = self.arena.stream.launch_builder(&f);
-        b.arg(&args).arg(&o).arg(&k).arg(&tb);
-        // SAFETY: (SelArgs, u64*, u64, int) is the kernel's signature.
+        b.arg(&args).arg(&o).arg(&k).arg(&tb).arg(&c);
+        // SAFETY: (SelArgs, u64*, u64, int, u64*) is the kernel's signature.
         unsafe { b.launch(cfg) }.map_err(drv)?;
         Ok(())
     }
@@ -244,17 +256,25 @@ impl Selection<'_> {
     }
 
     /// The exact top-k of every gated row of `src` into `out` (k row-local indices per row, any
-    /// order): [`Self::init`] of those rows, [`Self::threshold_from_init`] and [`Self::compact`] in
-    /// one cooperative launch, with a grid barrier between digits, so that an empty list costs one
-    /// launch. Inside a stream capture, or on a device without cooperative launches, the separate
-    /// launches.
-    pub fn exact(&self, src: &Source, out: &Dev<u64>, k: u64, run: &Dev<u8>) -> Result<()> {
+    /// order), and with `comps` their composites beside: [`Self::init`] of those rows,
+    /// [`Self::threshold_from_init`] and [`Self::compact`] in one cooperative launch, with a grid
+    /// barrier between digits, so that an empty list costs one launch. Inside a stream capture, or on
+    /// a device without cooperative launches, the separate launches.
+    pub fn exact(
+        &self,
+        src: &Source,
+        out: &Dev<u64>,
+        k: u64,
+        run: &Dev<u8>,
+        comps: Option<&Dev<u64>>,
+    ) -> Result<()> {
         if !self.cooperative()? {
             self.init(k)?;
             self.threshold_from_init(src, true)?;
-            return self.compact(src, out, k, run);
+            return self.compact(src, out, k, run, comps);
         }
-        self.launch_cooperative("select_all", src, true, k, &[out.ptr, k, run.ptr])
+        let comps = comps.map_or(0, |c| c.ptr);
+        self.launch_cooperative("select_all", src, true, k, &[out.ptr, k, run.ptr, comps])
     }
 
     /// [`Self::threshold`] of `kth`, then with `allow_done` [`Self::finalize_min`], in one cooperative
@@ -323,8 +343,16 @@ impl Selection<'_> {
         Ok(())
     }
 
-    /// Writes the row-local indices of the selected elements into `out` (k per row, any order).
-    pub fn compact(&self, src: &Source, out: &Dev<u64>, k: u64, run: &Dev<u8>) -> Result<()> {
+    /// Writes the row-local indices of the selected elements into `out` (k per row, any order), and
+    /// with `comps` their composites at the same places.
+    pub fn compact(
+        &self,
+        src: &Source,
+        out: &Dev<u64>,
+        k: u64,
+        run: &Dev<u8>,
+        comps: Option<&Dev<u64>>,
+    ) -> Result<()> {
         let a = self.arena;
         let args = self.args(src, true);
         let grid = a.grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);
@@ -333,9 +361,9 @@ impl Selection<'_> {
             &format!("select_compact_{}", self.suffix(src)),
         )?;
         let mut b = a.stream.launch_builder(&f);
-        let (o, r) = (out.ptr, run.ptr);
-        b.arg(&args).arg(&o).arg(&k).arg(&r);
-        // SAFETY: (SelArgs, u64*, u64, RowRun*) is the kernel's signature.
+        let (o, r, c) = (out.ptr, run.ptr, comps.map_or(0, |c| c.ptr));
+        b.arg(&args).arg(&o).arg(&k).arg(&r).arg(&c);
+        // SAFETY: (SelArgs, u64*, u64, RowRun*, u64*) is the kernel's signature.
         unsafe {
             b.launch(candle_core::cuda::cudarc::driver::LaunchConfig {
                 grid_dim: (grid as u32, 1, 1),

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# GPU side of the local-state cooperative selection and the aggregated block selection, in one device
+# call (< 10 min): the shared CUDA test bodies (selection, rows, statistics, graph capture), every
+# selector against the CPU path, Nsight Compute durations of every Prof-K kernel of one call on the
+# single rows, the flat selection and the masked rows, the target rows, then the single-row peers in
+# the same call; with `rows`, also the row-wise shapes (f32) and their peers; `more` alone runs the
+# stage table, the bf16 row-wise shapes and their peers.
+# Runs from the repository root on the GPU machine with .devbin/pkrows/ (bench/profk_rows_pack.sh)
+# and .devbin/topk_peers.xz (bench/build_topk_peers.sh) carried; everything goes to $OUT/r.txt.
+#   bash bench/profk_coop_final.sh [rows|more]
+MODE=${1:-full}
+R=${OUT:-/tmp/out}/r.txt
+. bench/lib.sh
+unpack .devbin/pkrows /tmp/b
+mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
+{ echo "# H200 device call: bench/profk_coop_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
+# section TITLE LIMIT COMMAND...: the command's table rows (or test verdicts) under a heading.
+section() {
+  local title=$1 limit=$2
+  shift 2
+  echo "## $title" >> "$R"
+  timeout "$limit" "$@" 2>&1 | grep -E '^(\||#|test result|check:)|panicked|MISMATCH' >> "$R"
+}
+# kernels LABEL COUNT PROFK-ARGS...: name, grid and duration (us) of the first COUNT Prof-K kernels
+# under Nsight Compute (candle's input kernels left out), read from its CSV by column name.
+kernels() {
+  local label=$1 count=$2
+  shift 2
+  echo "## ncu $label: kernel, grid, block, duration us" >> "$R"
+  timeout 150 ncu --clock-control none --kernel-name-base function \
+    -k regex:'^(sample|block_|filter|classify|select|rank_|sort_|out_|rows_|nan_|acc_|Device|take_)' \
+    --metrics gpu__time_duration.sum --csv -c "$count" /tmp/b/profk "$@" 2>/dev/null | python3 -c '
+import csv, sys
+rows = [r for r in csv.reader(sys.stdin) if len(r) > 5]
+if not rows:
+    sys.exit()
+h = rows[0]
+col = {n: h.index(n) for n in ("Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Unit", "Metric Value") if n in h}
+total = 0.0
+for r in rows[1:]:
+    if r[col["Metric Name"]] != "gpu__time_duration.sum":
+        continue
+    v = float(r[col["Metric Value"]].replace(",", ""))
+    unit = r[col["Metric Unit"]]
+    us = v / 1e3 if unit in ("ns", "nsecond") else v * 1e3 if unit in ("ms", "msecond") else v
+    total += us
+    print("|", r[col["Kernel Name"]][:40], "|", r[col["Grid Size"]], "|", r[col["Block Size"]], "|", f"{us:.1f}", "|")
+print("| sum |", "|", "|", f"{total:.1f}", "|")' >> "$R"
+}
+if [ "$MODE" = more ]; then
+  section "profk bench --device cuda --stages" 200 /tmp/b/profk bench --device cuda --stages
+  section "profk bench --device cuda --row-shapes --dtype bf16" 150 /tmp/b/profk bench --device cuda --row-shapes --dtype bf16
+  LIMIT=20 section "bench/topk_peers.sh bf16 rows" 200 bash bench/topk_peers.sh bf16 rows
+  date -u >> "$R"
+  exit 0
+fi
+for t in selection rows statistics; do section "test $t (cuda)" 150 /tmp/b/$t cuda; done
+section "graph capture" 60 /tmp/b/graph_capture
+section "profk bench --device cuda --check --no-table" 90 /tmp/b/profk bench --device cuda --check --no-table
+date -u >> "$R"
+kernels "2^24 (first calls)" 24 bench --device cuda --peers --only "2^24"
+kernels "2^28" 24 bench --device cuda --peers --only "2^28"
+kernels "2^30" 24 bench --device cuda --targets --only "2^30"
+kernels "flat 8192x2^17" 24 bench --device cuda --targets --only "8192x2^17"
+kernels "masked k=512" 8 bench --device cuda --row-shapes --only masked
+date -u >> "$R"
+section "profk bench --device cuda --targets" 120 /tmp/b/profk bench --device cuda --targets
+LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
+date -u >> "$R"
+[ "$MODE" = rows ] || exit 0
+section "profk bench --device cuda --row-shapes --dtype f32" 150 /tmp/b/profk bench --device cuda --row-shapes --dtype f32
+LIMIT=20 section "bench/topk_peers.sh f32 rows" 200 bash bench/topk_peers.sh f32 rows
+date -u >> "$R"
