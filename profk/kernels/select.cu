@@ -10,7 +10,7 @@
 // (select_all_*, select_kth_*), a grid barrier between digits: one launch, even when no row is listed.
 #include <cooperative_groups.h>
 #include <cub/block/block_radix_sort.cuh>
-#include "block_select.cuh"
+#include "sample.cuh"
 
 #define SEL_THREADS 256
 
@@ -396,11 +396,13 @@ __device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, R
 
 // The kth-largest composite of every listed row in one cooperative launch: its prefix in the row's
 // state, and with an early stop allowed (composites of at most 64 bits) the smallest selected one in
-// its tmin. A sample too large for one block takes this path.
-template <typename T, bool LIST>
-__device__ void select_kth_body(SelArgs a, u64 kth, int bits) {
+// its tmin. A sample too large for one block takes this path. `before()` runs first in every block
+// (the sample's draw, when the same launch draws it): the first grid barrier orders it before the digits.
+template <typename T, bool LIST, typename Before>
+__device__ void select_kth_body(SelArgs a, u64 kth, int bits, Before before) {
   const u64 nrows = list_len(a.list, a.rows);
   if (nrows == 0) return;
+  before();
   cg::grid_group grid = cg::this_grid();
   if (nrows <= LOCAL_ROWS) {
     __shared__ LocalSel ls[LOCAL_ROWS];
@@ -439,8 +441,21 @@ extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kle
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
       select_kth_##SUF(SelArgs a, u64 kth, int bits) {                                             \
-    select_kth_body<T, LIST>(a, kth, bits);                                                        \
+    select_kth_body<T, LIST>(a, kth, bits, [] {});                                                 \
   }
+
+// A sample's draw and its kth-largest in one cooperative launch (few rows, samples past one block).
+#define SAMPLE_KTH(SUF, T)                                                                          \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
+      sample_kth_##SUF(SampleArgs s, SelArgs a, u64 kth, int bits) {                               \
+    select_kth_body<float, true>(a, kth, bits, [&] {                                               \
+      sample_body(s, [&](u64 r, u64 idx) { return Ops<T>::key(((const T*)s.x)[r * s.n + idx], s.mag); }); \
+    });                                                                                            \
+  }
+
+SAMPLE_KTH(f32, float)
+SAMPLE_KTH(f16, __half)
+SAMPLE_KTH(bf16, __nv_bfloat16)
 
 SEL_KERNELS(f32, float, false)
 SEL_KERNELS(f16, __half, false)

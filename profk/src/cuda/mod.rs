@@ -481,9 +481,6 @@ fn profk(
                 arena_ro, input, shape, s, plan.t, opts.seed, attempt, pending, &state.sel, acc,
             )?;
         } else {
-            sample::draw(
-                arena_ro, input, shape, s, opts.seed, attempt, pending, &skeys, &sidx, acc,
-            )?;
             let sel = Selection {
                 arena: arena_ro,
                 input,
@@ -491,10 +488,24 @@ fn profk(
                 state: &state,
                 rows: pending,
             };
-            if block_sample {
-                sel.block_kth(&sample_src, plan.t)?;
+            // A sample past one block is drawn inside its threshold's cooperative launch.
+            let drawn = if block_sample || acc.is_some() {
+                false
             } else {
-                sel.kth(&sample_src, plan.t, narrow)?;
+                let draw = sample::args(
+                    input, shape, s, opts.seed, attempt, pending, skeys.ptr, sidx.ptr,
+                );
+                sel.draw_and_kth(&draw, &sample_src, plan.t, narrow)?
+            };
+            if !drawn {
+                sample::draw(
+                    arena_ro, input, shape, s, opts.seed, attempt, pending, &skeys, &sidx, acc,
+                )?;
+                if block_sample {
+                    sel.block_kth(&sample_src, plan.t)?;
+                } else {
+                    sel.kth(&sample_src, plan.t, narrow)?;
+                }
             }
         }
         let pass = filter::Pass {

@@ -29,7 +29,7 @@ pub fn block_variant(len: u64) -> (u32, &'static str) {
 
 /// The sample's arguments; `keys`/`idx` are null when the fused kernel keeps the sample in registers.
 #[allow(clippy::too_many_arguments)]
-fn args(
+pub fn args(
     input: &Input,
     shape: &Shape,
     s: u64,

@@ -3,7 +3,7 @@
 use candle_core::cuda::cudarc::driver::sys::{CUdevice_attribute, CUstreamCaptureStatus};
 use candle_core::cuda::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
 
-use super::abi::{RowList, SelArgs, SelSrc, ROW_SEL_BYTES};
+use super::abi::{RowList, SampleArgs, SelArgs, SelSrc, ROW_SEL_BYTES};
 use super::launch::{drv, Arena, Arg, Dev};
 use super::module::Family;
 use super::{Input, Shape};
@@ -274,7 +274,8 @@ impl Selection<'_> {
             return self.compact(src, out, k, run, comps);
         }
         let comps = comps.map_or(0, |c| c.ptr);
-        self.launch_cooperative("select_all", src, true, k, &[out.ptr, k, run.ptr, comps])
+        let name = format!("select_all_{}", self.suffix(src));
+        self.launch_cooperative(&name, None, src, true, k, &[out.ptr, k, run.ptr, comps])
     }
 
     /// [`Self::threshold`] of `kth`, then with `allow_done` [`Self::finalize_min`], in one cooperative
@@ -288,7 +289,26 @@ impl Selection<'_> {
                 Ok(())
             };
         }
-        self.launch_cooperative("select_kth", src, allow_done, kth, &[])
+        let name = format!("select_kth_{}", self.suffix(src));
+        self.launch_cooperative(&name, None, src, allow_done, kth, &[])
+    }
+
+    /// [`Self::kth`] of a sample (`src`, its keys and indices) that the same cooperative launch
+    /// draws first by `draw`'s arguments: one launch instead of two. Returns whether it launched;
+    /// where the launch cannot be cooperative nothing is launched and the caller draws apart.
+    pub fn draw_and_kth(
+        &self,
+        draw: &SampleArgs,
+        src: &Source,
+        kth: u64,
+        allow_done: bool,
+    ) -> Result<bool> {
+        if !self.cooperative()? {
+            return Ok(false);
+        }
+        let name = format!("sample_kth_{}", self.input.suffix);
+        self.launch_cooperative(&name, Some(draw), src, allow_done, kth, &[])?;
+        Ok(true)
     }
 
     /// Whether a selection may run as one cooperative launch: the device has them and the stream is
@@ -306,19 +326,20 @@ impl Selection<'_> {
         Ok(supported && !capturing)
     }
 
-    /// Launches `{base}_{suffix}(SelArgs, u64 kth, int bits, extra...)` cooperatively (the extra
-    /// arguments 64-bit words), as many blocks as the rows' work items ask for and the device holds
-    /// at once.
+    /// Launches `name([SampleArgs draw,] SelArgs, u64 kth, int bits, extra...)` cooperatively (the
+    /// extra arguments 64-bit words), as many blocks as the rows' work items ask for and the device
+    /// holds at once.
     fn launch_cooperative(
         &self,
-        base: &str,
+        name: &str,
+        draw: Option<&SampleArgs>,
         src: &Source,
         allow_done: bool,
         kth: u64,
         extra: &[u64],
     ) -> Result<()> {
         let a = self.arena;
-        let f = a.func(Family::Select, &format!("{base}_{}", self.suffix(src)))?;
+        let f = a.func(Family::Select, name)?;
         // Every block of a cooperative launch must be resident at once.
         let per_sm = f
             .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
@@ -328,6 +349,9 @@ impl Selection<'_> {
         let grid = (self.shape.rows * args.cpr).clamp(1, u64::from(per_sm * a.sms));
         let bits = (self.shape.kb + self.shape.ib) as i32;
         let mut b = a.stream.launch_builder(&f);
+        if let Some(draw) = draw {
+            b.arg(draw);
+        }
         b.arg(&args).arg(&kth).arg(&bits);
         for word in extra {
             b.arg(word);
@@ -337,8 +361,8 @@ impl Selection<'_> {
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: (SelArgs, u64, int) and the extra arguments are the kernel's signature, and the grid
-        // fits the device at the kernel's occupancy.
+        // SAFETY: ([SampleArgs,] SelArgs, u64, int) and the extra arguments are the kernel's signature,
+        // and the grid fits the device at the kernel's occupancy.
         unsafe { b.launch_cooperative(cfg) }.map_err(drv)?;
         Ok(())
     }
