@@ -11,42 +11,10 @@
 MODE=${1:-full}
 R=${OUT:-/tmp/out}/r.txt
 . bench/lib.sh
-unpack .devbin/pkrows /tmp/b
+B=/tmp/b
+unpack .devbin/pkrows "$B"
 mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
 { echo "# H200 device call: bench/profk_coop_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
-# section TITLE LIMIT COMMAND...: the command's table rows (or test verdicts) under a heading.
-section() {
-  local title=$1 limit=$2
-  shift 2
-  echo "## $title" >> "$R"
-  timeout "$limit" "$@" 2>&1 | grep -E '^(\||#|test result|check:)|panicked|MISMATCH' >> "$R"
-}
-# kernels LABEL COUNT PROFK-ARGS...: name, grid and duration (us) of the first COUNT Prof-K kernels
-# under Nsight Compute (candle's input kernels left out), read from its CSV by column name.
-kernels() {
-  local label=$1 count=$2
-  shift 2
-  echo "## ncu $label: kernel, grid, block, duration us" >> "$R"
-  timeout 150 ncu --clock-control none --kernel-name-base function \
-    -k regex:'^(sample|block_|filter|classify|select|rank_|sort_|out_|rows_|nan_|acc_|Device|take_)' \
-    --metrics gpu__time_duration.sum --csv -c "$count" /tmp/b/profk "$@" 2>/dev/null | python3 -c '
-import csv, sys
-rows = [r for r in csv.reader(sys.stdin) if len(r) > 5]
-if not rows:
-    sys.exit()
-h = rows[0]
-col = {n: h.index(n) for n in ("Kernel Name", "Grid Size", "Block Size", "Metric Name", "Metric Unit", "Metric Value") if n in h}
-total = 0.0
-for r in rows[1:]:
-    if r[col["Metric Name"]] != "gpu__time_duration.sum":
-        continue
-    v = float(r[col["Metric Value"]].replace(",", ""))
-    unit = r[col["Metric Unit"]]
-    us = v / 1e3 if unit in ("ns", "nsecond") else v * 1e3 if unit in ("ms", "msecond") else v
-    total += us
-    print("|", r[col["Kernel Name"]][:40], "|", r[col["Grid Size"]], "|", r[col["Block Size"]], "|", f"{us:.1f}", "|")
-print("| sum |", "|", "|", f"{total:.1f}", "|")' >> "$R"
-}
 if [ "$MODE" = more ]; then
   section "profk bench --device cuda --stages" 200 /tmp/b/profk bench --device cuda --stages
   section "profk bench --device cuda --row-shapes --dtype bf16" 150 /tmp/b/profk bench --device cuda --row-shapes --dtype bf16

@@ -3,7 +3,7 @@
 # rows, statistics, graph capture) and every selector against the CPU path, then
 #   (no argument, < 10 min) the stage table, the target rows and the row-wise shapes (f32, bf16), the
 #     peers in the same call (bench/topk_peers.sh f32 single, f32 rows, bf16 rows), Nsight Compute
-#     durations of the output and selection kernels, and one row's plan with samples of 2^16 and 2^18
+#     durations of every Prof-K kernel of one call, and one row's plan with samples of 2^16 and 2^18
 #     (PROFK_GPU_SAMPLE_ONE);
 #   (short, < 2 min, after a routing change) the target rows, the single-row shapes by every path and
 #     the single-row peers with a 10 s limit a case (CUB's 2^30 and flat cases exceed it and read
@@ -14,28 +14,10 @@
 MODE=${1:-full}
 R=${OUT:-/tmp/out}/r.txt
 . bench/lib.sh
-unpack .devbin/pkrows /tmp/b
+B=/tmp/b
+unpack .devbin/pkrows "$B"
 mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
 { echo "# H200 device call: bench/profk_launches_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
-# section TITLE LIMIT COMMAND...: the command's table rows (or test verdicts) under a heading.
-section() {
-  local title=$1 limit=$2
-  shift 2
-  echo "## $title" >> "$R"
-  timeout "$limit" "$@" 2>&1 | grep -E '^(\||#|test result|check:)|panicked' >> "$R"
-}
-# ncu_durations LABEL KERNELS COUNT PROFK-ARGS...: each matching kernel's duration under Nsight Compute.
-ncu_durations() {
-  local label=$1 kernels=$2 count=$3
-  shift 3
-  echo "## ncu $label (kernel, grid, duration)" >> "$R"
-  timeout 120 ncu --clock-control none -k regex:"$kernels" --metrics gpu__time_duration.sum --csv -c "$count" \
-    /tmp/b/profk "$@" 2>/dev/null | python3 -c '
-import csv, sys
-for r in csv.reader(sys.stdin):
-    if len(r) > 14 and r[12] == "gpu__time_duration.sum":
-        print(r[4], r[8], r[14], r[13])' >> "$R"
-}
 for t in selection rows statistics; do section "test $t (cuda)" 120 /tmp/b/$t cuda; done
 section "graph capture" 60 /tmp/b/graph_capture
 section "profk bench --device cuda --check --no-table" 90 /tmp/b/profk bench --device cuda --check --no-table
@@ -54,8 +36,8 @@ done
 date -u >> "$R"
 for g in "f32 single" "f32 rows" "bf16 rows"; do section "bench/topk_peers.sh $g" 300 bash bench/topk_peers.sh $g; done
 date -u >> "$R"
-ncu_durations "2^24" "rank_gather|out_gather|select_all" 12 bench --device cuda --row-shapes --only "2^24"
-ncu_durations "2^30" "rank_gather|select_all|select_kth|filter|block_kth|draw" 16 bench --device cuda --targets
+kernels "2^24" 12 bench --device cuda --row-shapes --only "2^24"
+kernels "2^30" 16 bench --device cuda --targets
 date -u >> "$R"
 for S in 65536 262144; do
   PROFK_GPU_SAMPLE_ONE=$S section "S=$S stages" 200 /tmp/b/profk bench --device cuda --stages

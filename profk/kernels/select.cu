@@ -66,42 +66,49 @@ struct Src {
 // two barriers before, after every block had read it.
 #define LOCAL_ROWS 4
 
-struct LocalSel {
-  u64 pre_lo, pre_hi, kleft;
-  u32 done, pad;
-};
-
-__device__ __forceinline__ u128 local_prefix(const LocalSel& s) { return ((u128)s.pre_hi << 64) | s.pre_lo; }
-
-// The row's threshold: from the block's local state when the selection kept one, else the row's state.
-__device__ __forceinline__ u128 threshold_of(const SelArgs& a, const LocalSel* ls, u64 i, u64 r) {
-  return ls ? local_prefix(ls[i]) : load_prefix(a.sel[r]);
+// A row's state at the start of a selection of its kth largest.
+__device__ __forceinline__ RowSel fresh_sel(u64 kth) {
+  RowSel s = {};
+  s.kleft = kth;
+  s.tmin = ~0ull;
+  return s;
 }
 
-// The last block of a row: suffix sums of the histogram give the digit holding the k-th largest.
-__device__ void pick_digit(const SelArgs& a, u64 r) {
+// The row's threshold: from the block's local state when the selection kept one, else the row's state.
+__device__ __forceinline__ u128 threshold_of(const SelArgs& a, const RowSel* ls, u64 i, u64 r) {
+  return load_prefix(ls ? ls[i] : a.sel[r]);
+}
+
+// Suffix sums of histogram h (the digit of `width` bits at `lo`) give the digit holding s's kleft-th
+// largest: s's prefix gains it, kleft keeps what is left inside it, done says whether the selection
+// ends there. Every thread of the block calls it; SEL_THREADS covers the 256 bins.
+__device__ void pick_into(RowSel& s, const u64* h, int lo, int width, bool allow_done) {
   typedef cub::BlockScan<u64, SEL_THREADS> Scan;
   __shared__ typename Scan::TempStorage tmp;
-  const int bins = 1 << a.width;
-  const int t = threadIdx.x;
-  u64* h = a.hist + r * 256;
-  int digit = bins - 1 - t;
-  u64 mine = (t < bins) ? ld_l2(h + digit) : 0;
+  const int bins = 1 << width, t = threadIdx.x, digit = bins - 1 - t;
+  const u64 mine = t < bins ? ld_l2(h + digit) : 0;
   u64 incl;
   Scan(tmp).InclusiveSum(mine, incl);
-  RowSel& s = a.sel[r];
-  u64 kl = s.kleft;
+  const u64 kl = s.kleft;
+  __syncthreads();
   if (t < bins && incl >= kl && incl - mine < kl) {
-    u64 rest = kl - (incl - mine);
-    u128 pre = load_prefix(s) | ((u128)(u32)digit << a.lo);
+    const u64 rest = kl - (incl - mine);
+    const u128 pre = load_prefix(s) | ((u128)(u32)digit << lo);
     s.pre_lo = (u64)pre;
     s.pre_hi = (u64)(pre >> 64);
     s.kleft = rest;
-    s.done = (a.lo == 0) || (a.allow_done && mine == rest);
+    s.done = lo == 0 || (allow_done && mine == rest);
   }
   __syncthreads();
-  if (t < 256) h[t] = 0;
-  if (t == 0) s.arrivals = 0;
+}
+
+// The last block of a row picks its digit, then clears the histogram and the arrivals for the next.
+__device__ void pick_digit(const SelArgs& a, u64 r) {
+  u64* h = a.hist + r * 256;
+  RowSel& s = a.sel[r];
+  pick_into(s, h, a.lo, a.width, a.allow_done);
+  if (threadIdx.x < 256) h[threadIdx.x] = 0;
+  if (threadIdx.x == 0) s.arrivals = 0;
 }
 
 // Counts digit [a.lo, a.lo + a.width) of chunk ch of row r, over the elements whose bits above the
@@ -157,7 +164,7 @@ __device__ void pass_body(const SelArgs& a) {
 
 // Threshold finalization for a selection stopped early: the smallest selected composite (fits 64 bits).
 template <typename T, bool LIST>
-__device__ void tmin_body(const SelArgs& a, const LocalSel* ls = nullptr) {
+__device__ void tmin_body(const SelArgs& a, const RowSel* ls = nullptr) {
   const u64 nrows = list_len(a.list, a.rows);
   for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
     const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
@@ -177,7 +184,7 @@ __device__ void tmin_body(const SelArgs& a, const LocalSel* ls = nullptr) {
 // `comps`, each one's composite (of at most 64 bits) at the same place, for the output's order.
 template <typename T, bool LIST>
 __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run, u64* comps,
-                             const LocalSel* ls = nullptr) {
+                             const RowSel* ls = nullptr) {
   const unsigned lane = threadIdx.x & 31;
   const u64 nrows = list_len(a.list, a.rows);
   for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
@@ -288,17 +295,18 @@ extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* r
 // compaction, with a grid barrier where separate launches had a kernel boundary. When the list is
 // empty (the fallback's rows, nearly always) every block returns at once: one launch instead of ten.
 
+// Resets the states of the listed rows, over the whole grid.
+__device__ void reset_listed(const SelArgs& a, u64 nrows, u64 kth) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += (u64)gridDim.x * blockDim.x)
+    a.sel[list_row(a.list, i)] = fresh_sel(kth);
+}
+
 // The reset of the listed rows and every digit pass, for a grid of a cooperative launch whose list is
 // not empty; returns after a grid barrier.
 template <typename T, bool LIST>
 __device__ void digits_in_one_launch(SelArgs& a, u64 kth, int bits, cg::grid_group& grid) {
   const u64 nrows = list_len(a.list, a.rows);
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += (u64)gridDim.x * blockDim.x) {
-    RowSel s = {};
-    s.kleft = kth;
-    s.tmin = ~0ull;
-    a.sel[list_row(a.list, i)] = s;
-  }
+  reset_listed(a, nrows, kth);
   grid.sync();
   for (int hi = bits; hi > 0;) {
     const int lo = hi > 8 ? hi - 8 : 0;
@@ -310,43 +318,16 @@ __device__ void digits_in_one_launch(SelArgs& a, u64 kth, int bits, cg::grid_gro
   }
 }
 
-// The digit holding the kth largest, from histogram h, into a local state (every thread of the block
-// calls it; SEL_THREADS covers the 256 bins).
-__device__ void pick_local(LocalSel& s, const u64* h, int lo, int width, bool allow_done) {
-  typedef cub::BlockScan<u64, SEL_THREADS> Scan;
-  __shared__ typename Scan::TempStorage tmp;
-  const int bins = 1 << width, t = threadIdx.x, digit = bins - 1 - t;
-  const u64 mine = t < bins ? ld_l2(h + digit) : 0;
-  u64 incl;
-  Scan(tmp).InclusiveSum(mine, incl);
-  const u64 kl = s.kleft;
-  __syncthreads();
-  if (t < bins && incl >= kl && incl - mine < kl) {
-    const u64 rest = kl - (incl - mine);
-    const u128 pre = local_prefix(s) | ((u128)(u32)digit << lo);
-    s.pre_lo = (u64)pre;
-    s.pre_hi = (u64)(pre >> 64);
-    s.kleft = rest;
-    s.done = lo == 0 || (allow_done && mine == rest);
-  }
-  __syncthreads();
-}
-
 // digits_in_one_launch for at most LOCAL_ROWS listed rows, their states in `ls` (shared memory): the
 // passes stop once every row is done, and block 0 leaves the final states in the rows' records.
 template <typename T, bool LIST>
-__device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_group& grid, LocalSel* ls) {
+__device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_group& grid, RowSel* ls) {
   const u64 set = LOCAL_ROWS * 256, tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   const u64 threads = (u64)gridDim.x * blockDim.x;
   u64* sets = a.hist + a.rows * 256;
   for (u64 e = tid; e < 3 * set; e += threads) sets[e] = 0;
-  for (u64 i = tid; i < nrows; i += threads) {
-    RowSel s = {};
-    s.kleft = kth;
-    s.tmin = ~0ull;
-    a.sel[list_row(a.list, i)] = s;
-  }
-  if (threadIdx.x < nrows) ls[threadIdx.x] = LocalSel{0, 0, kth, 0, 0};
+  reset_listed(a, nrows, kth);
+  if (threadIdx.x < nrows) ls[threadIdx.x] = fresh_sel(kth);
   grid.sync();
   for (int hi = bits, p = 0; hi > 0; ++p) {
     const int lo = hi > 8 ? hi - 8 : 0;
@@ -358,20 +339,21 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
     for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
       const u64 i = item / a.cpr;
       if (ls[i].done) continue;
-      count_digit<T, LIST>(a, list_row(a.list, i), item % a.cpr, local_prefix(ls[i]) >> hi, cur + i * 256);
+      count_digit<T, LIST>(a, list_row(a.list, i), item % a.cpr, load_prefix(ls[i]) >> hi, cur + i * 256);
     }
     grid.sync();
     bool all_done = true;
     for (u64 i = 0; i < nrows; ++i) {
-      if (!ls[i].done) pick_local(ls[i], cur + i * 256, lo, hi - lo, a.allow_done);
+      if (!ls[i].done) pick_into(ls[i], cur + i * 256, lo, hi - lo, a.allow_done);
       all_done = all_done && ls[i].done;
     }
     hi = lo;
     if (all_done) break;
   }
+  // Not tmin: other blocks may already be lowering it.
   if (blockIdx.x == 0 && threadIdx.x < nrows) {
     RowSel& s = a.sel[list_row(a.list, threadIdx.x)];
-    const LocalSel& l = ls[threadIdx.x];
+    const RowSel& l = ls[threadIdx.x];
     s.pre_lo = l.pre_lo;
     s.pre_hi = l.pre_hi;
     s.kleft = l.kleft;
@@ -385,7 +367,7 @@ __device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, R
   if (nrows == 0) return;
   cg::grid_group grid = cg::this_grid();
   if (nrows <= LOCAL_ROWS) {
-    __shared__ LocalSel ls[LOCAL_ROWS];
+    __shared__ RowSel ls[LOCAL_ROWS];
     digits_local<T, LIST>(a, nrows, kth, bits, grid, ls);
     compact_body<T, LIST>(a, out, k, run, comps, ls);
     return;
@@ -405,7 +387,7 @@ __device__ void select_kth_body(SelArgs a, u64 kth, int bits, Before before) {
   before();
   cg::grid_group grid = cg::this_grid();
   if (nrows <= LOCAL_ROWS) {
-    __shared__ LocalSel ls[LOCAL_ROWS];
+    __shared__ RowSel ls[LOCAL_ROWS];
     digits_local<T, LIST>(a, nrows, kth, bits, grid, ls);
     if (a.allow_done) tmin_body<T, LIST>(a, ls);
     return;
@@ -416,12 +398,7 @@ __device__ void select_kth_body(SelArgs a, u64 kth, int bits, Before before) {
 
 extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) {
   u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < rows) {
-    RowSel s = {};
-    s.kleft = kleft;
-    s.tmin = ~0ull;
-    sel[i] = s;
-  }
+  if (i < rows) sel[i] = fresh_sel(kleft);
 }
 
 #define SEL_KERNELS(SUF, T, LIST)                                                                   \
@@ -525,7 +502,9 @@ __device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
       keys[i] = desc ? 0 : ~0ull;
       if (j < k) {
         const u64 idx = slots[r * k + j];
-        keys[i] = !desc ? idx : comps ? comps[r * k + j] : (u64)composite(Ops<T>::key(x[r * n + idx], mag), idx, n, ib);
+        keys[i] = !desc  ? idx
+                  : comps ? comps[r * k + j]
+                          : (u64)composite(Ops<T>::key(x[r * n + idx], mag), idx, n, ib);
       }
     }
     if (desc)
@@ -601,8 +580,10 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
     const u32 s = (u32)min((u64)RANK_SLICE, k - lo);
     const T* row = x + r * n;
     const u64* rs = slots + r * k;
-    const u64* rc = comps ? comps + r * k : nullptr;
-    if (threadIdx.x < s) slice[threadIdx.x] = rc && desc ? rc[lo + threadIdx.x] : order_key(row, rs[lo + threadIdx.x], n, mag, ib, desc);
+    // The selection's composites are the descending order's keys, read in order: no gather.
+    const u64* keyed = desc && comps ? comps + r * k : nullptr;
+    if (threadIdx.x < s)
+      slice[threadIdx.x] = keyed ? keyed[lo + threadIdx.x] : order_key(row, rs[lo + threadIdx.x], n, mag, ib, desc);
     if (threadIdx.x <= RANK_SLICE) bucket[threadIdx.x] = 0;
     __syncthreads();
     if (threadIdx.x < s) {
@@ -621,19 +602,12 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
     // key of the row lands on the first or the last position of a slice.
     for (u64 j0 = 0; j0 < k; j0 += (u64)RANK_THREADS * RANK_BATCH) {
       u64 c[RANK_BATCH];
-      if (rc && desc) {
-        // The selection's composites: contiguous reads, no gather from the row.
 #pragma unroll
-        for (int b = 0; b < RANK_BATCH; ++b) {
-          const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
-          c[b] = j < k ? rc[j] : 0;
-        }
-      } else {
-#pragma unroll
-        for (int b = 0; b < RANK_BATCH; ++b) {
-          const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
-          c[b] = j < k ? rs[j] : 0;
-        }
+      for (int b = 0; b < RANK_BATCH; ++b) {
+        const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
+        c[b] = j < k ? (keyed ? keyed[j] : rs[j]) : 0;
+      }
+      if (!keyed) {
 #pragma unroll
         for (int b = 0; b < RANK_BATCH; ++b) c[b] = order_key(row, c[b], n, mag, ib, desc);
       }

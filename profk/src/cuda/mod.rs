@@ -400,8 +400,9 @@ fn nan_scan(
 
 /// Prof-K: attempts with the device-side check, the buffer top-k, the fallback; returns k row-local
 /// indices per row (any order) and, for the values-descending order of composites of at most 64
-/// bits, their composites at the same places (the output then gathers no key). With `acc`, the first attempt samples the accumulation and its pass
-/// writes it into the input (the residual); later attempts read the updated input.
+/// bits, their composites at the same places (the output then gathers no key). With `acc`, the
+/// first attempt samples the accumulation and its pass writes it into the input (the residual);
+/// later attempts read the updated input.
 #[allow(clippy::too_many_arguments)]
 fn profk(
     arena: &mut Arena,
