@@ -49,14 +49,14 @@ struct AccKey {
   }
 };
 
-extern "C" __global__ void acc_sample(SampleArgs s, AccArgs a) { sample_body(s, AccKey{&a, s.mag}); }
+extern "C" __global__ void acc_sample(SampleArgs s, AccArgs a) { dependent_launch_entry(); sample_body(s, AccKey{&a, s.mag}); }
 
 extern "C" __global__ void __launch_bounds__(1024)
-    acc_sample_select(SampleArgs s, RowSel* sel, u32 t, int ib, int tb, AccArgs a) {
+    acc_sample_select(SampleArgs s, RowSel* sel, u32 t, int ib, int tb, AccArgs a) { dependent_launch_entry();
   sample_select_body<1024>(s, sel, t, ib, tb, AccKey{&a, s.mag});
 }
 extern "C" __global__ void __launch_bounds__(256)
-    acc_sample_select_small(SampleArgs s, RowSel* sel, u32 t, int ib, int tb, AccArgs a) {
+    acc_sample_select_small(SampleArgs s, RowSel* sel, u32 t, int ib, int tb, AccArgs a) { dependent_launch_entry();
   sample_select_body<256>(s, sel, t, ib, tb, AccKey{&a, s.mag});
 }
 
@@ -85,7 +85,7 @@ __device__ __forceinline__ bool vectorizable(const ChunkPtrs& p) {
 __device__ __forceinline__ float lane(const float4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
 
 // Plain accumulation (no selection): the exact-selection and baseline paths, and callers that only add.
-extern "C" __global__ void __launch_bounds__(FT) acc_add(AccArgs a) {
+extern "C" __global__ void __launch_bounds__(FT) acc_add(AccArgs a) { dependent_launch_entry();
   for (u64 c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
     const ChunkPtrs p = chunk_ptrs(a, c);
     if (!p.g) continue;  // nothing to add
@@ -258,7 +258,7 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
   finish_row(a, 0, gridDim.x);
 }
 
-extern "C" __global__ void __launch_bounds__(FT, 2) acc_filter(AccFilterArgs a) {
+extern "C" __global__ void __launch_bounds__(FT, 2) acc_filter(AccFilterArgs a) { dependent_launch_entry();
   __shared__ Stage st;
   if (a.acc.velocity) {
     acc_filter_body<true>(a, st);

@@ -21,7 +21,7 @@ __device__ void all_keys(const T* x, u64 n, u64 total, int mag, u32* keys, u64* 
 }
 
 // First k slots of each sorted row, as row-local indices (decoded from composites when ib >= 0).
-extern "C" __global__ void take_head(const u64* sorted, u64 n, u64 k, u64 rows, int ib, u64* out) {
+extern "C" __global__ void take_head(const u64* sorted, u64 n, u64 k, u64 rows, int ib, u64* out) { dependent_launch_entry();
   const u64 total = rows * k;
   for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
     u64 r = i / k, j = i % k;
@@ -31,13 +31,25 @@ extern "C" __global__ void take_head(const u64* sorted, u64 n, u64 k, u64 rows, 
 }
 
 #define BASE_KERNELS(SUF, T)                                                                         \
-  extern "C" __global__ void all_composite_##SUF(const T* x, u64 n, u64 total, int mag, int ib, u64* out) { \
+  extern "C" __global__ void all_composite_##SUF(const T* x, u64 n, u64 total, int mag, int ib, u64* out) { dependent_launch_entry(); \
     all_composite<T>(x, n, total, mag, ib, out);                                                     \
   }                                                                                                  \
-  extern "C" __global__ void all_keys_##SUF(const T* x, u64 n, u64 total, int mag, u32* keys, u64* idx) { \
+  extern "C" __global__ void all_keys_##SUF(const T* x, u64 n, u64 total, int mag, u32* keys, u64* idx) { dependent_launch_entry(); \
     all_keys<T>(x, n, total, mag, keys, idx);                                                        \
   }
 
 BASE_KERNELS(f32, float)
 BASE_KERNELS(f16, __half)
 BASE_KERNELS(bf16, __nv_bfloat16)
+
+// Keeps the stream busy for `ns` nanoseconds: a benchmark queues a call behind it, so that the call's
+// kernels run back to back however long the host takes to queue them.
+extern "C" __global__ void spin_ns(u64 ns) {
+  dependent_launch_entry();
+  u64 t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}

@@ -10,6 +10,16 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned __int128 u128;
 
+// Every kernel's first statement. A launch may let a kernel's blocks start while the kernel before
+// it on the stream is still running (programmatic dependent launch, src/cuda/launch.rs), which hides
+// the launch latency between short kernels: wait for that kernel's completion and its memory before
+// anything else, then let the next kernel's blocks be placed while this one runs. Both are no-ops on a
+// launch without that attribute.
+__device__ __forceinline__ void dependent_launch_entry() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 enum DType { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 enum RowStatus { ROW_PENDING = 0, ROW_OK = 1, ROW_FALLBACK = 2 };
 

@@ -120,6 +120,6 @@ __device__ void filter_body(const FilterArgs& a) {
   }
 }
 
-extern "C" __global__ void __launch_bounds__(FT, 2) filter_f32(FilterArgs a) { filter_body<float>(a); }
-extern "C" __global__ void __launch_bounds__(FT, 2) filter_f16(FilterArgs a) { filter_body<__half>(a); }
-extern "C" __global__ void __launch_bounds__(FT, 2) filter_bf16(FilterArgs a) { filter_body<__nv_bfloat16>(a); }
+extern "C" __global__ void __launch_bounds__(FT, 2) filter_f32(FilterArgs a) { dependent_launch_entry(); filter_body<float>(a); }
+extern "C" __global__ void __launch_bounds__(FT, 2) filter_f16(FilterArgs a) { dependent_launch_entry(); filter_body<__half>(a); }
+extern "C" __global__ void __launch_bounds__(FT, 2) filter_bf16(FilterArgs a) { dependent_launch_entry(); filter_body<__nv_bfloat16>(a); }

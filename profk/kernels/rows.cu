@@ -798,17 +798,17 @@ __device__ void rows_split_compact(const T* x, u64 n, u64 rows, u64 part, u32 pa
 #define ROWS_KERNELS(SUF, T)                                                                        \
   extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
       rows_topk_##SUF(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out, \
-                      RowRun* run, Global* g, T* vals, long long* idx_out, int flags) {            \
+                      RowRun* run, Global* g, T* vals, long long* idx_out, int flags) { dependent_launch_entry();            \
     rows_topk<T>(x, n, rows, k, mag, ib, count_nan, out, run, g, vals, idx_out, flags);            \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
       rows_split_hist_##SUF(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,      \
-                            int count_nan, SplitRow* st, RowRun* run, Global* g) {                 \
+                            int count_nan, SplitRow* st, RowRun* run, Global* g) { dependent_launch_entry();                 \
     rows_split_hist<T>(x, n, rows, part, parts, k, mag, count_nan, st, run, g);                    \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
       rows_split_compact_##SUF(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,   \
-                               int ib, SplitRow* st, u64* cand, u64* out, RowRun* run) {           \
+                               int ib, SplitRow* st, u64* cand, u64* out, RowRun* run) { dependent_launch_entry();           \
     rows_split_compact<T>(x, n, rows, part, parts, k, mag, ib, st, cand, out, run);                \
   }
 

@@ -16,11 +16,11 @@ __device__ __forceinline__ DenseKey<T> dense_key(const SampleArgs& a) {
 
 #define SAMPLE_SELECT(SUF, T)                                                                           \
   extern "C" __global__ void __launch_bounds__(1024)                                                    \
-      sample_select_##SUF(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) {                           \
+      sample_select_##SUF(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) { dependent_launch_entry();                           \
     sample_select_body<1024>(a, sel, t, ib, tb, dense_key<T>(a));                                                     \
   }                                                                                                     \
   extern "C" __global__ void __launch_bounds__(256)                                                     \
-      sample_select_small_##SUF(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) {                     \
+      sample_select_small_##SUF(SampleArgs a, RowSel* sel, u32 t, int ib, int tb) { dependent_launch_entry();                     \
     sample_select_body<256>(a, sel, t, ib, tb, dense_key<T>(a));                                                      \
   }
 
@@ -28,6 +28,6 @@ SAMPLE_SELECT(f32, float)
 SAMPLE_SELECT(f16, __half)
 SAMPLE_SELECT(bf16, __nv_bfloat16)
 
-extern "C" __global__ void sample_f32(SampleArgs a) { sample_body(a, dense_key<float>(a)); }
-extern "C" __global__ void sample_f16(SampleArgs a) { sample_body(a, dense_key<__half>(a)); }
-extern "C" __global__ void sample_bf16(SampleArgs a) { sample_body(a, dense_key<__nv_bfloat16>(a)); }
+extern "C" __global__ void sample_f32(SampleArgs a) { dependent_launch_entry(); sample_body(a, dense_key<float>(a)); }
+extern "C" __global__ void sample_f16(SampleArgs a) { dependent_launch_entry(); sample_body(a, dense_key<__half>(a)); }
+extern "C" __global__ void sample_bf16(SampleArgs a) { dependent_launch_entry(); sample_body(a, dense_key<__nv_bfloat16>(a)); }

@@ -271,23 +271,23 @@ __device__ void block_kth_body(const SelArgs& a, u32 kth, int tb) {
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) block_kth_list(SelArgs a, u32 kth, int tb) {
+extern "C" __global__ void __launch_bounds__(1024) block_kth_list(SelArgs a, u32 kth, int tb) { dependent_launch_entry();
   block_kth_body<1024>(a, kth, tb);
 }
-extern "C" __global__ void __launch_bounds__(256) block_kth_list_small(SelArgs a, u32 kth, int tb) {
+extern "C" __global__ void __launch_bounds__(256) block_kth_list_small(SelArgs a, u32 kth, int tb) { dependent_launch_entry();
   block_kth_body<256>(a, kth, tb);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) block_topk_list(SelArgs a, u64* out, u64 k, int tb, u64* comps) {
+extern "C" __global__ void __launch_bounds__(1024) block_topk_list(SelArgs a, u64* out, u64 k, int tb, u64* comps) { dependent_launch_entry();
   block_topk_body<1024>(a, out, k, tb, comps);
 }
 extern "C" __global__ void __launch_bounds__(256) block_topk_list_small(SelArgs a, u64* out, u64 k, int tb,
-                                                                         u64* comps) {
+                                                                         u64* comps) { dependent_launch_entry();
   block_topk_body<256>(a, out, k, tb, comps);
 }
 
 // Lists of the rows in each status (pending, ok, fallback) after a filter pass; one block.
-extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* run, u64 rows, u32* lists, u32* counts) {
+extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* run, u64 rows, u32* lists, u32* counts) { dependent_launch_entry();
   classify_body(run, rows, lists, counts);
 }
 
@@ -396,35 +396,35 @@ __device__ void select_kth_body(SelArgs a, u64 kth, int bits, Before before) {
   if (a.allow_done) tmin_body<T, LIST>(a);
 }
 
-extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) {
+extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) { dependent_launch_entry();
   u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < rows) sel[i] = fresh_sel(kleft);
 }
 
 #define SEL_KERNELS(SUF, T, LIST)                                                                   \
-  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_pass_##SUF(SelArgs a) {         \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_pass_##SUF(SelArgs a) { dependent_launch_entry();         \
     pass_body<T, LIST>(a);                                                                         \
   }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_tmin_##SUF(SelArgs a) {         \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_tmin_##SUF(SelArgs a) { dependent_launch_entry();         \
     tmin_body<T, LIST>(a);                                                                         \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_compact_##SUF(SelArgs a, u64* out, u64 k, RowRun* run, u64* comps) {                  \
+      select_compact_##SUF(SelArgs a, u64* out, u64 k, RowRun* run, u64* comps) { dependent_launch_entry();                  \
     compact_body<T, LIST>(a, out, k, run, comps);                                                  \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps) {   \
+      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps) { dependent_launch_entry();   \
     select_all_body<T, LIST>(a, kth, bits, out, k, run, comps);                                    \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_kth_##SUF(SelArgs a, u64 kth, int bits) {                                             \
+      select_kth_##SUF(SelArgs a, u64 kth, int bits) { dependent_launch_entry();                                             \
     select_kth_body<T, LIST>(a, kth, bits, [] {});                                                 \
   }
 
 // A sample's draw and its kth-largest in one cooperative launch (few rows, samples past one block).
 #define SAMPLE_KTH(SUF, T)                                                                          \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      sample_kth_##SUF(SampleArgs s, SelArgs a, u64 kth, int bits) {                               \
+      sample_kth_##SUF(SampleArgs s, SelArgs a, u64 kth, int bits) { dependent_launch_entry();                               \
     select_kth_body<float, true>(a, kth, bits, [&] {                                               \
       sample_body(s, [&](u64 r, u64 idx) { return Ops<T>::key(((const T*)s.x)[r * s.n + idx], s.mag); }); \
     });                                                                                            \
@@ -527,22 +527,22 @@ __device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
 #define SORT_GATHER(SUF, T)                                                                              \
   extern "C" __global__ void __launch_bounds__(128)                                                      \
       sort_gather_512_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,        \
-                            const u64* slots, T* vals, long long* out, const u64* comps) {               \
+                            const u64* slots, T* vals, long long* out, const u64* comps) { dependent_launch_entry();               \
     sort_gather<T, 128, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
   }                                                                                                      \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
       sort_gather_1024_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out, const u64* comps) {             \
+                             const u64* slots, T* vals, long long* out, const u64* comps) { dependent_launch_entry();             \
     sort_gather<T, 256, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
   }                                                                                                      \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
       sort_gather_2048_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out, const u64* comps) {             \
+                             const u64* slots, T* vals, long long* out, const u64* comps) { dependent_launch_entry();             \
     sort_gather<T, 256, 8>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
   }                                                                                                      \
   extern "C" __global__ void __launch_bounds__(256)                                                      \
       sort_gather_4096_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out, const u64* comps) {             \
+                             const u64* slots, T* vals, long long* out, const u64* comps) { dependent_launch_entry();             \
     sort_gather<T, 256, 16>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                  \
   }
 
@@ -639,7 +639,7 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
 #define RANK_GATHER(SUF, T)                                                                              \
   extern "C" __global__ void __launch_bounds__(RANK_THREADS)                                             \
       rank_gather_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots,  \
-                        T* vals, long long* out, const u64* comps) {                                     \
+                        T* vals, long long* out, const u64* comps) { dependent_launch_entry();                                     \
     rank_gather<T>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);                               \
   }
 
@@ -649,18 +649,18 @@ RANK_GATHER(bf16, __nv_bfloat16)
 
 #define OUT_KERNELS(SUF, T)                                                                             \
   extern "C" __global__ void out_composite_##SUF(const T* x, u64 n, u64 k, int mag, int ib, const u64* idx, \
-                                                 u64* c, u64 total) {                                  \
+                                                 u64* c, u64 total) { dependent_launch_entry();                                  \
     out_composite<T>(x, n, k, mag, ib, idx, c, total);                                                  \
   }                                                                                                     \
   extern "C" __global__ void out_keys_##SUF(const T* x, u64 n, u64 k, int mag, const u64* idx, u32* keys, \
-                                            u64 total) {                                                \
+                                            u64 total) { dependent_launch_entry();                                                \
     out_keys<T>(x, n, k, mag, idx, keys, total);                                                        \
   }                                                                                                     \
   extern "C" __global__ void out_gather_##SUF(const T* x, u64 n, u64 k, int ib, const u64* src, T* vals,  \
-                                              long long* out, u64 total) {                              \
+                                              long long* out, u64 total) { dependent_launch_entry();                              \
     out_gather<T>(x, n, k, ib, src, vals, out, total);                                                  \
   }                                                                                                     \
-  extern "C" __global__ void nan_scan_##SUF(const T* x, u64 total, Global* g) { nan_scan<T>(x, total, g); }
+  extern "C" __global__ void nan_scan_##SUF(const T* x, u64 total, Global* g) { dependent_launch_entry(); nan_scan<T>(x, total, g); }
 
 OUT_KERNELS(f32, float)
 OUT_KERNELS(f16, __half)

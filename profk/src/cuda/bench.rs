@@ -182,6 +182,9 @@ fn case(label: String, dims: Vec<usize>, k: usize, mode: Mode, dist: Dist) -> Ca
     }
 }
 
+/// How long [`time_queued`] keeps the stream busy before a call: longer than any call takes to queue.
+const QUEUE_NS: u64 = 2_000_000;
+
 /// Median milliseconds per call over `reps` calls (CUDA events around each call, inputs rotated,
 /// no host synchronization inside a call), attempts of the last call, aux bytes.
 pub fn time(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> Result<(f64, u32, usize)> {
@@ -207,6 +210,24 @@ pub fn time_host_plan(
     reps: usize,
     plan: Option<Plan>,
 ) -> Result<(f64, u32, usize, f64)> {
+    time_calls(xs, k, opts, reps, plan, false)
+}
+
+/// How long the device takes for one call whose work is all queued before it starts: each timed
+/// call is queued behind a kernel that keeps the stream busy longer than the host takes to queue
+/// the call, so the difference to [`time_host`] is the device waiting on the host.
+pub fn time_queued(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> Result<f64> {
+    Ok(time_calls(xs, k, opts, reps, None, true)?.0)
+}
+
+fn time_calls(
+    xs: &[Tensor],
+    k: usize,
+    opts: &TopKOptions,
+    reps: usize,
+    plan: Option<Plan>,
+    queued: bool,
+) -> Result<(f64, u32, usize, f64)> {
     let call = |x: &Tensor| match plan {
         Some(p) => {
             let spec = crate::select::Selection::new(x.dims(), k, opts.mode)?;
@@ -231,6 +252,11 @@ pub fn time_host_plan(
     let mut last = None;
     for i in 0..reps {
         let (a, b) = (ev()?, ev()?);
+        if queued {
+            let arena = super::launch::Arena::new(stream.clone())?;
+            let ns = super::launch::Arg::U64(QUEUE_NS);
+            arena.launch_args(super::module::Family::Baselines, "spin_ns", 1, 32, &[ns])?;
+        }
         a.record(&stream).map_err(super::launch::drv)?;
         let host = std::time::Instant::now();
         let d = call(&xs[i % xs.len()])?;
@@ -539,14 +565,16 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             .ok();
             eprintln!("{}", out.lines().last().unwrap_or(""));
         };
+        let opts = TopKOptions {
+            mode: c.mode,
+            ..Default::default()
+        };
         for (name, mask) in variants {
-            let opts = TopKOptions {
-                mode: c.mode,
-                ..Default::default()
-            };
             let (ms, _, _, host) = skip::with(mask, || time_host(&xs, c.k, &opts, 20))?;
             row(name, ms, host);
         }
+        // The device's own time: the full call with its work queued before it starts.
+        row("full, queued", time_queued(&xs, c.k, &opts, 20)?, f64::NAN);
         // The order the SAE and error feedback ask for, and the default sample where the GPU plan
         // takes another.
         let rows = c.dims[..c.dims.len() - 1].iter().product::<usize>().max(1);

@@ -4,11 +4,14 @@
 //! (like a caching allocator): no allocation, event creation or event record per buffer, which would
 //! otherwise cost more host time than the kernels of a small call take on the device.
 use candle_core::cuda::cudarc::driver::{
-    result, sys::CUdevice_attribute, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
-    LaunchConfig, PushKernelArg,
+    result,
+    sys::{self, CUdevice_attribute, CUlaunchAttributeID, CUstreamCaptureStatus},
+    CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::module::{function, Family};
@@ -54,6 +57,11 @@ fn cache() -> &'static Mutex<HashMap<usize, Workspace>> {
 pub struct Arena {
     pub stream: Arc<CudaStream>,
     pub sms: u32,
+    /// Whether launches may overlap the kernel before them ([`Arena::launch`]).
+    dependent: bool,
+    /// Whether a selection may run as one cooperative launch: the device has them and the stream
+    /// is not being captured.
+    pub cooperative: bool,
     /// Bytes this call carved: its auxiliary device memory.
     pub bytes: usize,
     key: usize,
@@ -69,6 +77,21 @@ impl Arena {
             .context()
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(drv)? as u32;
+        let major = stream
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(drv)?;
+        let capturing = stream.capture_status().map_err(drv)?
+            != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let cooperative = stream
+            .context()
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)
+            .map_err(drv)?
+            != 0;
+        let switches = bench_switches();
+        if !switches.pool_release {
+            keep_pool_memory(stream.context())?;
+        }
         let key = stream.cu_stream() as usize;
         let chunks = cache()
             .lock()
@@ -79,6 +102,8 @@ impl Arena {
         Ok(Self {
             stream,
             sms,
+            dependent: major >= 9 && !capturing && !switches.no_dependent_launch,
+            cooperative: cooperative && !capturing,
             bytes: 0,
             key,
             chunks,
@@ -133,6 +158,25 @@ impl Arena {
         function(self.stream.context(), family, name)
     }
 
+    /// Blocks of `f` (`block` threads, no dynamic shared memory) resident on one SM at once, asked
+    /// of the driver once per kernel.
+    pub fn blocks_per_sm(&self, f: &CudaFunction, block: u32) -> Result<u32> {
+        static CACHE: OnceLock<Mutex<HashMap<(usize, u32), u32>>> = OnceLock::new();
+        let key = (f.cu_function() as usize, block);
+        let cache = CACHE.get_or_init(Default::default);
+        if let Some(&b) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(b);
+        }
+        let b = f
+            .occupancy_max_active_blocks_per_multiprocessor(block, 0, None)
+            .map_err(drv)?;
+        cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, b);
+        Ok(b)
+    }
+
     /// Launches `name` with one struct argument.
     pub fn launch_struct<A: DeviceRepr>(
         &self,
@@ -142,12 +186,10 @@ impl Arena {
         block: u32,
         args: &A,
     ) -> Result<()> {
-        let f = self.func(family, name)?;
-        let mut b = self.stream.launch_builder(&f);
-        b.arg(args);
+        let mut p = Params::default();
+        p.push(args);
         // SAFETY: the argument record mirrors the kernel's parameter struct (abi.rs).
-        unsafe { b.launch(cfg(grid, block)) }.map_err(drv)?;
-        Ok(())
+        unsafe { self.launch(&self.func(family, name)?, grid, block, &p, false) }
     }
 
     /// Launches `name` with scalar arguments (pointers as u64, `int` parameters as i32).
@@ -159,18 +201,47 @@ impl Arena {
         block: u32,
         args: &[Arg],
     ) -> Result<()> {
-        let f = self.func(family, name)?;
-        let mut b = self.stream.launch_builder(&f);
+        let mut p = Params::default();
         for a in args {
             match a {
-                Arg::U64(v) => b.arg(v),
-                Arg::I32(v) => b.arg(v),
-                Arg::U32(v) => b.arg(v),
+                Arg::U64(v) => p.push(v),
+                Arg::I32(v) => p.push(v),
+                Arg::U32(v) => p.push(v),
             };
         }
         // SAFETY: each caller passes the kernel's parameters in order and width.
-        unsafe { b.launch(cfg(grid, block)) }.map_err(drv)?;
-        Ok(())
+        unsafe { self.launch(&self.func(family, name)?, grid, block, &p, false) }
+    }
+
+    /// Launches `f` on the call's stream (cooperatively: every block resident at once, the grid
+    /// may synchronize). On devices of compute capability 9.0 and later, outside a stream capture,
+    /// the launch lets the kernel's blocks be placed while the kernel before it still runs
+    /// (programmatic dependent launch); every kernel of this crate first waits for that kernel
+    /// (kernels/common.cuh `dependent_launch_entry`), so only the launch latency overlaps. A driver
+    /// that refuses the attribute on a cooperative launch gets plain cooperative launches from then on.
+    ///
+    /// # Safety
+    /// `params` are `f`'s parameters in order and width, and the grid of a cooperative launch fits
+    /// the device at once.
+    pub unsafe fn launch(
+        &self,
+        f: &CudaFunction,
+        grid: u64,
+        block: u32,
+        params: &Params,
+        cooperative: bool,
+    ) -> Result<()> {
+        static COOPERATIVE_DEPENDENT: AtomicBool = AtomicBool::new(true);
+        let dependent =
+            self.dependent && (!cooperative || COOPERATIVE_DEPENDENT.load(Ordering::Relaxed));
+        let first = launch_ex(&self.stream, f, grid, block, params, cooperative, dependent);
+        match first {
+            Err(_) if cooperative && dependent => {
+                COOPERATIVE_DEPENDENT.store(false, Ordering::Relaxed);
+                launch_ex(&self.stream, f, grid, block, params, true, false)
+            }
+            r => r,
+        }
     }
 
     /// A grid-stride launch over `total` items: enough blocks to fill the device, never more than needed.
@@ -211,12 +282,146 @@ pub enum Arg {
     U32(u32),
 }
 
-fn cfg(grid: u64, block: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid.clamp(1, i32::MAX as u64) as u32, 1, 1),
-        block_dim: (block, 1, 1),
-        shared_mem_bytes: 0,
+/// Defaults a benchmark turns off (`NAME=1`) to time a call without them, read once: always off
+/// without the `bench` feature.
+#[derive(Clone, Copy)]
+struct BenchSwitches {
+    pool_release: bool,
+    no_dependent_launch: bool,
+}
+
+fn bench_switches() -> BenchSwitches {
+    #[cfg(feature = "bench")]
+    {
+        static S: OnceLock<BenchSwitches> = OnceLock::new();
+        let on = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+        *S.get_or_init(|| BenchSwitches {
+            pool_release: on("PROFK_POOL_RELEASE"),
+            no_dependent_launch: on("PROFK_NO_DEPENDENT_LAUNCH"),
+        })
     }
+    #[cfg(not(feature = "bench"))]
+    BenchSwitches {
+        pool_release: false,
+        no_dependent_launch: false,
+    }
+}
+
+/// Keeps the memory freed into the device's default pool there, instead of handing it back to the
+/// system at every synchronization (the pool's default). The outputs of a call come from that pool:
+/// handed back, a call after a synchronization maps fresh pages for them, which for outputs of tens
+/// of megabytes costs more than the selection. Like PyTorch's caching allocator, the pool then
+/// keeps what the process has used; set once per device.
+fn keep_pool_memory(ctx: &Arc<candle_core::cuda::cudarc::driver::CudaContext>) -> Result<()> {
+    static DONE: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    let device = ctx.cu_device();
+    let fresh = DONE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(device);
+    if !fresh {
+        return Ok(());
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    let mut keep = u64::MAX;
+    // SAFETY: `pool` receives the device's default pool, which lives as long as the device; the
+    // attribute's value is a u64.
+    unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, device)
+            .result()
+            .map_err(drv)?;
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            (&mut keep as *mut u64).cast::<c_void>(),
+        )
+        .result()
+        .map_err(drv)
+    }
+}
+
+/// A kernel's parameters by value, in order: cuLaunchKernelEx copies each from its address.
+#[derive(Default)]
+pub struct Params(Vec<Vec<u64>>);
+
+impl Params {
+    /// Appends one parameter (a scalar, a device pointer as u64, or an argument record).
+    pub fn push<T: DeviceRepr>(&mut self, v: &T) -> &mut Self {
+        let bytes = std::mem::size_of::<T>();
+        let mut words = vec![0u64; bytes.div_ceil(8).max(1)];
+        // SAFETY: `words` holds at least `bytes` bytes, and DeviceRepr types are plain data.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (v as *const T).cast::<u8>(),
+                words.as_mut_ptr().cast::<u8>(),
+                bytes,
+            )
+        };
+        self.0.push(words);
+        self
+    }
+}
+
+fn launch_ex(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    grid: u64,
+    block: u32,
+    params: &Params,
+    cooperative: bool,
+    dependent: bool,
+) -> Result<()> {
+    let attribute = |id: CUlaunchAttributeID, on: bool| {
+        // SAFETY: the attribute value is a plain C union; zero is a valid pattern.
+        let mut a: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        a.id = id;
+        if id == CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE {
+            a.value.cooperative = i32::from(on);
+        } else {
+            a.value.programmaticStreamSerializationAllowed = i32::from(on);
+        }
+        a
+    };
+    let mut attrs = Vec::with_capacity(2);
+    if cooperative {
+        attrs.push(attribute(
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+            true,
+        ));
+    }
+    if dependent {
+        attrs.push(attribute(
+            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            true,
+        ));
+    }
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid.clamp(1, i32::MAX as u64) as u32,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream.cu_stream(),
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: attrs.len() as u32,
+    };
+    let mut ptrs: Vec<*mut c_void> = params.0.iter().map(|w| w.as_ptr() as *mut c_void).collect();
+    stream.context().bind_to_thread().map_err(drv)?;
+    // SAFETY: the caller vouches for the parameters and the grid; every pointer in `ptrs` and
+    // `attrs` outlives the call, which copies them.
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            ptrs.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result()
+    .map_err(drv)
 }
 
 pub fn drv(e: impl std::fmt::Debug) -> Error {

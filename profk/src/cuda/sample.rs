@@ -1,11 +1,10 @@
 //! Stage 1 (kernels/sample.cu): S distinct indices per pending row by a keyed bijection, gathered.
 
 use super::abi::{AccArgs, RowList, SampleArgs};
-use super::launch::{drv, Arena, Dev};
+use super::launch::{Arena, Dev, Params};
 use super::module::Family;
 use super::{Input, Shape};
 use crate::Result;
-use candle_core::cuda::cudarc::driver::{LaunchConfig, PushKernelArg};
 
 /// Half the bit width of the Feistel domain: the smallest even width 2h with 2^(2h) >= n.
 fn half_bits(n: u64) -> i32 {
@@ -86,22 +85,14 @@ pub fn draw_and_select(
         shape.ib as i32,
         (shape.kb + shape.ib) as i32,
     );
-    let mut b = arena.stream.launch_builder(&f);
-    b.arg(&a).arg(&selp).arg(&t32).arg(&ib).arg(&tb);
+    let mut p = Params::default();
+    p.push(&a).push(&selp).push(&t32).push(&ib).push(&tb);
     if let Some(acc) = acc {
-        b.arg(acc);
+        p.push(acc);
     }
-    let grid = shape.rows.clamp(1, (2048 / threads * 2 * arena.sms) as u64) as u32;
+    let grid = shape.rows.clamp(1, (2048 / threads * 2 * arena.sms) as u64);
     // SAFETY: (SampleArgs, RowSel*, u32, int, int[, AccArgs]) is the kernel's signature.
-    unsafe {
-        b.launch(LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }
-    .map_err(drv)?;
-    Ok(())
+    unsafe { arena.launch(&f, grid, threads, &p, false) }
 }
 
 /// Stage 1 alone: the sampled keys and indices of every pending row (of the accumulation with `acc`).
@@ -122,18 +113,10 @@ pub fn draw(
     let grid = arena.grid_for(shape.rows * s, 256, 16);
     if let Some(acc) = acc {
         let f = arena.func(Family::Accumulate, "acc_sample")?;
-        let mut b = arena.stream.launch_builder(&f);
-        b.arg(&args).arg(acc);
+        let mut p = Params::default();
+        p.push(&args).push(acc);
         // SAFETY: (SampleArgs, AccArgs) is acc_sample's signature.
-        unsafe {
-            b.launch(LaunchConfig {
-                grid_dim: (grid as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }
-        .map_err(drv)?;
-        return Ok(());
+        return unsafe { arena.launch(&f, grid, 256, &p, false) };
     }
     arena.launch_struct(
         Family::Sample,

@@ -1,10 +1,9 @@
 //! Radix selection by (key, index) composite (kernels/select.cu): the threshold over the sample, the
 //! exact top-k of the buffer, the dense fallback and the `radix` baseline, and the output stage.
-use candle_core::cuda::cudarc::driver::sys::{CUdevice_attribute, CUstreamCaptureStatus};
-use candle_core::cuda::cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use candle_core::cuda::cudarc::driver::CudaFunction;
 
 use super::abi::{RowList, SampleArgs, SelArgs, SelSrc, ROW_SEL_BYTES};
-use super::launch::{drv, Arena, Arg, Dev};
+use super::launch::{Arena, Arg, Dev, Params};
 use super::module::Family;
 use super::{Input, Shape};
 use crate::Result;
@@ -207,35 +206,29 @@ impl Selection<'_> {
         k: u64,
         comps: Option<&Dev<u64>>,
     ) -> Result<()> {
-        let (f, args, cfg) = self.block_per_row(src, "block_topk_list")?;
+        let (f, args, grid, threads) = self.block_per_row(src, "block_topk_list")?;
         let (o, tb) = (out.ptr, (self.shape.kb + self.shape.ib) as i32);
         let c = comps.map_or(0, |c| c.ptr);
-        let mut b = self.arena.stream.launch_builder(&f);
-        b.arg(&args).arg(&o).arg(&k).arg(&tb).arg(&c);
+        let mut p = Params::default();
+        p.push(&args).push(&o).push(&k).push(&tb).push(&c);
         // SAFETY: (SelArgs, u64*, u64, int, u64*) is the kernel's signature.
-        unsafe { b.launch(cfg) }.map_err(drv)?;
-        Ok(())
+        unsafe { self.arena.launch(&f, grid, threads, &p, false) }
     }
 
     /// The `kth`-largest composite of every gated row's list into its `tmin`, one block per row (lists
     /// of at most `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits): one launch.
     pub fn block_kth(&self, src: &Source, kth: u64) -> Result<()> {
-        let (f, args, cfg) = self.block_per_row(src, "block_kth_list")?;
+        let (f, args, grid, threads) = self.block_per_row(src, "block_kth_list")?;
         let (t, tb) = (kth as u32, (self.shape.kb + self.shape.ib) as i32);
-        let mut b = self.arena.stream.launch_builder(&f);
-        b.arg(&args).arg(&t).arg(&tb);
+        let mut p = Params::default();
+        p.push(&args).push(&t).push(&tb);
         // SAFETY: (SelArgs, u32, int) is the kernel's signature.
-        unsafe { b.launch(cfg) }.map_err(drv)?;
-        Ok(())
+        unsafe { self.arena.launch(&f, grid, threads, &p, false) }
     }
 
     /// The kernel variant (by the list's length), arguments and launch shape of a one-block-per-row
     /// kernel `base` over the gated rows.
-    fn block_per_row(
-        &self,
-        src: &Source,
-        base: &str,
-    ) -> Result<(CudaFunction, SelArgs, LaunchConfig)> {
+    fn block_per_row(&self, src: &Source, base: &str) -> Result<(CudaFunction, SelArgs, u64, u32)> {
         let a = self.arena;
         let cap = match src {
             Source::List { cap, .. } => *cap,
@@ -246,13 +239,8 @@ impl Selection<'_> {
         let grid = self
             .shape
             .rows
-            .clamp(1, (2048 / threads * 2 * a.sms) as u64) as u32;
-        let cfg = LaunchConfig {
-            grid_dim: (grid, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        Ok((f, self.args(src, true), cfg))
+            .clamp(1, (2048 / threads * 2 * a.sms) as u64);
+        Ok((f, self.args(src, true), grid, threads))
     }
 
     /// The exact top-k of every gated row of `src` into `out` (k row-local indices per row, any
@@ -268,7 +256,7 @@ impl Selection<'_> {
         run: &Dev<u8>,
         comps: Option<&Dev<u64>>,
     ) -> Result<()> {
-        if !self.cooperative()? {
+        if !self.arena.cooperative {
             self.init(k)?;
             self.threshold_from_init(src, true)?;
             return self.compact(src, out, k, run, comps);
@@ -281,7 +269,7 @@ impl Selection<'_> {
     /// [`Self::threshold`] of `kth`, then with `allow_done` [`Self::finalize_min`], in one cooperative
     /// launch (the separate launches where [`Self::exact`] takes them).
     pub fn kth(&self, src: &Source, kth: u64, allow_done: bool) -> Result<()> {
-        if !self.cooperative()? {
+        if !self.arena.cooperative {
             self.threshold(src, kth, allow_done)?;
             return if allow_done {
                 self.finalize_min(src)
@@ -303,27 +291,12 @@ impl Selection<'_> {
         kth: u64,
         allow_done: bool,
     ) -> Result<bool> {
-        if !self.cooperative()? {
+        if !self.arena.cooperative {
             return Ok(false);
         }
         let name = format!("sample_kth_{}", self.input.suffix);
         self.launch_cooperative(&name, Some(draw), src, allow_done, kth, &[])?;
         Ok(true)
-    }
-
-    /// Whether a selection may run as one cooperative launch: the device has them and the stream is
-    /// not being captured.
-    fn cooperative(&self) -> Result<bool> {
-        let a = self.arena;
-        let capturing = a.stream.capture_status().map_err(drv)?
-            != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let supported = a
-            .stream
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)
-            .map_err(drv)?
-            != 0;
-        Ok(supported && !capturing)
     }
 
     /// Launches `name([SampleArgs draw,] SelArgs, u64 kth, int bits, extra...)` cooperatively (the
@@ -341,30 +314,21 @@ impl Selection<'_> {
         let a = self.arena;
         let f = a.func(Family::Select, name)?;
         // Every block of a cooperative launch must be resident at once.
-        let per_sm = f
-            .occupancy_max_active_blocks_per_multiprocessor(THREADS, 0, None)
-            .map_err(drv)?
-            .clamp(1, 8);
+        let per_sm = a.blocks_per_sm(&f, THREADS)?.clamp(1, 8);
         let args = self.args(src, allow_done);
         let grid = (self.shape.rows * args.cpr).clamp(1, u64::from(per_sm * a.sms));
         let bits = (self.shape.kb + self.shape.ib) as i32;
-        let mut b = a.stream.launch_builder(&f);
+        let mut p = Params::default();
         if let Some(draw) = draw {
-            b.arg(draw);
+            p.push(draw);
         }
-        b.arg(&args).arg(&kth).arg(&bits);
+        p.push(&args).push(&kth).push(&bits);
         for word in extra {
-            b.arg(word);
+            p.push(word);
         }
-        let cfg = LaunchConfig {
-            grid_dim: (grid as u32, 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
         // SAFETY: ([SampleArgs,] SelArgs, u64, int) and the extra arguments are the kernel's signature,
         // and the grid fits the device at the kernel's occupancy.
-        unsafe { b.launch_cooperative(cfg) }.map_err(drv)?;
-        Ok(())
+        unsafe { a.launch(&f, grid, THREADS, &p, true) }
     }
 
     /// Writes the row-local indices of the selected elements into `out` (k per row, any order), and
@@ -384,18 +348,10 @@ impl Selection<'_> {
             Family::Select,
             &format!("select_compact_{}", self.suffix(src)),
         )?;
-        let mut b = a.stream.launch_builder(&f);
         let (o, r, c) = (out.ptr, run.ptr, comps.map_or(0, |c| c.ptr));
-        b.arg(&args).arg(&o).arg(&k).arg(&r).arg(&c);
+        let mut p = Params::default();
+        p.push(&args).push(&o).push(&k).push(&r).push(&c);
         // SAFETY: (SelArgs, u64*, u64, RowRun*, u64*) is the kernel's signature.
-        unsafe {
-            b.launch(candle_core::cuda::cudarc::driver::LaunchConfig {
-                grid_dim: (grid as u32, 1, 1),
-                block_dim: (THREADS, 1, 1),
-                shared_mem_bytes: 0,
-            })
-        }
-        .map_err(super::launch::drv)?;
-        Ok(())
+        unsafe { a.launch(&f, grid, THREADS, &p, false) }
     }
 }

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# GPU side of the overlapped launches and the kept pool memory, in device calls of < 10 min each:
+#   ab (default): the shared CUDA test bodies (selection, rows, statistics, graph capture), every
+#     selector against the CPU path, then the target rows and Prof-K on the peers' shapes three times:
+#     as built, with PROFK_NO_DEPENDENT_LAUNCH=1 (every launch waits for the kernel before it) and with
+#     PROFK_POOL_RELEASE=1 (the pool hands freed memory back at each synchronization, its default),
+#     then the stage table with the queued row (the device's own time);
+#   peers: the peers in the same call (bench/topk_peers.sh f32 single, f32 rows), the f32 and bf16
+#     row-wise shapes and the bf16 peers.
+# Runs from the repository root on the GPU machine with .devbin/pkrows/ (bench/profk_rows_pack.sh) and
+# .devbin/topk_peers.xz (bench/build_topk_peers.sh) carried; everything goes to $OUT/r.txt.
+#   bash bench/profk_dependent_final.sh [ab|peers]
+MODE=${1:-ab}
+R=${OUT:-/tmp/out}/r.txt
+. bench/lib.sh
+B=/tmp/b
+unpack .devbin/pkrows "$B"
+mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
+{ echo "# H200 device call: bench/profk_dependent_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
+if [ "$MODE" = peers ]; then
+  LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
+  LIMIT=20 section "bench/topk_peers.sh f32 rows" 200 bash bench/topk_peers.sh f32 rows
+  section "profk bench --device cuda --row-shapes --dtype bf16" 150 /tmp/b/profk bench --device cuda --row-shapes --dtype bf16
+  LIMIT=20 section "bench/topk_peers.sh bf16 rows" 200 bash bench/topk_peers.sh bf16 rows
+  date -u >> "$R"
+  exit 0
+fi
+for t in selection rows statistics; do section "test $t (cuda)" 150 /tmp/b/$t cuda; done
+section "graph capture" 60 /tmp/b/graph_capture
+section "profk bench --device cuda --check --no-table" 90 /tmp/b/profk bench --device cuda --check --no-table
+date -u >> "$R"
+for v in "" PROFK_NO_DEPENDENT_LAUNCH=1 PROFK_POOL_RELEASE=1; do
+  section "${v:-as built}: profk bench --device cuda --targets" 60 env $v /tmp/b/profk bench --device cuda --targets
+  section "${v:-as built}: profk bench --device cuda --peers --dtype f32" 90 env $v /tmp/b/profk bench --device cuda --peers --dtype f32
+done
+date -u >> "$R"
+section "profk bench --device cuda --stages" 200 /tmp/b/profk bench --device cuda --stages
+date -u >> "$R"
