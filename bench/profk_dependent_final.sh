@@ -5,11 +5,15 @@
 #     as built, with PROFK_NO_DEPENDENT_LAUNCH=1 (every launch waits for the kernel before it) and with
 #     PROFK_POOL_RELEASE=1 (the pool hands freed memory back at each synchronization, its default),
 #     then the stage table with the queued row (the device's own time);
+#   rows: the selection and rows test bodies, then the row kernel's shapes (masked, 1024x2^18; f32 and
+#     bf16), and the masked rows without the output writes (PROFK_ROWS_OUTPUT=none);
+#   final: the test bodies, the masked rows with and without the output writes, the targets, the stage
+#     table, then the peers in the same call (f32 single rows, f32 and bf16 row-wise shapes);
 #   peers: the peers in the same call (bench/topk_peers.sh f32 single, f32 rows), the f32 and bf16
 #     row-wise shapes and the bf16 peers.
 # Runs from the repository root on the GPU machine with .devbin/pkrows/ (bench/profk_rows_pack.sh) and
 # .devbin/topk_peers.xz (bench/build_topk_peers.sh) carried; everything goes to $OUT/r.txt.
-#   bash bench/profk_dependent_final.sh [ab|peers]
+#   bash bench/profk_dependent_final.sh [ab|rows|final|peers]
 MODE=${1:-ab}
 R=${OUT:-/tmp/out}/r.txt
 . bench/lib.sh
@@ -17,6 +21,34 @@ B=/tmp/b
 unpack .devbin/pkrows "$B"
 mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
 { echo "# H200 device call: bench/profk_dependent_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
+if [ "$MODE" = final ]; then
+  for t in selection rows statistics; do section "test $t (cuda)" 150 /tmp/b/$t cuda; done
+  section "graph capture" 60 /tmp/b/graph_capture
+  section "profk bench --device cuda --check --no-table" 90 /tmp/b/profk bench --device cuda --check --no-table
+  for dt in f32 bf16; do
+    section "profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768" 60 /tmp/b/profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768
+    section "PROFK_ROWS_OUTPUT=none: profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768" 60 env PROFK_ROWS_OUTPUT=none /tmp/b/profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768
+  done
+  section "profk bench --device cuda --targets" 60 /tmp/b/profk bench --device cuda --targets
+  section "profk bench --device cuda --stages" 200 /tmp/b/profk bench --device cuda --stages
+  date -u >> "$R"
+  LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
+  LIMIT=20 section "bench/topk_peers.sh f32 rows" 200 bash bench/topk_peers.sh f32 rows
+  LIMIT=20 section "bench/topk_peers.sh bf16 rows" 200 bash bench/topk_peers.sh bf16 rows
+  date -u >> "$R"
+  exit 0
+fi
+if [ "$MODE" = rows ]; then
+  for t in selection rows; do section "test $t (cuda)" 150 /tmp/b/$t cuda; done
+  for dt in f32 bf16; do
+    for only in 8192x32768 1024x2^18; do
+      section "profk bench --device cuda --row-shapes --dtype $dt --only $only" 60 /tmp/b/profk bench --device cuda --row-shapes --dtype $dt --only $only
+    done
+    section "PROFK_ROWS_OUTPUT=none: profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768" 60 env PROFK_ROWS_OUTPUT=none /tmp/b/profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768
+  done
+  date -u >> "$R"
+  exit 0
+fi
 if [ "$MODE" = peers ]; then
   LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
   LIMIT=20 section "bench/topk_peers.sh f32 rows" 200 bash bench/topk_peers.sh f32 rows

@@ -6,9 +6,9 @@
 use candle_core::cuda::cudarc::driver::{
     result,
     sys::{self, CUdevice_attribute, CUlaunchAttributeID, CUstreamCaptureStatus},
-    CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -73,25 +73,9 @@ const ALIGN: usize = 256;
 
 impl Arena {
     pub fn new(stream: Arc<CudaStream>) -> Result<Self> {
-        let sms = stream
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(drv)? as u32;
-        let major = stream
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-            .map_err(drv)?;
+        let facts = device_facts(stream.context())?;
         let capturing = stream.capture_status().map_err(drv)?
             != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let cooperative = stream
-            .context()
-            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)
-            .map_err(drv)?
-            != 0;
-        let switches = bench_switches();
-        if !switches.pool_release {
-            keep_pool_memory(stream.context())?;
-        }
         let key = stream.cu_stream() as usize;
         let chunks = cache()
             .lock()
@@ -101,9 +85,9 @@ impl Arena {
             .collect();
         Ok(Self {
             stream,
-            sms,
-            dependent: major >= 9 && !capturing && !switches.no_dependent_launch,
-            cooperative: cooperative && !capturing,
+            sms: facts.sms,
+            dependent: facts.dependent_launch && !capturing,
+            cooperative: facts.cooperative && !capturing,
             bytes: 0,
             key,
             chunks,
@@ -307,22 +291,50 @@ fn bench_switches() -> BenchSwitches {
     }
 }
 
+/// What a call needs to know of its device, asked of the driver once per device.
+#[derive(Clone, Copy)]
+struct DeviceFacts {
+    sms: u32,
+    /// Compute capability 9.0 or later: launches may overlap the kernel before them.
+    dependent_launch: bool,
+    cooperative: bool,
+}
+
+/// The facts of `ctx`'s device; the first call for a device also keeps its pool's memory
+/// ([`keep_pool_memory`]).
+fn device_facts(ctx: &Arc<CudaContext>) -> Result<DeviceFacts> {
+    static CACHE: OnceLock<Mutex<HashMap<i32, DeviceFacts>>> = OnceLock::new();
+    let device = ctx.cu_device();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(&f) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&device) {
+        return Ok(f);
+    }
+    let attribute = |a| ctx.attribute(a).map_err(drv);
+    let switches = bench_switches();
+    let facts = DeviceFacts {
+        sms: attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+        dependent_launch: attribute(
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        )? >= 9
+            && !switches.no_dependent_launch,
+        cooperative: attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0,
+    };
+    if !switches.pool_release {
+        keep_pool_memory(device)?;
+    }
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(device, facts);
+    Ok(facts)
+}
+
 /// Keeps the memory freed into the device's default pool there, instead of handing it back to the
 /// system at every synchronization (the pool's default). The outputs of a call come from that pool:
 /// handed back, a call after a synchronization maps fresh pages for them, which for outputs of tens
 /// of megabytes costs more than the selection. Like PyTorch's caching allocator, the pool then
-/// keeps what the process has used; set once per device.
-fn keep_pool_memory(ctx: &Arc<candle_core::cuda::cudarc::driver::CudaContext>) -> Result<()> {
-    static DONE: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
-    let device = ctx.cu_device();
-    let fresh = DONE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(device);
-    if !fresh {
-        return Ok(());
-    }
+/// keeps what the process has used.
+fn keep_pool_memory(device: sys::CUdevice) -> Result<()> {
     let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
     let mut keep = u64::MAX;
     // SAFETY: `pool` receives the device's default pool, which lives as long as the device; the
