@@ -44,6 +44,8 @@
 #define NO_GUESS ROWS_BINS
 // Largest k whose sorted values and indices the row's block writes itself.
 #define FUSED_MAX_K 1024
+// Largest k whose slots such a block keeps in shared memory (48 KiB of static shared memory a block).
+#define SMEM_SLOTS 512
 // 16-byte loads each thread keeps in flight per round of a pass.
 #define ROWS_UNROLL 4
 // The top bin holds exactly the NaNs (every NaN has the largest key, +inf's bin is lower).
@@ -550,8 +552,13 @@ __device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag
 #define OUT_UNSORTED 2
 #define OUT_NONE 4
 
+// Values a thread gathers from the row at once when it writes its run of the index-ordered output.
+#define GATHER_BATCH 4
+
 // Index order from a bitmap of the row's selected indices (`bits`, n bits): each thread owns a run of
-// words and writes their indices from its exclusive count, so no sort is needed.
+// words and writes their indices from its exclusive count, so no sort is needed. A thread takes its
+// indices GATHER_BATCH at a time and loads their values before it stores any: by now the row has most
+// likely left L2, and one load after another would each wait for DRAM.
 template <typename T>
 __device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, const u64* o, u32* bits, T* vals,
                                                long long* idx_out) {
@@ -571,19 +578,40 @@ __device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, const
   for (u32 w = from; w < to; ++w) mine += __popc(bits[w]);
   u32 pos;
   Scan(scan).ExclusiveSum(mine, pos);
-  for (u32 w = from; w < to; ++w) {
-    for (u32 b = bits[w]; b; b &= b - 1, ++pos) {
-      const u32 j = w * 32 + __ffs(b) - 1;
-      vals[pos] = row[j];
-      idx_out[pos] = (long long)j;
-    }
+  u32 w = from, b = from < to ? bits[from] : 0u;
+  // The thread's next selected index into j, false once its words are exhausted.
+  auto next = [&](u32& j) {
+    while (b == 0 && w + 1 < to) b = bits[++w];
+    if (b == 0) return false;
+    j = w * 32 + __ffs(b) - 1;
+    b &= b - 1;
+    return true;
+  };
+  for (bool more = mine != 0; more;) {
+    u32 j[GATHER_BATCH];
+    bool ok[GATHER_BATCH];
+    T v[GATHER_BATCH];
+#pragma unroll
+    for (int q = 0; q < GATHER_BATCH; ++q) ok[q] = next(j[q]);
+#pragma unroll
+    for (int q = 0; q < GATHER_BATCH; ++q)
+      if (ok[q]) v[q] = row[j[q]];
+#pragma unroll
+    for (int q = 0; q < GATHER_BATCH; ++q)
+      if (ok[q]) {
+        vals[pos] = v[q];
+        idx_out[pos] = (long long)j[q];
+        ++pos;
+      }
+    more = ok[GATHER_BATCH - 1];
   }
 }
 
 // Descending order of k <= FUSED_MAX_K distinct sort keys in buf[0..k): each warp ranks the keys of
 // its segment (up to 4 a lane) among the segment and stores them sorted after the keys; a key's place
 // is then its place in its segment plus, for every other segment, how many of its keys are larger
-// (a binary search). Two block barriers, where a bitonic sort of 512 takes 45.
+// (a binary search). Two block barriers, where a bitonic sort of 512 takes 45. `put.all(valid,
+// places, keys)` writes a lane's keys.
 template <typename Put>
 __device__ __forceinline__ void sort_desc(u64* buf, u64 k, Put put) {
   const int SEGS = ROWS_THREADS / 32, PER = FUSED_MAX_K / ROWS_THREADS;
@@ -626,9 +654,33 @@ __device__ __forceinline__ void sort_desc(u64* buf, u64 k, Put put) {
       }
       place += lo - a;
     }
-    put(place, mine[q]);
+    rank[q] = place;
   }
+  put.all([&](int q) { return s0 + lane + 32 * q < s1; }, rank, mine);
 }
+
+// Writes a lane's sorted keys at their places (values gathered from the row, i64 indices): every
+// gather first, then the stores, so that the lane's loads wait for memory once, not once each.
+template <typename T, typename IndexOf>
+struct SortedPut {
+  const T* row;
+  T* vals;
+  long long* idx_out;
+  IndexOf index_of;
+  template <typename Valid, int PER>
+  __device__ __forceinline__ void all(Valid valid, const u32 (&place)[PER], const u64 (&key)[PER]) const {
+    T v[PER];
+#pragma unroll
+    for (int q = 0; q < PER; ++q)
+      if (valid(q)) v[q] = row[index_of(key[q])];
+#pragma unroll
+    for (int q = 0; q < PER; ++q)
+      if (valid(q)) {
+        vals[place[q]] = v[q];
+        idx_out[place[q]] = (long long)index_of(key[q]);
+      }
+  }
+};
 
 // Writes a finished row's k selected elements (row-local indices in o, any order) as values and i64
 // indices into `buf` (FUSED_MAX_K * 2 slots): by index from a bitmap of the row when it fits there
@@ -641,15 +693,16 @@ __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag
   const bool desc = flags & OUT_DESC;
   const u64 low_bits = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
   auto sort_key = [&](u64 j) { return desc ? (u64)composite(Ops<T>::key(row[j], mag), j, n, ib) + 1 : ~j; };
-  auto put = [&](u32 pos, u64 key) {
-    const u64 j = desc ? n - 1 - ((key - 1) & low_bits) : ~key;
-    vals[pos] = row[j];
-    idx_out[pos] = (long long)j;
-  };
+  auto index_of = [&](u64 key) { return desc ? n - 1 - ((key - 1) & low_bits) : ~key; };
   if (flags & OUT_UNSORTED) {
-    for (u32 i = t; i < k; i += ROWS_THREADS) put(i, sort_key(o[i]));
+    for (u32 i = t; i < k; i += ROWS_THREADS) {
+      const u64 j = index_of(sort_key(o[i]));
+      vals[i] = row[j];
+      idx_out[i] = (long long)j;
+    }
     return;
   }
+  const SortedPut<T, decltype(index_of)> put{row, vals, idx_out, index_of};
   // The bitmap costs n/32 words a row, the sort about k keys: the bitmap when it fits `buf` and a
   // thread's share of words is small beside k.
   const u64 words_each = (n + 32 * ROWS_THREADS - 1) / (32 * ROWS_THREADS);
@@ -676,6 +729,10 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
   } sm;
   __shared__ u32 s_out, s_cand, s_kept, s_kept_most;
   __shared__ u32 warp_kept[ROWS_THREADS / 32];
+  // With the sorted output written here and k <= SMEM_SLOTS, the row's slots stay in shared memory
+  // (`out` is then unused): they are read back at once, and in global memory they cost a write and
+  // a read of rows x k words.
+  __shared__ u64 s_slots[SMEM_SLOTS];
   __shared__ u32 chunk_max[ROWS_CHUNKS];
   const u32 t = threadIdx.x;
   u32 guess = NO_GUESS;
@@ -709,7 +766,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     const Cut cut = find_cut(sm.p1.hist, k);
     guess = next_guess(cut, read_once ? guess : 0);
     if (nans) report_nan(row, n, r, nans, g);
-    u64* o = out + r * k;
+    u64* o = vals && k <= SMEM_SLOTS ? s_slots : out + r * k;
     const bool dense = !read_once && overflows(cut, k, ROWS_CAP);
     if (read_once) {
       // The histogram is spent: the bin's elements go where it was.

@@ -25,6 +25,8 @@ const SPLIT_CAP: usize = 16384;
 const MIN_PART: u64 = 4096;
 /// Largest k whose sorted output the one-block kernel writes itself (kernels/rows.cu `FUSED_MAX_K`).
 const FUSED_MAX_K: u64 = 1024;
+/// Largest k whose slots that kernel then keeps in shared memory (kernels/rows.cu `SMEM_SLOTS`).
+const SMEM_SLOTS: u64 = 512;
 
 /// Whether a call on `path` selecting k writes its sorted values and indices from the row kernel, with
 /// no output launch after it (its sort keys are composite + 1: narrower than 64 bits).
@@ -73,7 +75,8 @@ pub struct Call<'a> {
 }
 
 /// Queues the selection of every row: k row-local indices per row (any order) in the returned
-/// slots.
+/// slots, or with `call.sorted` on the one-block path and k <= [`SMEM_SLOTS`] only the sorted output
+/// (the slots are then not written).
 pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev<u64>> {
     let Call {
         input,
@@ -83,7 +86,14 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
         ..
     } = *call;
     let rows = shape.rows as usize;
-    let out = arena.alloc::<u64>(rows * k as usize)?;
+    // A block that writes the sorted output of a small k keeps its row's slots in shared memory.
+    let slots = if call.sorted.is_some() && path == HistogramPath::OneBlockPerRow && k <= SMEM_SLOTS
+    {
+        1
+    } else {
+        rows * k as usize
+    };
+    let out = arena.alloc::<u64>(slots)?;
     let resident = blocks_per_sm() * u64::from(arena.sms);
     match path {
         // Its block finishes every row, the dense selection included.
