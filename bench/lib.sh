@@ -129,3 +129,11 @@ for r in rows[1:]:
     print("|", r[col["Kernel Name"]][:40], "|", r[col["Grid Size"]], "|", r[col["Block Size"]], "|", f"{us:.1f}", "|")
 print("| sum |", "|", "|", f"{total:.1f}", "|")' >> "$R"
 }
+
+# profk_checks BIN-DIR: the shared CUDA test bodies (selection, rows, statistics), the graph capture
+# test and every CUDA selector against the CPU path, as sections of $R.
+profk_checks() {
+  for t in selection rows statistics; do section "test $t (cuda)" 150 "$1/$t" cuda; done
+  section "graph capture" 60 "$1/graph_capture"
+  section "profk bench --device cuda --check --no-table" 90 "$1/profk" bench --device cuda --check --no-table
+}

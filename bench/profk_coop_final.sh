@@ -22,9 +22,7 @@ if [ "$MODE" = more ]; then
   date -u >> "$R"
   exit 0
 fi
-for t in selection rows statistics; do section "test $t (cuda)" 150 /tmp/b/$t cuda; done
-section "graph capture" 60 /tmp/b/graph_capture
-section "profk bench --device cuda --check --no-table" 90 /tmp/b/profk bench --device cuda --check --no-table
+profk_checks "$B"
 date -u >> "$R"
 kernels "2^24 (first calls)" 24 bench --device cuda --peers --only "2^24"
 kernels "2^28" 24 bench --device cuda --peers --only "2^28"

@@ -22,9 +22,7 @@ unpack .devbin/pkrows "$B"
 mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
 { echo "# H200 device call: bench/profk_dependent_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
 if [ "$MODE" = final ]; then
-  for t in selection rows statistics; do section "test $t (cuda)" 150 /tmp/b/$t cuda; done
-  section "graph capture" 60 /tmp/b/graph_capture
-  section "profk bench --device cuda --check --no-table" 90 /tmp/b/profk bench --device cuda --check --no-table
+  profk_checks "$B"
   for dt in f32 bf16; do
     section "profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768" 60 /tmp/b/profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768
     section "PROFK_ROWS_OUTPUT=none: profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768" 60 env PROFK_ROWS_OUTPUT=none /tmp/b/profk bench --device cuda --row-shapes --dtype $dt --only 8192x32768
@@ -57,9 +55,7 @@ if [ "$MODE" = peers ]; then
   date -u >> "$R"
   exit 0
 fi
-for t in selection rows statistics; do section "test $t (cuda)" 150 /tmp/b/$t cuda; done
-section "graph capture" 60 /tmp/b/graph_capture
-section "profk bench --device cuda --check --no-table" 90 /tmp/b/profk bench --device cuda --check --no-table
+profk_checks "$B"
 date -u >> "$R"
 for v in "" PROFK_NO_DEPENDENT_LAUNCH=1 PROFK_POOL_RELEASE=1; do
   section "${v:-as built}: profk bench --device cuda --targets" 60 env $v /tmp/b/profk bench --device cuda --targets

@@ -384,28 +384,21 @@ fn launch_ex(
     cooperative: bool,
     dependent: bool,
 ) -> Result<()> {
-    let attribute = |id: CUlaunchAttributeID, on: bool| {
+    let set = |id: CUlaunchAttributeID| {
         // SAFETY: the attribute value is a plain C union; zero is a valid pattern.
         let mut a: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         a.id = id;
-        if id == CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE {
-            a.value.cooperative = i32::from(on);
-        } else {
-            a.value.programmaticStreamSerializationAllowed = i32::from(on);
-        }
+        // Both attributes take an int flag at the start of the union.
+        a.value.cooperative = 1;
         a
     };
     let mut attrs = Vec::with_capacity(2);
     if cooperative {
-        attrs.push(attribute(
-            CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
-            true,
-        ));
+        attrs.push(set(CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE));
     }
     if dependent {
-        attrs.push(attribute(
+        attrs.push(set(
             CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            true,
         ));
     }
     let config = sys::CUlaunchConfig {
