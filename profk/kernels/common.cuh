@@ -76,6 +76,7 @@ template <> struct Ops<float> {
   static __device__ __forceinline__ u32 raw1(float v) { return __float_as_uint(v); }
   static __device__ __forceinline__ float value(const Vec& v, int q) { return __uint_as_float(raw(v, q)); }
   static __device__ __forceinline__ float from_bits(u32 b) { return __uint_as_float(b); }
+  static __device__ __forceinline__ float of_bits(u32 b) { return __uint_as_float(b); }
   static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<32, 23>(b, mag); }
   static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffffffu) > 0x7f800000u; }
 };
@@ -93,6 +94,7 @@ template <> struct Ops<__half> {
   static __device__ __forceinline__ u32 raw(const Vec& v, int q) { return half_lane(v, q); }
   static __device__ __forceinline__ u32 raw1(__half v) { return __half_as_ushort(v); }
   static __device__ __forceinline__ float from_bits(u32 b) { return __half2float(__ushort_as_half((unsigned short)b)); }
+  static __device__ __forceinline__ __half of_bits(u32 b) { return __ushort_as_half((unsigned short)b); }
   static __device__ __forceinline__ float value(const Vec& v, int q) { return from_bits(raw(v, q)); }
   static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<16, 10>(b, mag); }
   static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffu) > 0x7c00u; }
@@ -108,6 +110,7 @@ template <> struct Ops<__nv_bfloat16> {
   static __device__ __forceinline__ u32 raw(const Vec& v, int q) { return half_lane(v, q); }
   static __device__ __forceinline__ u32 raw1(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
   static __device__ __forceinline__ float from_bits(u32 b) { return __uint_as_float(b << 16); }
+  static __device__ __forceinline__ __nv_bfloat16 of_bits(u32 b) { return __ushort_as_bfloat16((unsigned short)b); }
   static __device__ __forceinline__ float value(const Vec& v, int q) { return from_bits(raw(v, q)); }
   static __device__ __forceinline__ u32 key_bits(u32 b, int mag) { return ord_key<16, 7>(b, mag); }
   static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffu) > 0x7f80u; }

@@ -10,13 +10,14 @@
 // selected from the row itself by a row's own block, and marks a split row for the dense fallback.
 // Ties resolve by the composite: equal keys rank by lower index.
 //
-// A block that has finished a row carries a threshold bin to its next row (rows of one call are alike:
-// attention scores, activations). Its pass 1 counts only the bins from that guess up (the rest of the
-// row costs no atomic) and keeps their elements in shared memory; their exact count checks the guess
-// (at least k, so the threshold bin is among them, and no more than the buffer). A row that passes is
+// A block that has finished a row carries a guess, a key, to its next row (rows of one call are alike:
+// attention scores, activations). Its pass 1 counts only the elements at or above the guess (the rest
+// of the row costs no atomic) and keeps them in shared memory; their exact count checks the guess (at
+// least k, so the k-th largest is among them, and no more than the buffer). A row that passes is
 // selected from what pass 1 kept and is read once; a row that does not is read again into the full
 // histogram and goes on as above, so the result is exact either way and only the cost depends on the
-// guess. A block's first row takes its guess from a sample of the row.
+// guess. The guess is the key at a rank a margin above k, interpolated inside a histogram bin; a
+// block's first row takes it from a sample of the row.
 //
 // Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory, one
 // launch, output written by the same block when k <= FUSED_MAX_K (index order from a bitmap of the
@@ -41,7 +42,8 @@
 // (a guess aims to keep at most 3/4 of it: the next row may hold more, and a warp more than its share).
 #define CARRY_CAP 2048
 #define WARP_KEPT (CARRY_CAP / (ROWS_THREADS / 32))
-#define NO_GUESS ROWS_BINS
+// No guess: no key of any element type (f32 guesses stay below the NaN key, 0xffffffff).
+#define NO_GUESS 0xffffffffu
 // Largest k whose sorted values and indices the row's block writes itself.
 #define FUSED_MAX_K 1024
 // Largest k whose slots such a block keeps in shared memory (48 KiB of static shared memory a block).
@@ -53,12 +55,12 @@
 
 static_assert(ROWS_BINS * 4 + CARRY_CAP * 8 <= ROWS_CAP * 8, "pass 1's histogram and kept elements share pass 2's buffer");
 static_assert(ROWS_BINS * 4 >= CARRY_CAP * 8, "the threshold bin's kept elements fit where the histogram was");
-static_assert(FUSED_MAX_K * 2 <= ROWS_CAP, "the sorted output is sorted in pass 2's buffer");
+static_assert(FUSED_MAX_K * 3 <= ROWS_CAP, "the output is sorted and placed in pass 2's buffer");
 static_assert(FUSED_MAX_K % ROWS_THREADS == 0, "sort_desc holds FUSED_MAX_K / ROWS_THREADS keys a lane");
 
-// A row's threshold bin, the elements above it and in it, and in the bin below it.
+// A row's threshold bin and the elements above it and in it.
 struct Cut {
-  u32 bin, above, count, below;
+  u32 bin, above, count;
 };
 
 // Per-row state of a split row (mirrored in src/cuda/rows.rs: SPLIT_ROW_WORDS u32 words, zeroed).
@@ -205,13 +207,13 @@ __device__ __forceinline__ bool warp_slots(u32 cnt, u32& fill, u32& slot) {
   return cnt != 0;
 }
 
-// Pass 1 with a carried threshold bin: the histogram of the bins from `guess` up only (the rest cost
-// no atomic) and their elements' composites (a row of n) into `kept`, a slice of WARP_KEPT slots a
+// Pass 1 with a guess: the histogram of the elements whose key is at least the guess only (the rest
+// cost no atomic) and their composites (a row of n) into `kept`, a slice of WARP_KEPT slots a
 // warp filled through a count in registers (no shared counter to contend for). Each warp's count goes
 // to warp_kept; `kept_total` and `kept_most` end at the exact count and the largest warp's. Most
 // elements fail the test, so it costs a compare against the guess bin's lower bound (as compact_pass
 // does) and a count; the slots are drawn once a round for all of a lane's elements, and keys are
-// computed for the kept ones only.
+// computed for the kept ones only. The guess's bin counts only its elements at or above the guess.
 template <typename T, typename Keeps>
 __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib, u32* h, u64* kept, u32* warp_kept,
                                               u32* kept_total, u32* kept_most, Keeps keeps) {
@@ -278,10 +280,9 @@ __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib
 template <typename T>
 __device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u32 guess, u32* h, u64* kept,
                                            u32* warp_kept, u32* kept_total, u32* kept_most) {
-  const int SHIFT = Ops<T>::KB - ROWS_BITS;
-  // !(x < lo) holds exactly when key(x) >= guess << SHIFT; a bound on a NaN bit pattern (the bins of
-  // NaN and above +inf) takes the key test.
-  const float lo = key_value<T>(guess << SHIFT, mag);
+  // !(x < lo) holds exactly when key(x) >= guess; a bound on a NaN bit pattern (keys of NaN and above
+  // +inf) takes the key test.
+  const float lo = key_value<T>(guess, mag);
   if (lo == lo) {
     guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most, [&](u32 raw) {
       const float x = Ops<T>::from_bits(raw);
@@ -289,7 +290,7 @@ __device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u
     });
   } else {
     guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most,
-                  [&](u32 raw) { return (Ops<T>::key_bits(raw, mag) >> SHIFT) >= guess; });
+                  [&](u32 raw) { return Ops<T>::key_bits(raw, mag) >= guess; });
   }
 }
 
@@ -311,7 +312,7 @@ __device__ __forceinline__ Cut find_cut(const u32* h, u64 k) {
   for (int i = 0; i < PER; ++i) {
     const u32 b = ROWS_BINS - 1 - (t * PER + i);
     const u32 c = h[b];
-    if (acc < k && acc + c >= k) s_cut = Cut{b, (u32)acc, c, b > 0 ? h[b - 1] : 0u};
+    if (acc < k && acc + c >= k) s_cut = Cut{b, (u32)acc, c};
     acc += c;
   }
   __syncthreads();
@@ -345,12 +346,12 @@ __device__ __forceinline__ bool overflows(const Cut& c, u64 k, u32 cap) {
   return !whole_bin(c, k) && c.count > cap;
 }
 
-// Pass 2 over p[0..len) (row indices from `base`, rows of n): the higher bins' indices into o through
-// the counter out_fill, the threshold bin's composites into cand through cand_fill (cap slots). Most
-// warps hold neither and skip the votes; with `chunk_max` (from pass 1), chunks below the threshold
-// bin are not read at all.
+// Pass 2 over p[0..len) (row indices from `base`, rows of n): the higher bins' slots into o through
+// the counter out_fill (their composites with `comps`, else their indices), the threshold bin's
+// composites into cand through cand_fill (cap slots). Most warps hold neither and skip the votes; with
+// `chunk_max` (from pass 1), chunks below the threshold bin are not read at all.
 template <typename T>
-__device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 n, int mag, int ib,
+__device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 n, int mag, int ib, bool comps,
                                              const Cut& cut, u64 k, u64* o, u32* out_fill, u64* cand,
                                              u32* cand_fill, u32 cap, const u32* chunk_max) {
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
@@ -367,9 +368,10 @@ __device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 
   auto emit = [&](u32 j, u32 raw, bool take, bool keep) {
     if (__any_sync(0xffffffffu, take || keep)) {
       const u32 pos = warp_slot(out_fill, take);
-      if (take && pos < k) o[pos] = base + j;
+      const u64 c = (u64)composite(Ops<T>::key_bits(raw, mag), base + j, n, ib);
+      if (take && pos < k) o[pos] = comps ? c : base + j;
       const u32 slot = warp_slot(cand_fill, keep);
-      if (keep && slot < cap) cand[slot] = (u64)composite(Ops<T>::key_bits(raw, mag), base + j, n, ib);
+      if (keep && slot < cap) cand[slot] = c;
     }
   };
   if (lo == lo && hi == hi) {
@@ -393,13 +395,21 @@ __device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 
   }
 }
 
+// The row-local index of an element's composite.
+__device__ __forceinline__ u64 index_of_comp(u64 c, u64 n, int ib) {
+  const u64 low_bits = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
+  return n - 1 - (c & low_bits);
+}
+
+// A selected element's slot: its composite with `comps`, else its row-local index.
+__device__ __forceinline__ u64 slot_of(u64 c, u64 n, int ib, bool comps) { return comps ? c : index_of_comp(c, n, ib); }
+
 // The rest of a row's output: the k - above largest of the threshold bin's `count` composites
 // (read by ld(i)) into o through out_fill.
 template <int KB, typename Ld>
-__device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 n, int ib, u64* o,
+__device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 n, int ib, bool comps, u64* o,
                                               u32* out_fill) {
   const u32 t = threadIdx.x, count = cut.count, kleft = (u32)k - cut.above;
-  const u64 low_bits = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
   if (count <= ROWS_THREADS) {
     // Few candidates: each one's rank among the others (composites are distinct).
     if (t < count) {
@@ -409,7 +419,7 @@ __device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 
       for (u32 i = 0; i < count; ++i) rank += ld(i) > c;
       if (rank < kleft) {
         const u32 pos = atomicAdd(out_fill, 1u);
-        if (pos < k) o[pos] = n - 1 - (c & low_bits);
+        if (pos < k) o[pos] = slot_of(c, n, ib, comps);
       }
     }
     return;
@@ -429,7 +439,7 @@ __device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 
     const u64 c = ld(i);
     if (c >= tau) {
       const u32 pos = atomicAdd(out_fill, 1u);
-      if (pos < k) o[pos] = n - 1 - (c & low_bits);
+      if (pos < k) o[pos] = slot_of(c, n, ib, comps);
     }
   }
 }
@@ -444,53 +454,93 @@ __device__ void report_nan(const T* row, u64 n, u64 r, u32 nans, Global* g) {
   }
 }
 
-// The threshold bin the next row of a block carries (NO_GUESS: none), from this row's cut and the
-// lowest bin its histogram counted (`floor`): the bin below the cut when it and the bins above it fit
-// three quarters of the kept buffer (a margin for a next row whose k-th element falls just below this
-// one's bin; a bin below the floor was not counted, so the bins above must leave it half), else the
-// cut's bin when it fits.
-__device__ __forceinline__ u32 next_guess(const Cut& c, u32 floor) {
-  const u32 budget = CARRY_CAP / 4 * 3, at_or_above = c.above + c.count;
-  if (c.bin > floor && at_or_above + c.below <= budget) return c.bin - 1;
-  if (c.bin > 0 && c.bin == floor && at_or_above <= budget / 2) return c.bin - 1;
-  return at_or_above <= budget ? c.bin : NO_GUESS;
+// The rank a guess aims at for k: a margin of half k, at least 64, above k (rows differ). No guess is
+// made when it passes three quarters of the kept buffer (a warp may hold more than its share).
+__device__ __forceinline__ u64 guess_rank(u64 k) { return k + max(k / 2, 64ull); }
+#define GUESS_BUDGET (CARRY_CAP / 4 * 3)
+
+// The key at which histogram h reaches `rank` elements from the top (h counts the keys from `floor`
+// up, at least `rank` of them), interpolated inside the bin that reaches it: a bin's keys are even
+// steps of the value (an eighth of an octave for f32), over which a smooth distribution spreads
+// evenly. NO_GUESS when that bin holds more than `dense` (ties: a key inside it keeps all of them or
+// none).
+template <typename T>
+__device__ __forceinline__ u32 key_at_rank(const u32* h, u64 rank, u32 floor, u32 dense) {
+  const int SHIFT = Ops<T>::KB - ROWS_BITS;
+  const Cut c = find_cut(h, rank);
+  if (c.count > dense) return NO_GUESS;
+  const u64 lo = max((u64)c.bin << SHIFT, (u64)floor), hi = ((u64)c.bin + 1) << SHIFT;
+  // rank - above of the bin's count elements lie at or above the key (1 <= rank - above <= count).
+  const u64 key = hi - ((hi - lo) * (rank - c.above) + c.count - 1) / c.count;
+  return (u32)min(key, (u64)NO_GUESS - 1);
 }
 
-// 16-byte vectors a thread reads for a block's first guess, and the sample's margin in standard
-// deviations.
-#define SAMPLE_VECS 2
+// The guess the next row of a block carries, from this row's histogram h (of `total` elements; with
+// `partial`, only those at or above this row's guess `floor`): the key at guess_rank(k). A partial
+// count short of it keeps this guess while it kept at least halfway from k to the rank, else lowers
+// it by the spacing the guess's own bin shows (at most a bin).
+template <typename T>
+__device__ __forceinline__ u32 next_guess(const u32* h, u64 k, bool partial, u32 floor, u64 total) {
+  const int SHIFT = Ops<T>::KB - ROWS_BITS;
+  const u64 rank = guess_rank(k);
+  if (rank > GUESS_BUDGET) return NO_GUESS;
+  if (total >= rank) return key_at_rank<T>(h, rank, partial ? floor : 0, CARRY_CAP);
+  if (!partial) return NO_GUESS;
+  if (2 * total >= k + rank) return floor;
+  const u32 bin = floor >> SHIFT;
+  const u64 width = (((u64)bin + 1) << SHIFT) - floor, in_bin = h[bin];
+  const u64 step = in_bin ? min((width * (rank - total) + in_bin - 1) / in_bin, 1ull << SHIFT) : 1ull << SHIFT;
+  return floor > step ? (u32)(floor - step) : 0u;
+}
+
+// Pairs of 16-byte vectors (32-byte sectors) a thread reads at most for a block's first guess, and the
+// sample's margin in standard deviations.
+#define SAMPLE_MAX_PAIRS 8
 #define SAMPLE_SIGMAS 3.0f
 
-// A block's first threshold bin (it has no row behind it), from a sample of the row: SAMPLE_VECS
-// vectors a thread, spread evenly over the row, into the zeroed histogram h (left dirty). The guess is
-// the bin at which the sample's count from the top passes its expectation at the k-th element by
-// SAMPLE_SIGMAS deviations and more, so that the row most likely holds at least k from it up, when the
-// elements it estimates from it up fit the carried budget; else NO_GUESS. A wrong guess costs a read.
+// A block's first guess (it has no row behind it), from a sample of the row into the zeroed histogram
+// h (left dirty): pairs of vectors spread evenly over the row, the fewest pairs a thread (1, 2, 4 or
+// SAMPLE_MAX_PAIRS, an eighth of the row at most) whose guess expects to keep no more than the
+// budget. The guess is the key at which the sample's count from the top passes its expectation at the
+// k-th element by SAMPLE_SIGMAS deviations and more, so that the row most likely holds at least k from
+// it up; else NO_GUESS. A wrong guess costs a read, never the result.
 template <typename T>
 __device__ u32 sample_guess(const T* p, u64 n, u64 k, int mag, u32* h) {
   typedef typename Ops<T>::Vec Vec;
   const u32 V = Ops<T>::VEC, t = threadIdx.x;
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
   const RowCut<T> cut(p, n);
-  const u32 nvec = cut.nvec, draws = SAMPLE_VECS * ROWS_THREADS;
-  if (nvec < draws) return NO_GUESS;
   const Vec* vp = (const Vec*)(p + cut.head);
-  const u32 stride = nvec / draws;
-  Vec w[SAMPLE_VECS];
+  // Pairs start on a 32-byte boundary.
+  const u32 first = ((u64)vp & 16) ? 1u : 0u;
+  const u32 pairs = cut.nvec > first ? (cut.nvec - first) / 2 : 0u;
+  const u32 most = min((u32)SAMPLE_MAX_PAIRS, pairs / 8 / ROWS_THREADS);
+  auto target_of = [&](float drawn) {
+    const float expect = (float)k * drawn / (float)n;
+    return ceilf(expect + SAMPLE_SIGMAS * (sqrtf(expect) + 1.0f));
+  };
+  u32 per = 1;
+  for (; per <= most; per *= 2) {
+    const float drawn = (float)(per * ROWS_THREADS * 2 * V);
+    if (target_of(drawn) * ((float)n / drawn) <= GUESS_BUDGET) break;
+  }
+  if (per > most) return NO_GUESS;
+  const u32 draws = per * ROWS_THREADS, stride = pairs / draws;
+#pragma unroll 2
+  for (u32 u = 0; u < per; ++u) {
+    const Vec* at = vp + first + 2 * (u64)((u * ROWS_THREADS + t) * stride);
+    const Vec a = at[0], b = at[1];
 #pragma unroll
-  for (int u = 0; u < SAMPLE_VECS; ++u) w[u] = vp[(u32)(u * ROWS_THREADS + t) * stride];
-#pragma unroll
-  for (int u = 0; u < SAMPLE_VECS; ++u)
-#pragma unroll
-    for (int q = 0; q < (int)V; ++q) atomicAdd(&h[Ops<T>::key_bits(Ops<T>::raw(w[u], q), mag) >> SHIFT], 1u);
+    for (int q = 0; q < (int)V; ++q) {
+      atomicAdd(&h[Ops<T>::key_bits(Ops<T>::raw(a, q), mag) >> SHIFT], 1u);
+      atomicAdd(&h[Ops<T>::key_bits(Ops<T>::raw(b, q), mag) >> SHIFT], 1u);
+    }
+  }
   __syncthreads();
-  const float drawn = (float)(draws * V), scale = (float)n / drawn;
-  const float expect = (float)k / scale;
-  const float target = ceilf(expect + SAMPLE_SIGMAS * (sqrtf(expect) + 1.0f));
+  const float drawn = (float)(draws * 2 * V);
+  const float target = target_of(drawn);
   if (target > drawn) return NO_GUESS;
-  const Cut c = find_cut(h, (u64)target);
-  const float estimate = (float)(c.above + c.count) * scale;
-  return estimate <= CARRY_CAP / 4 * 3 ? c.bin : NO_GUESS;
+  return key_at_rank<T>(h, (u64)target, 0, (u32)((float)CARRY_CAP * drawn / (float)n));
 }
 
 // A row's output from what pass 1 kept (the warps' slices of `kept`, warp_kept[w] composites in slice
@@ -499,10 +549,10 @@ __device__ u32 sample_guess(const T* p, u64 n, u64 k, int mag, u32* h) {
 // largest by select_in_bin.
 template <int KB>
 __device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kept, const Cut& cut, u64 k, u64 n,
-                                            int ib, u64* o, u32* out_fill, u64* bin_buf, u32* bin_fill) {
+                                            int ib, bool comps, u64* o, u32* out_fill, u64* bin_buf,
+                                            u32* bin_fill) {
   const u32 t = threadIdx.x;
   const int hi = KB - ROWS_BITS + ib;
-  const u64 low_bits = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
   const bool whole = whole_bin(cut, k);
   // Whole warps each round: warp_slot votes.
   for (u32 b = 0; b < CARRY_CAP; b += ROWS_THREADS) {
@@ -513,19 +563,20 @@ __device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kep
     const bool take = valid && (bin > cut.bin || (whole && bin == cut.bin));
     const bool keep = valid && !whole && bin == cut.bin;
     const u32 pos = warp_slot(out_fill, take);
-    if (take && pos < k) o[pos] = n - 1 - (c & low_bits);
+    if (take && pos < k) o[pos] = slot_of(c, n, ib, comps);
     const u32 slot = warp_slot(bin_fill, keep);
     if (keep) bin_buf[slot] = c;
   }
   __syncthreads();
-  if (!whole) select_in_bin<KB>([&](u32 i) { return bin_buf[i]; }, cut, k, n, ib, o, out_fill);
+  if (!whole) select_in_bin<KB>([&](u32 i) { return bin_buf[i]; }, cut, k, n, ib, comps, o, out_fill);
 }
 
 // A row whose threshold bin overflows the buffer (heavy ties: an all-equal row), by the same block: a
 // radix selection inside the bin that reads the row once a digit, then a pass that takes every
 // element at or above the cut, into o through out_fill.
 template <typename T>
-__device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag, int ib, u64* o, u32* out_fill) {
+__device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag, int ib, bool comps, u64* o,
+                             u32* out_fill) {
   const u32 t = threadIdx.x;
   const int hi = Ops<T>::KB - ROWS_BITS + ib;
   auto at = [&](u64 i) { return (u64)composite(Ops<T>::key(row[i], mag), i, n, ib); };
@@ -540,9 +591,10 @@ __device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag
   // Whole warps each round: warp_slot votes.
   for (u64 b = 0; b < n; b += ROWS_THREADS) {
     const u64 i = b + t;
-    const bool take = i < n && at(i) >= tau;
+    const u64 c = i < n ? at(i) : 0;
+    const bool take = i < n && c >= tau;
     const u32 pos = warp_slot(out_fill, take);
-    if (take && pos < k) o[pos] = i;
+    if (take && pos < k) o[pos] = comps ? c : i;
   }
 }
 
@@ -552,25 +604,64 @@ __device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag
 #define OUT_UNSORTED 2
 #define OUT_NONE 4
 
-// Values a thread gathers from the row at once when it writes its run of the index-ordered output.
+// The value of a selected element from its composite: its key inverted where the key says which value
+// it was (every key but a zero's, which both zeros share, and a NaN's; by magnitude the sign is lost),
+// else read from the row.
+template <typename T>
+__device__ __forceinline__ T value_of(const T* row, u64 c, u64 n, int ib, int mag) {
+  const int W = Ops<T>::KB;
+  const u32 MAXK = (W == 32) ? 0xffffffffu : 0xffffu, SIGN = 1u << (W - 1);
+  const u32 key = (u32)(c >> ib);
+  if (mag || key == SIGN || key == MAXK) return row[index_of_comp(c, n, ib)];
+  return Ops<T>::of_bits((key & SIGN) ? (key & ~SIGN) : (~key & MAXK));
+}
+
+// Values a thread loads at once when it writes its part of the output: the loads that go to the row
+// (by magnitude) then wait for memory together, not once each.
 #define GATHER_BATCH 4
 
-// Index order from a bitmap of the row's selected indices (`bits`, n bits): each thread owns a run of
-// words and writes their indices from its exclusive count, so no sort is needed. A thread takes its
-// indices GATHER_BATCH at a time and loads their values before it stores any: by now the row has most
-// likely left L2, and one load after another would each wait for DRAM.
+// Writes the composites placed[0..k), in that order, as values and i64 indices: coalesced stores.
 template <typename T>
-__device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, const u64* o, u32* bits, T* vals,
-                                               long long* idx_out) {
+__device__ __forceinline__ void write_placed(const T* row, u64 n, u64 k, int mag, int ib, const u64* placed, T* vals,
+                                             long long* idx_out) {
+  const u32 t = threadIdx.x;
+  for (u32 b = 0; b < k; b += GATHER_BATCH * ROWS_THREADS) {
+    T v[GATHER_BATCH];
+#pragma unroll
+    for (int q = 0; q < GATHER_BATCH; ++q) {
+      const u32 i = b + q * ROWS_THREADS + t;
+      if (i < k) v[q] = value_of(row, placed[i], n, ib, mag);
+    }
+#pragma unroll
+    for (int q = 0; q < GATHER_BATCH; ++q) {
+      const u32 i = b + q * ROWS_THREADS + t;
+      if (i < k) {
+        vals[i] = v[q];
+        idx_out[i] = (long long)index_of_comp(placed[i], n, ib);
+      }
+    }
+  }
+}
+
+// Index order from a bitmap of the row's selected indices (n bits): each thread owns a run of words
+// and gives each word the count of selected indices before it; a slot's place is its word's count and
+// the bits below it in its word. The slots (composites in o) are placed in `buf` after the bitmap and
+// the counts (words + k <= ROWS_CAP), then written out in order: no sort, no read of the row.
+template <typename T>
+__device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, int mag, int ib, const u64* o, u64* buf,
+                                               T* vals, long long* idx_out) {
   typedef cub::BlockScan<u32, ROWS_THREADS> Scan;
   __shared__ typename Scan::TempStorage scan;
   const u32 t = threadIdx.x, words = (u32)((n + 31) / 32);
+  u32* bits = (u32*)buf;
+  u32* before = bits + words;
+  u64* placed = buf + words;
   const u32 per = (words + ROWS_THREADS - 1) / ROWS_THREADS;
   const u32 from = min(words, t * per), to = min(words, from + per);
   for (u32 i = t; i < words; i += ROWS_THREADS) bits[i] = 0;
   __syncthreads();
   for (u32 i = t; i < k; i += ROWS_THREADS) {
-    const u32 j = (u32)o[i];
+    const u32 j = (u32)index_of_comp(o[i], n, ib);
     atomicOr(&bits[j >> 5], 1u << (j & 31));
   }
   __syncthreads();
@@ -578,40 +669,25 @@ __device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, const
   for (u32 w = from; w < to; ++w) mine += __popc(bits[w]);
   u32 pos;
   Scan(scan).ExclusiveSum(mine, pos);
-  u32 w = from, b = from < to ? bits[from] : 0u;
-  // The thread's next selected index into j, false once its words are exhausted.
-  auto next = [&](u32& j) {
-    while (b == 0 && w + 1 < to) b = bits[++w];
-    if (b == 0) return false;
-    j = w * 32 + __ffs(b) - 1;
-    b &= b - 1;
-    return true;
-  };
-  for (bool more = mine != 0; more;) {
-    u32 j[GATHER_BATCH];
-    bool ok[GATHER_BATCH];
-    T v[GATHER_BATCH];
-#pragma unroll
-    for (int q = 0; q < GATHER_BATCH; ++q) ok[q] = next(j[q]);
-#pragma unroll
-    for (int q = 0; q < GATHER_BATCH; ++q)
-      if (ok[q]) v[q] = row[j[q]];
-#pragma unroll
-    for (int q = 0; q < GATHER_BATCH; ++q)
-      if (ok[q]) {
-        vals[pos] = v[q];
-        idx_out[pos] = (long long)j[q];
-        ++pos;
-      }
-    more = ok[GATHER_BATCH - 1];
+  for (u32 w = from; w < to; ++w) {
+    before[w] = pos;
+    pos += __popc(bits[w]);
   }
+  __syncthreads();
+  for (u32 i = t; i < k; i += ROWS_THREADS) {
+    const u64 c = o[i];
+    const u32 j = (u32)index_of_comp(c, n, ib), w = j >> 5;
+    placed[before[w] + __popc(bits[w] & ((1u << (j & 31)) - 1))] = c;
+  }
+  __syncthreads();
+  write_placed(row, n, k, mag, ib, placed, vals, idx_out);
 }
 
 // Descending order of k <= FUSED_MAX_K distinct sort keys in buf[0..k): each warp ranks the keys of
 // its segment (up to 4 a lane) among the segment and stores them sorted after the keys; a key's place
 // is then its place in its segment plus, for every other segment, how many of its keys are larger
-// (a binary search). Two block barriers, where a bitonic sort of 512 takes 45. `put.all(valid,
-// places, keys)` writes a lane's keys.
+// (a binary search). Two block barriers, where a bitonic sort of 512 takes 45. `put(place, key)`
+// takes each key's place.
 template <typename Put>
 __device__ __forceinline__ void sort_desc(u64* buf, u64 k, Put put) {
   const int SEGS = ROWS_THREADS / 32, PER = FUSED_MAX_K / ROWS_THREADS;
@@ -654,65 +730,40 @@ __device__ __forceinline__ void sort_desc(u64* buf, u64 k, Put put) {
       }
       place += lo - a;
     }
-    rank[q] = place;
+    put(place, mine[q]);
   }
-  put.all([&](int q) { return s0 + lane + 32 * q < s1; }, rank, mine);
 }
 
-// Writes a lane's sorted keys at their places (values gathered from the row, i64 indices): every
-// gather first, then the stores, so that the lane's loads wait for memory once, not once each.
-template <typename T, typename IndexOf>
-struct SortedPut {
-  const T* row;
-  T* vals;
-  long long* idx_out;
-  IndexOf index_of;
-  template <typename Valid, int PER>
-  __device__ __forceinline__ void all(Valid valid, const u32 (&place)[PER], const u64 (&key)[PER]) const {
-    T v[PER];
-#pragma unroll
-    for (int q = 0; q < PER; ++q)
-      if (valid(q)) v[q] = row[index_of(key[q])];
-#pragma unroll
-    for (int q = 0; q < PER; ++q)
-      if (valid(q)) {
-        vals[place[q]] = v[q];
-        idx_out[place[q]] = (long long)index_of(key[q]);
-      }
-  }
-};
-
-// Writes a finished row's k selected elements (row-local indices in o, any order) as values and i64
-// indices into `buf` (FUSED_MAX_K * 2 slots): by index from a bitmap of the row when it fits there
-// and is short beside k, else (and by composite descending) by sorting keys composite + 1 (or ~index).
+// Writes a finished row's k selected elements (composites in o, any order) as values and i64 indices:
+// by index from a bitmap of the row when it fits `buf` (ROWS_CAP slots) beside the placed slots, else
+// (and by composite descending) by sorting keys that keep each element's key (composite + 1, or the
+// index's complement above the key), placing the composites in `buf` and writing them out in order.
 template <typename T>
 __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag, int ib, int flags, const u64* o,
                                              u64* buf, T* vals, long long* idx_out) {
   if (flags & OUT_NONE) return;
   const u32 t = threadIdx.x;
   const bool desc = flags & OUT_DESC;
-  const u64 low_bits = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
-  auto sort_key = [&](u64 j) { return desc ? (u64)composite(Ops<T>::key(row[j], mag), j, n, ib) + 1 : ~j; };
-  auto index_of = [&](u64 key) { return desc ? n - 1 - ((key - 1) & low_bits) : ~key; };
   if (flags & OUT_UNSORTED) {
-    for (u32 i = t; i < k; i += ROWS_THREADS) {
-      const u64 j = index_of(sort_key(o[i]));
-      vals[i] = row[j];
-      idx_out[i] = (long long)j;
-    }
+    write_placed(row, n, k, mag, ib, o, vals, idx_out);
     return;
   }
-  const SortedPut<T, decltype(index_of)> put{row, vals, idx_out, index_of};
-  // The bitmap costs n/32 words a row, the sort about k keys: the bitmap when it fits `buf` and a
-  // thread's share of words is small beside k.
-  const u64 words_each = (n + 32 * ROWS_THREADS - 1) / (32 * ROWS_THREADS);
-  if (!desc && n <= (u64)ROWS_CAP * 64 && words_each <= max(4ull, k / 32)) {
-    write_by_index(row, n, k, o, (u32*)buf, vals, idx_out);
+  if (!desc && (n + 31) / 32 + k <= ROWS_CAP) {
+    write_by_index(row, n, k, mag, ib, o, buf, vals, idx_out);
     return;
   }
+  auto sort_key = [&](u64 c) {
+    return desc ? c + 1 : ((u64)(0xffffffffu - (u32)index_of_comp(c, n, ib)) << 32) | (c >> ib);
+  };
+  auto comp_of = [&](u64 s) {
+    return desc ? s - 1 : ((s & 0xffffffffull) << ib) | (n - 1 - (0xffffffffu - (u32)(s >> 32)));
+  };
   for (u32 i = t; i < k; i += ROWS_THREADS) buf[i] = sort_key(o[i]);
   __syncthreads();
-  sort_desc(buf, k, put);
+  u64* placed = buf + 2 * FUSED_MAX_K;
+  sort_desc(buf, k, [&](u32 place, u64 s) { placed[place] = comp_of(s); });
+  __syncthreads();
+  write_placed(row, n, k, mag, ib, placed, vals, idx_out);
 }
 
 // One block per row, every row finished by its block (a threshold bin over the buffer by the dense
@@ -735,6 +786,9 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
   __shared__ u64 s_slots[SMEM_SLOTS];
   __shared__ u32 chunk_max[ROWS_CHUNKS];
   const u32 t = threadIdx.x;
+  // A block that writes the output keeps each slot's composite: its value then comes from its key,
+  // not from a read of the row (which has most likely left L2 by then).
+  const bool comps = vals != nullptr;
   u32 guess = NO_GUESS;
   for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * n;
@@ -749,7 +803,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
       for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.p1.hist[i] = 0;
       __syncthreads();
     }
-    if (guess < NO_GUESS) {
+    if (guess != NO_GUESS) {
       guess_pass(row, n, mag, ib, guess, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
       __syncthreads();
       read_once = s_kept >= k && s_kept_most <= WARP_KEPT;
@@ -764,20 +818,21 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     }
     const u32 nans = count_nan ? sm.p1.hist[NAN_BIN] : 0;
     const Cut cut = find_cut(sm.p1.hist, k);
-    guess = next_guess(cut, read_once ? guess : 0);
+    guess = next_guess<T>(sm.p1.hist, k, read_once, guess, read_once ? s_kept : n);
     if (nans) report_nan(row, n, r, nans, g);
     u64* o = vals && k <= SMEM_SLOTS ? s_slots : out + r * k;
     const bool dense = !read_once && overflows(cut, k, ROWS_CAP);
     if (read_once) {
       // The histogram is spent: the bin's elements go where it was.
-      select_kept<Ops<T>::KB>(sm.p1.kept, warp_kept, cut, k, n, ib, o, &s_out, (u64*)sm.p1.hist, &s_cand);
+      select_kept<Ops<T>::KB>(sm.p1.kept, warp_kept, cut, k, n, ib, comps, o, &s_out, (u64*)sm.p1.hist,
+                              &s_cand);
     } else if (dense) {
-      select_dense(row, n, cut, k, mag, ib, o, &s_out);
+      select_dense(row, n, cut, k, mag, ib, comps, o, &s_out);
     } else {
-      compact_pass(row, n, 0, n, mag, ib, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP, chunk_max);
+      compact_pass(row, n, 0, n, mag, ib, comps, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP, chunk_max);
       __syncthreads();
       if (!whole_bin(cut, k))
-        select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, o, &s_out);
+        select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, comps, o, &s_out);
     }
     __syncthreads();
     if (vals) write_sorted(row, n, k, mag, ib, flags, o, sm.cand, vals + r * k, idx_out + r * k);
@@ -841,11 +896,11 @@ __device__ void rows_split_compact(const T* x, u64 n, u64 rows, u64 part, u32 pa
     const u64 from = c * part, len = min(part, n - from);
     u64* o = out + r * k;
     u64* rc = cand + r * SPLIT_CAP;
-    compact_pass(x + r * n + from, len, from, n, mag, ib, cut, k, o, &s.out_fill, rc, &s.cand_fill,
+    compact_pass(x + r * n + from, len, from, n, mag, ib, false, cut, k, o, &s.out_fill, rc, &s.cand_fill,
                  SPLIT_CAP, nullptr);
     if (block_any_last(&s.arrived_compact, parts)) {
       if (!whole_bin(cut, k))
-        select_in_bin<Ops<T>::KB>([&](u32 j) { return __ldcg(rc + j); }, cut, k, n, ib, o, &s.out_fill);
+        select_in_bin<Ops<T>::KB>([&](u32 j) { return __ldcg(rc + j); }, cut, k, n, ib, false, o, &s.out_fill);
       if (threadIdx.x == 0) run[r].status = ROW_OK;
     }
     __syncthreads();

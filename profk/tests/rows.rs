@@ -185,8 +185,7 @@ pub fn many_long_rows(dev: &Device) -> Result<()> {
         dev,
     )?;
     check(&x, 1024, &TopKOptions::default())?;
-    // k = 64 keeps these rows on one block each (k <= n/1024), where index order sorts the k indices
-    // instead of taking a bitmap of the row.
+    // k = 64 keeps these rows on one block each (k <= n/256), index order from a bitmap of the row.
     for order in [Order::Desc, Order::Index] {
         let opts = TopKOptions {
             order,
@@ -197,8 +196,29 @@ pub fn many_long_rows(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Rows of 2^17 with k = 512, one block each: most blocks' only row takes its guess from a sample, and
+/// index order sorts the k instead of taking a bitmap of the row (too long for the block's buffer).
+/// On CUDA most rows must be read once.
+pub fn long_rows_large_k(dev: &Device) -> Result<()> {
+    let (rows, n) = (560, 1 << 17);
+    let x = tensor(&normal(rows * n, 13), &[rows, n], DType::F32, dev)?;
+    for order in [Order::Desc, Order::Index] {
+        let opts = TopKOptions {
+            order,
+            ..TopKOptions::default()
+        };
+        let got = check(&x, 512, &opts).with_context(|| format!("{order:?}"))?;
+        ensure!(
+            !dev.is_cuda() || got.stats.read_once > rows as u64 / 2,
+            "{order:?}: {} of {rows} rows read once",
+            got.stats.read_once
+        );
+    }
+    Ok(())
+}
+
 /// More rows than a GPU keeps blocks resident (528 on an H200), so that each block selects several
-/// rows and carries a threshold bin from one to the next: runs of alike rows (the guess holds, the
+/// rows and carries its guess from one to the next: runs of alike rows (the guess holds, the
 /// row is read once) changing every 800 rows, and every fifth row scaled up or down by 10^4, masked,
 /// tied or all equal (the guess keeps too many, misses the k-th or lands on a tied bin, and the row
 /// takes the second read or the dense selection). k up to and past the largest the row kernel sorts
@@ -275,3 +295,4 @@ test_device!(ties_to_the_lowest_index, super::ties_to_the_lowest_index);
 test_device!(many_long_rows, super::many_long_rows);
 test_device!(nan_error, super::nan_error);
 test_device!(carried_thresholds, super::carried_thresholds);
+test_device!(long_rows_large_k, super::long_rows_large_k);

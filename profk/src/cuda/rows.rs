@@ -1,9 +1,10 @@
 //! Row-wise selection by a histogram of the keys (kernels/rows.cu): a pass into a histogram of the
 //! top key bits, a second read that writes the higher bins out and keeps the threshold bin's elements,
 //! and an exact selection over those. Many rows go one block per row, in one launch, with the
-//! histogram and the bin in shared memory: a block carries a threshold bin from one row to the next
-//! and reads a row once when it holds, selects a row whose bin overflows its buffer from the row
-//! itself, and writes the sorted output for k up to 1024. A few long rows are split over every SM,
+//! histogram and the bin in shared memory: a block carries a guessed key from one row to the next
+//! and reads a row once when it holds (the elements above it hold the k-th and fit shared memory),
+//! selects a row whose bin overflows its buffer from the row itself, and writes the sorted output for
+//! k up to 1024. A few long rows are split over every SM,
 //! with a histogram and a candidate buffer per row in global memory, in two launches; split rows
 //! whose threshold bin overflows its buffer go to the dense radix selection, in the same call.
 use super::abi::{RowList, ROW_FALLBACK};

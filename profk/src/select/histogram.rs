@@ -1,18 +1,20 @@
 //! Which calls the CUDA path serves by the histogram selection (kernels/rows.cu) instead of sampling:
 //! a histogram of the top key bits, a second read that keeps the threshold bin, an exact selection
-//! inside it; one block per row carries its threshold bin from row to row and reads a row once when
+//! inside it; one block per row carries a guessed key from row to row and reads a row once when
 //! the bin holds. It has no failure probability and no redraw.
 
 /// Longest row one block takes when the rows fill the device.
 pub const ONE_BLOCK_MAX_N: u64 = 1 << 15;
-/// Longer rows, up to this, take one block each when k is at most 2^-10 of the row: a block carries
-/// its threshold bin from row to row, and at that k the bins from the one below the cut up fit its
-/// kept buffer, so most rows are read once (H200, 2026-12-02 ~09:45 UTC, one call of `profk bench
-/// --device cuda --row-shapes`, 1024 x 2^18 k = 64: f32 0.476 ms against 0.682 sampled, bf16 0.493
-/// against 0.521; docs/perf/logs/2026-12-02-h200-profk-carried-bin.txt). At k = 1024 they no longer
-/// fit and each row is read twice (f32 1.021 ms against 0.907 sampled).
+/// Longer rows, up to this, take one block each when k is at most 2^-8 of the row: a block guesses a
+/// key a margin above the k-th largest (from a sample of its first row, then from the row before),
+/// keeps what lies above it in shared memory and reads most rows once. With the guess a whole
+/// histogram bin, 1024 x 2^18 at k = 64 already ran faster than sampled (H200, 2026-12-02, `profk
+/// bench --device cuda --row-shapes`: f32 0.476 ms against 0.682, bf16 0.493 against 0.521;
+/// docs/perf/logs/2026-12-02-h200-profk-carried-bin.txt), but at k = 1024 a bin's elements no longer
+/// fit and each row was read twice (f32 1.021 ms against 0.907 sampled); docs/perf.md has the key
+/// guess's figures.
 pub const ONE_BLOCK_LONG_MAX_N: u64 = 1 << 18;
-pub const ONE_BLOCK_LONG_K_SHIFT: u32 = 10;
+pub const ONE_BLOCK_LONG_K_SHIFT: u32 = 8;
 /// Rows this short take one block each even when they are few: one block reads such a row in about
 /// a microsecond, less than one of the launches the sampled path chains.
 pub const SHORT_N: u64 = 1 << 14;
@@ -98,14 +100,15 @@ mod tests {
         assert_eq!(h200(3, 5000, 4), Some(OneBlockPerRow));
         assert_eq!(h200(1, 1 << 23, 4), Some(Split));
         assert_eq!(h200(8, 1 << 20, 4), Some(Split));
-        // Rows of up to 2^18 that fill the device when k is at most 2^-10 of them.
+        // Rows of up to 2^18 that fill the device when k is at most 2^-8 of them.
         assert_eq!(h200(1024, 1 << 18, 4), Some(OneBlockPerRow));
         assert_eq!(h200(1024, 1 << 18, 2), Some(OneBlockPerRow));
-        assert_eq!(gpu_histogram_path(1024, 1 << 18, 1024, 4, 132), None);
         assert_eq!(
-            gpu_histogram_path(1024, 1 << 18, 256, 4, 132),
+            gpu_histogram_path(1024, 1 << 18, 1024, 4, 132),
             Some(OneBlockPerRow)
         );
+        assert_eq!(gpu_histogram_path(1024, 1 << 18, 1025, 4, 132), None);
+        assert_eq!(gpu_histogram_path(1024, 1 << 17, 1024, 4, 132), None);
         // Longer rows that fill the device, inputs past L2, composites over 64 bits: sampled.
         assert_eq!(h200(1024, 1 << 19, 4), None);
         assert_eq!(h200(1, 1 << 28, 4), None);
