@@ -230,10 +230,10 @@ fn output_that_is_the_input_or_not_a_regular_file_is_refused() -> Result<()> {
 #[test]
 fn params_device_shows_the_plan_of_that_path() -> Result<()> {
     let run = profk_ok(&[
-        "params", "--n", "2^16", "--k", "256", "--device", "cuda", "--rows", "1024", "--json",
+        "params", "--n", "2^16", "--k", "512", "--device", "cuda", "--rows", "1024", "--json",
     ])?;
     let shown: serde_json::Value = serde_json::from_slice(&run.stdout)?;
-    let plan = profk::gpu_params_for(1 << 16, 256, 1e-3 / 1024.0, 1024)?
+    let plan = profk::gpu_params_for(1 << 16, 512, 1e-3 / 1024.0, 1024)?
         .ok_or_else(|| anyhow::anyhow!("the CUDA path does not sample here"))?;
     ensure!(shown["plan"] == serde_json::to_value(plan)?, "{shown}");
     ensure!(
