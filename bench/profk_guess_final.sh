@@ -3,30 +3,41 @@
 # of < 10 min, from the repository root with .devbin/pkrows (bench/profk_rows_pack.sh), the profk CLI
 # built before the change in .devbin/pkrows-a (the A of the A/B) and .devbin/topk_peers.xz
 # (bench/build_topk_peers.sh) carried:
-#   bash bench/profk_guess_final.sh
-# The shared CUDA test bodies (selection, rows, statistics, graph capture) and every selector against
-# the CPU path; the row kernel's shapes (masked, 1024x2^18; f32 and bf16) as built, 1024x2^18 by the
-# binary before the change, the masked rows without the output writes (PROFK_ROWS_OUTPUT=none); the
-# target rows; then the peers in the same call (f32 and bf16 row-wise shapes, f32 single rows).
+#   bash bench/profk_guess_final.sh [final|rows]
+# final (default): the shared CUDA test bodies (selection, rows, statistics, graph capture) and every
+#   selector against the CPU path; the row kernel's shapes (masked, 1024x2^18; f32 and bf16) as built
+#   and by the binary before the change (f32), the masked rows without the output writes
+#   (PROFK_ROWS_OUTPUT=none); the target rows; then the peers in the same call (f32 and bf16 row-wise
+#   shapes, f32 single rows);
+# rows: the same with the `rows` test body alone and `--check`, without `--targets` and the single
+#   rows' peers (a change to the row kernel only).
+MODE=${1:-final}
 R=${OUT:-/tmp/out}/r.txt
 . bench/lib.sh
 B=/tmp/b
 unpack .devbin/pkrows "$B"
 unpack .devbin/pkrows-a /tmp/a
 mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
-{ echo "# H200 device call: bench/profk_guess_final.sh"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
-profk_checks "$B"
+{ echo "# H200 device call: bench/profk_guess_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
+if [ "$MODE" = final ]; then
+  profk_checks "$B"
+else
+  section "test rows (cuda)" 150 "$B/rows" cuda
+  section "profk bench --device cuda --check --no-table" 90 "$B/profk" bench --device cuda --check --no-table
+fi
 date -u >> "$R"
 for dt in f32 bf16; do
   for only in 8192x32768 1024x2^18; do
     section "profk bench --device cuda --row-shapes --dtype $dt --only $only" 60 "$B/profk" bench --device cuda --row-shapes --dtype $dt --only $only
   done
 done
-section "before the change: profk bench --device cuda --row-shapes --dtype f32 --only 1024x2^18" 60 /tmp/a/profk bench --device cuda --row-shapes --dtype f32 --only 1024x2^18
+for only in 8192x32768 1024x2^18; do
+  section "before the change: profk bench --device cuda --row-shapes --dtype f32 --only $only" 60 /tmp/a/profk bench --device cuda --row-shapes --dtype f32 --only $only
+done
 section "PROFK_ROWS_OUTPUT=none: profk bench --device cuda --row-shapes --dtype f32 --only 8192x32768" 60 env PROFK_ROWS_OUTPUT=none "$B/profk" bench --device cuda --row-shapes --dtype f32 --only 8192x32768
-section "profk bench --device cuda --targets" 60 "$B/profk" bench --device cuda --targets
+[ "$MODE" = final ] && section "profk bench --device cuda --targets" 60 "$B/profk" bench --device cuda --targets
 date -u >> "$R"
 LIMIT=20 section "bench/topk_peers.sh f32 rows" 200 bash bench/topk_peers.sh f32 rows
 LIMIT=20 section "bench/topk_peers.sh bf16 rows" 200 bash bench/topk_peers.sh bf16 rows
-LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
+[ "$MODE" = final ] && LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
 date -u >> "$R"

@@ -56,6 +56,7 @@
 static_assert(ROWS_BINS * 4 + CARRY_CAP * 8 <= ROWS_CAP * 8, "pass 1's histogram and kept elements share pass 2's buffer");
 static_assert(ROWS_BINS * 4 >= CARRY_CAP * 8, "the threshold bin's kept elements fit where the histogram was");
 static_assert(FUSED_MAX_K * 3 <= ROWS_CAP, "the output is sorted and placed in pass 2's buffer");
+static_assert(ROWS_UNROLL * 8 <= 32, "a lane's kept elements of a round fit one 32-bit mask");
 static_assert(FUSED_MAX_K % ROWS_THREADS == 0, "sort_desc holds FUSED_MAX_K / ROWS_THREADS keys a lane");
 
 // A row's threshold bin and the elements above it and in it.
@@ -246,27 +247,26 @@ __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib
       const u32 v = b + u * ROWS_THREADS + t;
       if (v < nvec) w[u] = vp[v];
     }
-    // One count a vector, summed after: independent chains.
-    u32 cnt_u[ROWS_UNROLL];
+    // Bit u * V + q marks element q of vector u kept: one mask a vector, joined after (independent
+    // chains).
+    u32 bits_u[ROWS_UNROLL];
 #pragma unroll
     for (int u = 0; u < ROWS_UNROLL; ++u) {
       const bool valid = b + u * ROWS_THREADS + t < nvec;
-      cnt_u[u] = 0;
+      bits_u[u] = 0;
 #pragma unroll
-      for (int q = 0; q < (int)V; ++q) cnt_u[u] += valid && keeps(Ops<T>::raw(w[u], q));
+      for (int q = 0; q < (int)V; ++q) bits_u[u] |= (u32)(valid && keeps(Ops<T>::raw(w[u], q))) << q;
     }
-    u32 cnt = 0;
+    u32 bits = 0;
 #pragma unroll
-    for (int u = 0; u < ROWS_UNROLL; ++u) cnt += cnt_u[u];
-    if (warp_slots(cnt, fill, slot)) {
-#pragma unroll
-      for (int u = 0; u < ROWS_UNROLL; ++u) {
-        const u32 v = b + u * ROWS_THREADS + t;
-#pragma unroll
-        for (int q = 0; q < (int)V; ++q) {
-          const u32 raw = Ops<T>::raw(w[u], q);
-          if (v < nvec && keeps(raw)) keep(head + v * V + q, raw);
-        }
+    for (int u = 0; u < ROWS_UNROLL; ++u) bits |= bits_u[u] << (u * V);
+    if (warp_slots(__popc(bits), fill, slot)) {
+      // Kept elements are few: only theirs are visited, their bits read again.
+      while (bits) {
+        const u32 e = __ffs(bits) - 1;
+        bits &= bits - 1;
+        const u32 j = head + (b + e / V * ROWS_THREADS + t) * V + e % V;
+        keep(j, Ops<T>::raw1(p[j]));
       }
     }
   }
@@ -295,11 +295,13 @@ __device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u
 }
 
 // The bin of the shared histogram h that holds the k-th largest key, for every thread of the block.
-__device__ __forceinline__ Cut find_cut(const u32* h, u64 k) {
+// With `at_second`, the bin holding the second-th largest too (meaningless when h counts fewer): both
+// from one scan.
+__device__ __forceinline__ Cut find_cut(const u32* h, u64 k, u64 second = 0, Cut* at_second = nullptr) {
   typedef cub::BlockScan<u32, ROWS_THREADS> Scan;
   const int PER = ROWS_BINS / ROWS_THREADS;
   __shared__ typename Scan::TempStorage scan;
-  __shared__ Cut s_cut;
+  __shared__ Cut s_cut, s_second;
   // Thread t owns PER consecutive bins from the top.
   const u32 t = threadIdx.x;
   u32 mine = 0;
@@ -313,10 +315,12 @@ __device__ __forceinline__ Cut find_cut(const u32* h, u64 k) {
     const u32 b = ROWS_BINS - 1 - (t * PER + i);
     const u32 c = h[b];
     if (acc < k && acc + c >= k) s_cut = Cut{b, (u32)acc, c};
+    if (acc < second && acc + c >= second) s_second = Cut{b, (u32)acc, c};
     acc += c;
   }
   __syncthreads();
   const Cut cut = s_cut;
+  if (at_second) *at_second = s_second;
   __syncthreads();
   return cut;
 }
@@ -459,15 +463,14 @@ __device__ void report_nan(const T* row, u64 n, u64 r, u32 nans, Global* g) {
 __device__ __forceinline__ u64 guess_rank(u64 k) { return k + max(k / 2, 64ull); }
 #define GUESS_BUDGET (CARRY_CAP / 4 * 3)
 
-// The key at which histogram h reaches `rank` elements from the top (h counts the keys from `floor`
-// up, at least `rank` of them), interpolated inside the bin that reaches it: a bin's keys are even
-// steps of the value (an eighth of an octave for f32), over which a smooth distribution spreads
-// evenly. NO_GUESS when that bin holds more than `dense` (ties: a key inside it keeps all of them or
-// none).
+// The key at which a histogram reaches `rank` elements from the top (it counts the keys from `floor`
+// up, at least `rank` of them; c is its cut at `rank`), interpolated inside the bin that reaches it: a
+// bin's keys are even steps of the value (an eighth of an octave for f32), over which a smooth
+// distribution spreads evenly. NO_GUESS when that bin holds more than `dense` (ties: a key inside it
+// keeps all of them or none).
 template <typename T>
-__device__ __forceinline__ u32 key_at_rank(const u32* h, u64 rank, u32 floor, u32 dense) {
+__device__ __forceinline__ u32 key_at_rank(const Cut& c, u64 rank, u32 floor, u32 dense) {
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
-  const Cut c = find_cut(h, rank);
   if (c.count > dense) return NO_GUESS;
   const u64 lo = max((u64)c.bin << SHIFT, (u64)floor), hi = ((u64)c.bin + 1) << SHIFT;
   // rank - above of the bin's count elements lie at or above the key (1 <= rank - above <= count).
@@ -476,15 +479,16 @@ __device__ __forceinline__ u32 key_at_rank(const u32* h, u64 rank, u32 floor, u3
 }
 
 // The guess the next row of a block carries, from this row's histogram h (of `total` elements; with
-// `partial`, only those at or above this row's guess `floor`): the key at guess_rank(k). A partial
-// count short of it keeps this guess while it kept at least halfway from k to the rank, else lowers
-// it by the spacing the guess's own bin shows (at most a bin).
+// `partial`, only those at or above this row's guess `floor`) and its cut at guess_rank(k): the key
+// at that rank. A partial count short of it keeps this guess while it kept at least halfway from k to
+// the rank, else lowers it by the spacing the guess's own bin shows (at most a bin).
 template <typename T>
-__device__ __forceinline__ u32 next_guess(const u32* h, u64 k, bool partial, u32 floor, u64 total) {
+__device__ __forceinline__ u32 next_guess(const u32* h, const Cut& at_rank, u64 k, bool partial, u32 floor,
+                                          u64 total) {
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
   const u64 rank = guess_rank(k);
   if (rank > GUESS_BUDGET) return NO_GUESS;
-  if (total >= rank) return key_at_rank<T>(h, rank, partial ? floor : 0, CARRY_CAP);
+  if (total >= rank) return key_at_rank<T>(at_rank, rank, partial ? floor : 0, CARRY_CAP);
   if (!partial) return NO_GUESS;
   if (2 * total >= k + rank) return floor;
   const u32 bin = floor >> SHIFT;
@@ -540,7 +544,7 @@ __device__ u32 sample_guess(const T* p, u64 n, u64 k, int mag, u32* h) {
   const float drawn = (float)(draws * 2 * V);
   const float target = target_of(drawn);
   if (target > drawn) return NO_GUESS;
-  return key_at_rank<T>(h, (u64)target, 0, (u32)((float)CARRY_CAP * drawn / (float)n));
+  return key_at_rank<T>(find_cut(h, (u64)target), (u64)target, 0, (u32)((float)CARRY_CAP * drawn / (float)n));
 }
 
 // A row's output from what pass 1 kept (the warps' slices of `kept`, warp_kept[w] composites in slice
@@ -551,14 +555,15 @@ template <int KB>
 __device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kept, const Cut& cut, u64 k, u64 n,
                                             int ib, bool comps, u64* o, u32* out_fill, u64* bin_buf,
                                             u32* bin_fill) {
-  const u32 t = threadIdx.x;
+  const u32 lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int hi = KB - ROWS_BITS + ib;
   const bool whole = whole_bin(cut, k);
-  // Whole warps each round: warp_slot votes.
-  for (u32 b = 0; b < CARRY_CAP; b += ROWS_THREADS) {
-    const u32 i = b + t;
-    const bool valid = i % WARP_KEPT < warp_kept[i / WARP_KEPT];
-    const u64 c = valid ? kept[i] : 0;
+  // Each warp its own slice, as far as it is filled; whole warps each round: warp_slot votes.
+  const u32 filled = min(warp_kept[warp], (u32)WARP_KEPT);
+  const u64* mine = kept + warp * WARP_KEPT;
+  for (u32 b = 0; b < filled; b += 32) {
+    const bool valid = b + lane < filled;
+    const u64 c = valid ? mine[b + lane] : 0;
     const u32 bin = (u32)(c >> hi);
     const bool take = valid && (bin > cut.bin || (whole && bin == cut.bin));
     const bool keep = valid && !whole && bin == cut.bin;
@@ -817,8 +822,9 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
       __syncthreads();
     }
     const u32 nans = count_nan ? sm.p1.hist[NAN_BIN] : 0;
-    const Cut cut = find_cut(sm.p1.hist, k);
-    guess = next_guess<T>(sm.p1.hist, k, read_once, guess, read_once ? s_kept : n);
+    Cut at_rank;
+    const Cut cut = find_cut(sm.p1.hist, k, guess_rank(k), &at_rank);
+    guess = next_guess<T>(sm.p1.hist, at_rank, k, read_once, guess, read_once ? s_kept : n);
     if (nans) report_nan(row, n, r, nans, g);
     u64* o = vals && k <= SMEM_SLOTS ? s_slots : out + r * k;
     const bool dense = !read_once && overflows(cut, k, ROWS_CAP);
