@@ -130,6 +130,17 @@ for r in rows[1:]:
 print("| sum |", "|", "|", f"{total:.1f}", "|")' >> "$R"
 }
 
+# profk_begin SCRIPT MODE: the start of the bench/profk_*_final.sh scripts: R=$OUT/r.txt (headed by
+# the call, the GPU and the date), B=/tmp/b with the packed .devbin/pkrows unpacked, and the profk CLI
+# where bench/topk_peers.sh looks for it (.devbin/pk).
+profk_begin() {
+  R=${OUT:-/tmp/out}/r.txt
+  B=/tmp/b
+  unpack .devbin/pkrows "$B"
+  mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
+  { echo "# H200 device call: $1 $2"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } >"$R"
+}
+
 # profk_checks BIN-DIR: the shared CUDA test bodies (selection, rows, statistics), the graph capture
 # test and every CUDA selector against the CPU path, as sections of $R.
 profk_checks() {

@@ -9,12 +9,8 @@
 # and .devbin/topk_peers.xz (bench/build_topk_peers.sh) carried; everything goes to $OUT/r.txt.
 #   bash bench/profk_coop_final.sh [rows|more]
 MODE=${1:-full}
-R=${OUT:-/tmp/out}/r.txt
 . bench/lib.sh
-B=/tmp/b
-unpack .devbin/pkrows "$B"
-mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
-{ echo "# H200 device call: bench/profk_coop_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
+profk_begin bench/profk_coop_final.sh "$MODE"
 if [ "$MODE" = more ]; then
   section "profk bench --device cuda --stages" 200 /tmp/b/profk bench --device cuda --stages
   section "profk bench --device cuda --row-shapes --dtype bf16" 150 /tmp/b/profk bench --device cuda --row-shapes --dtype bf16

@@ -15,12 +15,8 @@
 # .devbin/topk_peers.xz (bench/build_topk_peers.sh) carried; everything goes to $OUT/r.txt.
 #   bash bench/profk_dependent_final.sh [ab|rows|final|peers]
 MODE=${1:-ab}
-R=${OUT:-/tmp/out}/r.txt
 . bench/lib.sh
-B=/tmp/b
-unpack .devbin/pkrows "$B"
-mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
-{ echo "# H200 device call: bench/profk_dependent_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
+profk_begin bench/profk_dependent_final.sh "$MODE"
 if [ "$MODE" = final ]; then
   profk_checks "$B"
   for dt in f32 bf16; do

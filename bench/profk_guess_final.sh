@@ -12,13 +12,9 @@
 # rows: the same with the `rows` test body alone and `--check`, without `--targets` and the single
 #   rows' peers (a change to the row kernel only).
 MODE=${1:-final}
-R=${OUT:-/tmp/out}/r.txt
 . bench/lib.sh
-B=/tmp/b
-unpack .devbin/pkrows "$B"
+profk_begin bench/profk_guess_final.sh "$MODE"
 unpack .devbin/pkrows-a /tmp/a
-mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
-{ echo "# H200 device call: bench/profk_guess_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
 if [ "$MODE" = final ]; then
   profk_checks "$B"
 else

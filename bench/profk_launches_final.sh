@@ -12,12 +12,8 @@
 # .devbin/topk_peers.xz (bench/build_topk_peers.sh) carried; everything goes to $OUT/r.txt.
 #   bash bench/profk_launches_final.sh [short]
 MODE=${1:-full}
-R=${OUT:-/tmp/out}/r.txt
 . bench/lib.sh
-B=/tmp/b
-unpack .devbin/pkrows "$B"
-mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
-{ echo "# H200 device call: bench/profk_launches_final.sh $MODE"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } > "$R"
+profk_begin bench/profk_launches_final.sh "$MODE"
 for t in selection rows statistics; do section "test $t (cuda)" 120 /tmp/b/$t cuda; done
 section "graph capture" 60 /tmp/b/graph_capture
 section "profk bench --device cuda --check --no-table" 90 /tmp/b/profk bench --device cuda --check --no-table
