@@ -116,14 +116,22 @@ template <> struct Ops<__nv_bfloat16> {
   static __device__ __forceinline__ bool nan_bits(u32 b) { return (b & 0x7fffu) > 0x7f80u; }
 };
 
+// The raw bits whose key by value is `key` (inverse of ord_key with mag = 0): exact for every key but
+// a zero's (both zeros share it; this gives +0) and the largest (every NaN's).
+template <typename T>
+__device__ __forceinline__ u32 key_raw(u32 key) {
+  const int W = Ops<T>::KB;
+  const u32 MAXK = (W == 32) ? 0xffffffffu : 0xffffu;
+  const u32 SIGN = 1u << (W - 1);
+  return (key & SIGN) ? (key & ~SIGN) : (~key & MAXK);
+}
+
 // The value whose key is `key` (inverse of ord_key; the largest key gives a NaN): for every element x,
 // !(x < value) holds exactly when key(x) >= key (NaN included), with x taken by magnitude when `mag`.
 template <typename T>
 __device__ __forceinline__ float key_value(u32 key, int mag) {
-  const int W = Ops<T>::KB;
-  const u32 MAXK = (W == 32) ? 0xffffffffu : 0xffffu;
-  const u32 SIGN = 1u << (W - 1);
-  u32 b = mag ? key : ((key & SIGN) ? (key & ~SIGN) : (~key & MAXK));
+  const u32 MAXK = (Ops<T>::KB == 32) ? 0xffffffffu : 0xffffu;
+  u32 b = mag ? key : key_raw<T>(key);
   if (key == MAXK) b = MAXK >> 1;  // a NaN
   return Ops<T>::from_bits(b);
 }

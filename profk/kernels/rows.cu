@@ -372,10 +372,11 @@ __device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 
   auto emit = [&](u32 j, u32 raw, bool take, bool keep) {
     if (__any_sync(0xffffffffu, take || keep)) {
       const u32 pos = warp_slot(out_fill, take);
-      const u64 c = (u64)composite(Ops<T>::key_bits(raw, mag), base + j, n, ib);
-      if (take && pos < k) o[pos] = comps ? c : base + j;
+      // The key only for a slot that keeps it.
+      auto comp = [&] { return (u64)composite(Ops<T>::key_bits(raw, mag), base + j, n, ib); };
+      if (take && pos < k) o[pos] = comps ? comp() : base + j;
       const u32 slot = warp_slot(cand_fill, keep);
-      if (keep && slot < cap) cand[slot] = c;
+      if (keep && slot < cap) cand[slot] = comp();
     }
   };
   if (lo == lo && hi == hi) {
@@ -614,11 +615,10 @@ __device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag
 // else read from the row.
 template <typename T>
 __device__ __forceinline__ T value_of(const T* row, u64 c, u64 n, int ib, int mag) {
-  const int W = Ops<T>::KB;
-  const u32 MAXK = (W == 32) ? 0xffffffffu : 0xffffu, SIGN = 1u << (W - 1);
+  const u32 MAXK = (Ops<T>::KB == 32) ? 0xffffffffu : 0xffffu, SIGN = 1u << (Ops<T>::KB - 1);
   const u32 key = (u32)(c >> ib);
   if (mag || key == SIGN || key == MAXK) return row[index_of_comp(c, n, ib)];
-  return Ops<T>::of_bits((key & SIGN) ? (key & ~SIGN) : (~key & MAXK));
+  return Ops<T>::of_bits(key_raw<T>(key));
 }
 
 // Values a thread loads at once when it writes its part of the output: the loads that go to the row
