@@ -26,7 +26,7 @@ pub struct HostLibrary<'a> {
 pub fn compile(fatbins: &[&str], host: Option<HostLibrary>) {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=kernels");
-    for var in ["NVCC", "CUDA_HOME", "CUDA_PATH"] {
+    for var in ["NVCC", "CUDA_HOME", "CUDA_PATH", "CUDA_LINEINFO"] {
         println!("cargo:rerun-if-env-changed={var}");
     }
     if env::var_os("CARGO_FEATURE_CUDA").is_none() {
@@ -56,6 +56,11 @@ pub fn compile(fatbins: &[&str], host: Option<HostLibrary>) {
         let mut cmd = Command::new(&nvcc);
         cmd.args(["-std=c++17", "-O3", ARCH, "-Xptxas=-warn-spills"])
             .args(&includes);
+        // CUDA_LINEINFO=1: line tables, so that a profiler maps its counters to source lines (the
+        // code is the same; the binaries grow).
+        if env::var_os("CUDA_LINEINFO").is_some_and(|v| v == "1") {
+            cmd.arg("-lineinfo");
+        }
         (name.to_string(), cmd)
     };
 

@@ -50,6 +50,8 @@
 #define SMEM_SLOTS 512
 // 16-byte loads each thread keeps in flight per round of a pass.
 #define ROWS_UNROLL 4
+// Kept elements of a round a lane loads again at once.
+#define KEPT_BATCH 4
 // The top bin holds exactly the NaNs (every NaN has the largest key, +inf's bin is lower).
 #define NAN_BIN (ROWS_BINS - 1)
 
@@ -261,12 +263,22 @@ __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib
 #pragma unroll
     for (int u = 0; u < ROWS_UNROLL; ++u) bits |= bits_u[u] << (u * V);
     if (warp_slots(__popc(bits), fill, slot)) {
-      // Kept elements are few: only theirs are visited, their bits read again.
+      // Kept elements are few: only theirs are visited, their bits read again (the round's lines have
+      // left L1 by then), KEPT_BATCH at once so that the loads wait together.
       while (bits) {
-        const u32 e = __ffs(bits) - 1;
-        bits &= bits - 1;
-        const u32 j = head + (b + e / V * ROWS_THREADS + t) * V + e % V;
-        keep(j, Ops<T>::raw1(p[j]));
+        u32 js[KEPT_BATCH], raws[KEPT_BATCH];
+#pragma unroll
+        for (int q = 0; q < KEPT_BATCH; ++q) {
+          const u32 e = __ffs(bits) - 1;
+          js[q] = bits ? head + (b + e / V * ROWS_THREADS + t) * V + e % V : ~0u;
+          bits &= bits - 1;
+        }
+#pragma unroll
+        for (int q = 0; q < KEPT_BATCH; ++q)
+          if (js[q] != ~0u) raws[q] = Ops<T>::raw1(p[js[q]]);
+#pragma unroll
+        for (int q = 0; q < KEPT_BATCH; ++q)
+          if (js[q] != ~0u) keep(js[q], raws[q]);
       }
     }
   }
@@ -294,30 +306,47 @@ __device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u
   }
 }
 
-// The bin of the shared histogram h that holds the k-th largest key, for every thread of the block.
-// With `at_second`, the bin holding the second-th largest too (meaningless when h counts fewer): both
-// from one scan.
+// Zeroes a shared histogram (16-byte aligned) in 16-byte stores.
+__device__ __forceinline__ void zero_hist(u32* h) {
+  for (u32 i = threadIdx.x; i < ROWS_BINS / 4; i += ROWS_THREADS) ((uint4*)h)[i] = make_uint4(0, 0, 0, 0);
+}
+
+// The bin of the shared histogram h (16-byte aligned) that holds the k-th largest key, for every thread
+// of the block. With `at_second`, the bin holding the second-th largest too (meaningless when h counts
+// fewer): both from one scan. Only the thread whose bins hold a crossing walks them.
 __device__ __forceinline__ Cut find_cut(const u32* h, u64 k, u64 second = 0, Cut* at_second = nullptr) {
   typedef cub::BlockScan<u32, ROWS_THREADS> Scan;
   const int PER = ROWS_BINS / ROWS_THREADS;
+  static_assert(PER % 4 == 0, "a thread's bins are whole 16-byte vectors");
   __shared__ typename Scan::TempStorage scan;
   __shared__ Cut s_cut, s_second;
-  // Thread t owns PER consecutive bins from the top.
+  // Thread t owns PER consecutive bins from the top, t * PER + i down from the top bin.
   const u32 t = threadIdx.x;
+  const uint4* v = (const uint4*)(h + ROWS_BINS - (t + 1) * PER);
   u32 mine = 0;
 #pragma unroll
-  for (int i = 0; i < PER; ++i) mine += h[ROWS_BINS - 1 - (t * PER + i)];
+  for (int i = 0; i < PER / 4; ++i) {
+    const uint4 q = v[i];
+    mine += q.x + q.y + q.z + q.w;
+  }
   u32 before;
   Scan(scan).ExclusiveSum(mine, before);
-  u64 acc = before;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const u32 b = ROWS_BINS - 1 - (t * PER + i);
-    const u32 c = h[b];
-    if (acc < k && acc + c >= k) s_cut = Cut{b, (u32)acc, c};
-    if (acc < second && acc + c >= second) s_second = Cut{b, (u32)acc, c};
-    acc += c;
-  }
+  // Counts and ranks stay below 2^32 (a row of the row kernel is shorter).
+  const u64 end = (u64)before + mine;
+  auto crossing = [&](u64 rank, Cut& out) {
+    if (!(before < rank && end >= rank)) return;
+    u32 acc = before;
+    for (u32 i = 0; i < PER; ++i) {
+      const u32 b = ROWS_BINS - 1 - (t * PER + i), c = h[b];
+      if (acc + (u64)c >= rank) {
+        out = Cut{b, acc, c};
+        return;
+      }
+      acc += c;
+    }
+  };
+  crossing(k, s_cut);
+  if (at_second) crossing(second, s_second);
   __syncthreads();
   const Cut cut = s_cut;
   if (at_second) *at_second = s_second;
@@ -409,12 +438,86 @@ __device__ __forceinline__ u64 index_of_comp(u64 c, u64 n, int ib) {
 // A selected element's slot: its composite with `comps`, else its row-local index.
 __device__ __forceinline__ u64 slot_of(u64 c, u64 n, int ib, bool comps) { return comps ? c : index_of_comp(c, n, ib); }
 
+// Shared memory for select_few: a digit's histogram, and the candidates of the digit that holds the cut.
+struct SubDigit {
+  u32 hist[256];
+  u64 list[ROWS_THREADS];
+  u32 fill, digit, need, whole;
+};
+
+static_assert(ROWS_THREADS == 256, "select_few: a digit's 256 bins, one a thread");
+static_assert(ROWS_THREADS * 8 + sizeof(SubDigit) <= ROWS_BINS * 4,
+              "select_few's room lies after a bin of ROWS_THREADS elements, inside the spent histogram");
+
+// The kleft largest of at most one composite a thread (c where `valid`, every one sharing the bits
+// from `hi` up; distinct), each passed to take(c): one digit of the next 8 bits below `hi` splits them,
+// a warp's scan finds the digit that holds the kleft-th, every higher digit is taken, and only that
+// digit's composites are ranked among themselves (a smooth row leaves one to three there, where
+// ranking all of them against all cost count^2 steps).
+template <typename Take>
+__device__ __forceinline__ void select_few(u64 c, bool valid, int hi, u32 kleft, SubDigit& s, Take take) {
+  const u32 t = threadIdx.x, lane = t & 31;
+  const int lo = hi > 8 ? hi - 8 : 0;
+  const u32 mask = (1u << (hi - lo)) - 1;
+  s.hist[t] = 0;
+  if (t == 0) s.fill = 0;
+  __syncthreads();
+  const u32 d = valid ? (u32)(c >> lo) & mask : ~0u;
+  const unsigned same = __match_any_sync(0xffffffffu, d);
+  if (valid && (int)lane == __ffs(same) - 1) atomicAdd(&s.hist[d], (u32)__popc(same));
+  __syncthreads();
+  if (t < 32) {
+    // Lane l holds digits 255 - 8l down to 248 - 8l.
+    u32 h[8], mine = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) mine += h[i] = s.hist[255 - 8 * lane - i];
+    u32 incl = mine;
+#pragma unroll
+    for (int dd = 1; dd < 32; dd <<= 1) {
+      const u32 o = __shfl_up_sync(0xffffffffu, incl, dd);
+      if (lane >= (u32)dd) incl += o;
+    }
+    u32 acc = incl - mine;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (acc < kleft && acc + h[i] >= kleft) {
+        s.digit = 255 - 8 * lane - i;
+        s.need = kleft - acc;
+        s.whole = acc + h[i] == kleft;
+      }
+      acc += h[i];
+    }
+  }
+  __syncthreads();
+  const u32 cut = s.digit, need = s.need;
+  const bool whole = s.whole;
+  if (valid && (d > cut || (d == cut && whole))) take(c);
+  if (valid && d == cut && !whole) s.list[atomicAdd(&s.fill, 1u)] = c;
+  __syncthreads();
+  const u32 m = s.fill;
+  if (t < m) {
+    const u64 own = s.list[t];
+    u32 rank = 0;
+    for (u32 i = 0; i < m; ++i) rank += s.list[i] > own;
+    if (rank < need) take(own);
+  }
+}
+
 // The rest of a row's output: the k - above largest of the threshold bin's `count` composites
 // (read by ld(i)) into o through out_fill.
 template <int KB, typename Ld>
 __device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 n, int ib, bool comps, u64* o,
-                                              u32* out_fill) {
+                                              u32* out_fill, SubDigit* scratch = nullptr) {
   const u32 t = threadIdx.x, count = cut.count, kleft = (u32)k - cut.above;
+  // Every candidate shares the bin's bits: a selection goes on below them.
+  const int hi = KB - ROWS_BITS + ib;
+  if (count <= ROWS_THREADS && scratch) {
+    select_few(ld(t < count ? t : 0), t < count, hi, kleft, *scratch, [&](u64 c) {
+      const u32 pos = atomicAdd(out_fill, 1u);
+      if (pos < k) o[pos] = slot_of(c, n, ib, comps);
+    });
+    return;
+  }
   if (count <= ROWS_THREADS) {
     // Few candidates: each one's rank among the others (composites are distinct).
     if (t < count) {
@@ -429,8 +532,6 @@ __device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 
     }
     return;
   }
-  // Every candidate shares the bin's bits: the radix selection starts below them.
-  const int hi = KB - ROWS_BITS + ib;
   const u64 tau = block_kth_with<ROWS_THREADS>(
       [&](auto f) {
         // Whole warps each round: the bins are matched across the warp.
@@ -479,12 +580,13 @@ __device__ __forceinline__ u32 key_at_rank(const Cut& c, u64 rank, u32 floor, u3
   return (u32)min(key, (u64)NO_GUESS - 1);
 }
 
-// The guess the next row of a block carries, from this row's histogram h (of `total` elements; with
-// `partial`, only those at or above this row's guess `floor`) and its cut at guess_rank(k): the key
-// at that rank. A partial count short of it keeps this guess while it kept at least halfway from k to
-// the rank, else lowers it by the spacing the guess's own bin shows (at most a bin).
+// The guess the next row of a block carries, from this row's histogram (of `total` elements; with
+// `partial`, only those at or above this row's guess `floor`, `in_bin` of them in the guess's bin) and
+// its cut at guess_rank(k): the key at that rank. A partial count short of it keeps this guess while
+// it kept at least halfway from k to the rank, else lowers it by the spacing the guess's own bin shows
+// (at most a bin).
 template <typename T>
-__device__ __forceinline__ u32 next_guess(const u32* h, const Cut& at_rank, u64 k, bool partial, u32 floor,
+__device__ __forceinline__ u32 next_guess(u32 in_bin, const Cut& at_rank, u64 k, bool partial, u32 floor,
                                           u64 total) {
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
   const u64 rank = guess_rank(k);
@@ -493,7 +595,7 @@ __device__ __forceinline__ u32 next_guess(const u32* h, const Cut& at_rank, u64 
   if (!partial) return NO_GUESS;
   if (2 * total >= k + rank) return floor;
   const u32 bin = floor >> SHIFT;
-  const u64 width = (((u64)bin + 1) << SHIFT) - floor, in_bin = h[bin];
+  const u64 width = (((u64)bin + 1) << SHIFT) - floor;
   const u64 step = in_bin ? min((width * (rank - total) + in_bin - 1) / in_bin, 1ull << SHIFT) : 1ull << SHIFT;
   return floor > step ? (u32)(floor - step) : 0u;
 }
@@ -551,11 +653,11 @@ __device__ u32 sample_guess(const T* p, u64 n, u64 k, int mag, u32* h) {
 // A row's output from what pass 1 kept (the warps' slices of `kept`, warp_kept[w] composites in slice
 // w, every element of the bins at or above the cut among them): the elements above the threshold bin
 // straight into o through out_fill, the bin's into `bin_buf` through bin_fill, and their k - above
-// largest by select_in_bin.
+// largest by select_in_bin (with `scratch` beside the bin's elements).
 template <int KB>
 __device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kept, const Cut& cut, u64 k, u64 n,
                                             int ib, bool comps, u64* o, u32* out_fill, u64* bin_buf,
-                                            u32* bin_fill) {
+                                            u32* bin_fill, SubDigit* scratch) {
   const u32 lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int hi = KB - ROWS_BITS + ib;
   const bool whole = whole_bin(cut, k);
@@ -574,7 +676,7 @@ __device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kep
     if (keep) bin_buf[slot] = c;
   }
   __syncthreads();
-  if (!whole) select_in_bin<KB>([&](u32 i) { return bin_buf[i]; }, cut, k, n, ib, comps, o, out_fill);
+  if (!whole) select_in_bin<KB>([&](u32 i) { return bin_buf[i]; }, cut, k, n, ib, comps, o, out_fill, scratch);
 }
 
 // A row whose threshold bin overflows the buffer (heavy ties: an all-equal row), by the same block: a
@@ -776,7 +878,7 @@ __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag
 template <typename T>
 __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out,
                           RowRun* run, Global* g, T* vals, long long* idx_out, int flags) {
-  __shared__ union {
+  __shared__ __align__(16) union {
     struct {
       u32 hist[ROWS_BINS];
       u64 kept[CARRY_CAP];
@@ -797,7 +899,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
   u32 guess = NO_GUESS;
   for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = x + r * n;
-    for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.p1.hist[i] = 0;
+    zero_hist(sm.p1.hist);
     if (t == 0) s_out = s_cand = s_kept = s_kept_most = 0;
     __syncthreads();
     // With a carried bin the row is read once when the bins from it up hold the top k and fit the
@@ -805,7 +907,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     bool read_once = false;
     if (r == blockIdx.x) {
       guess = sample_guess(row, n, k, mag, sm.p1.hist);
-      for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.p1.hist[i] = 0;
+      zero_hist(sm.p1.hist);
       __syncthreads();
     }
     if (guess != NO_GUESS) {
@@ -813,7 +915,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
       __syncthreads();
       read_once = s_kept >= k && s_kept_most <= WARP_KEPT;
       if (!read_once) {
-        for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) sm.p1.hist[i] = 0;
+        zero_hist(sm.p1.hist);
         __syncthreads();
       }
     }
@@ -822,23 +924,28 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
       __syncthreads();
     }
     const u32 nans = count_nan ? sm.p1.hist[NAN_BIN] : 0;
+    // Read before find_cut's barrier: select_kept overwrites the histogram.
+    const u32 guess_bin_count = guess == NO_GUESS ? 0u : sm.p1.hist[guess >> (Ops<T>::KB - ROWS_BITS)];
     Cut at_rank;
     const Cut cut = find_cut(sm.p1.hist, k, guess_rank(k), &at_rank);
-    guess = next_guess<T>(sm.p1.hist, at_rank, k, read_once, guess, read_once ? s_kept : n);
+    guess = next_guess<T>(guess_bin_count, at_rank, k, read_once, guess, read_once ? s_kept : n);
     if (nans) report_nan(row, n, r, nans, g);
     u64* o = vals && k <= SMEM_SLOTS ? s_slots : out + r * k;
+    // A threshold bin of at most ROWS_THREADS elements (they lie at the start of sm) is selected with
+    // the room after them.
+    SubDigit* scratch = (SubDigit*)(sm.cand + ROWS_THREADS);
     const bool dense = !read_once && overflows(cut, k, ROWS_CAP);
     if (read_once) {
       // The histogram is spent: the bin's elements go where it was.
       select_kept<Ops<T>::KB>(sm.p1.kept, warp_kept, cut, k, n, ib, comps, o, &s_out, (u64*)sm.p1.hist,
-                              &s_cand);
+                              &s_cand, scratch);
     } else if (dense) {
       select_dense(row, n, cut, k, mag, ib, comps, o, &s_out);
     } else {
       compact_pass(row, n, 0, n, mag, ib, comps, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP, chunk_max);
       __syncthreads();
       if (!whole_bin(cut, k))
-        select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, comps, o, &s_out);
+        select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, comps, o, &s_out, scratch);
     }
     __syncthreads();
     if (vals) write_sorted(row, n, k, mag, ib, flags, o, sm.cand, vals + r * k, idx_out + r * k);
@@ -858,12 +965,12 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
 template <typename T>
 __device__ void rows_split_hist(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,
                                 int count_nan, SplitRow* st, RowRun* run, Global* g) {
-  __shared__ u32 h[ROWS_BINS];
+  __shared__ __align__(16) u32 h[ROWS_BINS];
   const u32 t = threadIdx.x;
   for (u64 item = blockIdx.x; item < rows * parts; item += gridDim.x) {
     const u64 r = item / parts, c = item % parts;
     const u64 from = c * part, len = min(part, n - from);
-    for (u32 i = t; i < ROWS_BINS; i += ROWS_THREADS) h[i] = 0;
+    zero_hist(h);
     __syncthreads();
     hist_pass(x + r * n + from, len, mag, h, nullptr);
     __syncthreads();
