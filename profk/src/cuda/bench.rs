@@ -669,6 +669,41 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
     cases.push(("bf16 uniform ties".into(), x, 5000, base.clone(), None));
     let x = Tensor::ones(1 << 20, DType::F32, dev)?;
     cases.push(("all equal".into(), x, 777, base.clone(), None));
+    // Single rows and a flat row whose buffers pass one block, and an all-equal row whose buffer is
+    // one run of ties.
+    for dt in [DType::F32, DType::BF16] {
+        let x = input(&[1 << 22], Dist::Normal, dt, dev)?;
+        for order in [Order::Desc, Order::Index] {
+            cases.push((
+                format!("{dt:?} one row, large buffer {order:?}"),
+                x.clone(),
+                8192,
+                TopKOptions {
+                    order,
+                    ..base.clone()
+                },
+                None,
+            ));
+        }
+    }
+    cases.push((
+        "flat, large buffer".into(),
+        input(&[64, 65536], Dist::Normal, DType::F32, dev)?,
+        100_000,
+        TopKOptions {
+            mode: Mode::Flat,
+            ..base.clone()
+        },
+        None,
+    ));
+    let x = Tensor::ones(1 << 21, DType::F32, dev)?;
+    cases.push((
+        "all equal, large buffer".into(),
+        x,
+        20_000,
+        base.clone(),
+        None,
+    ));
     let x = Tensor::full(f32::NEG_INFINITY, (8, 20_000), dev)?;
     cases.push(("all masked rows".into(), x, 64, base.clone(), None));
     let x = input(&[1 << 20], Dist::Normal, DType::F32, dev)?;

@@ -723,23 +723,30 @@ fn output(
             -1,
         ),
         Order::Desc if narrow => {
-            let c = arena.alloc::<u64>(total as usize)?;
-            arena.launch_args(
-                Family::Select,
-                &format!("out_composite_{}", input.suffix),
-                grid,
-                256,
-                &[
-                    Arg::U64(input.ptr),
-                    Arg::U64(shape.n),
-                    Arg::U64(k),
-                    Arg::I32(input.mag as i32),
-                    Arg::I32(shape.ib as i32),
-                    Arg::U64(slots.ptr),
-                    Arg::U64(c.ptr),
-                    Arg::U64(total),
-                ],
-            )?;
+            // The selection wrote each slot's composite where it could; else they are gathered.
+            let c = match comps {
+                Some(c) => *c,
+                None => {
+                    let c = arena.alloc::<u64>(total as usize)?;
+                    arena.launch_args(
+                        Family::Select,
+                        &format!("out_composite_{}", input.suffix),
+                        grid,
+                        256,
+                        &[
+                            Arg::U64(input.ptr),
+                            Arg::U64(shape.n),
+                            Arg::U64(k),
+                            Arg::I32(input.mag as i32),
+                            Arg::I32(shape.ib as i32),
+                            Arg::U64(slots.ptr),
+                            Arg::U64(c.ptr),
+                            Arg::U64(total),
+                        ],
+                    )?;
+                    c
+                }
+            };
             (
                 sort::sort_keys_u64(arena, c, rows, ku, true, shape.kb + shape.ib)?,
                 shape.ib as i32,
