@@ -24,6 +24,21 @@ __device__ __forceinline__ DenseKey<T> dense_key(const SampleArgs& a) {
     sample_select_body<256>(a, sel, t, ib, tb, dense_key<T>(a));                                                      \
   }
 
+#define SAMPLE_SPREAD_PER(SUF, T, PER)                                                                  \
+  extern "C" __global__ void __launch_bounds__(256) sample_spread_p##PER##_##SUF(                       \
+      SampleArgs a, RowSel* sel, u64* cand, u32 t, u32 bpr, int ib, int tb) {                           \
+    dependent_launch_entry();                                                                           \
+    sample_spread_body<PER>(a, sel, cand, t, bpr, ib, tb, dense_key<T>(a));                             \
+  }
+#define SAMPLE_SPREAD(SUF, T)   \
+  SAMPLE_SPREAD_PER(SUF, T, 1)  \
+  SAMPLE_SPREAD_PER(SUF, T, 2)  \
+  SAMPLE_SPREAD_PER(SUF, T, 4)
+
+SAMPLE_SPREAD(f32, float)
+SAMPLE_SPREAD(f16, __half)
+SAMPLE_SPREAD(bf16, __nv_bfloat16)
+
 SAMPLE_SELECT(f32, float)
 SAMPLE_SELECT(f16, __half)
 SAMPLE_SELECT(bf16, __nv_bfloat16)

@@ -9,8 +9,10 @@
 // permutation, whose first S images form a uniform S-subset. Each (row, attempt) gets its own key, so a
 // redraw is a fresh independent sample, and every thread computes its indices with no coordination.
 // Stage 2, the t-th largest sampled composite: for S <= 16384 and composites of at most 64 bits the same
-// kernel selects it in registers (sample_select_*, one launch per attempt); otherwise the sample is
-// written out and selected by the multi-launch radix selection of select.cu.
+// kernel selects it in registers (sample_select_*, one launch per attempt, one block per row). Rows too
+// few to fill the device spread their sample over many blocks instead (sample_spread_*): each block keeps
+// its slice's t largest, the row's last block selects among them. Otherwise the sample is written out
+// and selected by the radix selection of select.cu.
 #pragma once
 #include "block_select.cuh"
 
@@ -87,3 +89,126 @@ __device__ void sample_select_body(const SampleArgs& a, RowSel* sel, u32 t, int 
   }
 }
 
+
+// Largest rank that block_kth_by_rounds serves: a round costs two block barriers, a digit of
+// block_kth_with about as much plus a warp match per slot.
+#define ROUNDS_MAX 8
+// Candidate slots a thread of sample_spread's last block holds: 256 * 8 = 2048 candidates a row.
+#define SPREAD_SLOTS 8
+
+// The kth-largest of a block's composites (N registers a thread, unused ones zero) by kth rounds,
+// each taking the block's largest remaining one. Composites other than zero are distinct, so a
+// round's largest has one owner; once it is zero, so is every later one.
+template <int THREADS, int N>
+__device__ u64 block_kth_by_rounds(const u64 (&c)[N], u32 kth) {
+  __shared__ u64 warp_top[THREADS / 32];
+  __shared__ u64 round_top;
+  u32 taken = 0;
+  u64 top = 0;
+  for (u32 round = 0; round < kth; ++round) {
+    u64 mine = 0;
+#pragma unroll
+    for (int p = 0; p < N; ++p)
+      if (!(taken >> p & 1) && c[p] > mine) mine = c[p];
+    u64 w = mine;
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+      const u64 other = __shfl_xor_sync(0xffffffffu, w, o);
+      w = other > w ? other : w;
+    }
+    if ((threadIdx.x & 31) == 0) warp_top[threadIdx.x >> 5] = w;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      u64 b = 0;
+      for (int i = 0; i < THREADS / 32; ++i) b = warp_top[i] > b ? warp_top[i] : b;
+      round_top = b;
+    }
+    __syncthreads();
+    top = round_top;
+    if (top == 0) break;
+    if (mine == top) {
+      bool first = true;
+#pragma unroll
+      for (int p = 0; p < N; ++p)
+        if (first && !(taken >> p & 1) && c[p] == top) {
+          taken |= 1u << p;
+          first = false;
+        }
+    }
+  }
+  return top;
+}
+
+// Stages 1 and 2 over `bpr` blocks per pending row (256 threads, PER samples a thread): each block
+// draws its slice of the sample and writes the slice's t largest composites (zeros where the slice holds
+// fewer) to the row's candidates, `bpr * t <= 256 * SPREAD_SLOTS` of them; the row's last block selects
+// the t-th largest candidate. The overall t largest are each among their slice's t largest, so that is
+// the sample's t-th largest, exactly as one block over the whole sample finds it.
+// Registers are sized to what each stage holds (PER, SPREAD_SLOTS): unrolled over BS_PER slots, the
+// Feistel rounds and warp matches made a kernel of 10 000 instructions whose warps waited mostly on
+// instruction fetch.
+template <int PER, typename KeyAt>
+__device__ void sample_spread_body(const SampleArgs& a, RowSel* sel, u64* cand, u32 t, u32 bpr, int ib, int tb,
+                                   KeyAt key_at) {
+  constexpr int THREADS = 256;
+  const u64 i = blockIdx.x / bpr;
+  const u32 b = blockIdx.x % bpr;
+  if (i >= list_len(a.list, a.rows)) return;
+  const u64 r = list_row(a.list, i);
+  const u64 key = mix64(a.seed ^ mix64(((u64)a.attempt << 40) ^ r));
+  const u64 base = (u64)b * THREADS * PER;
+  const u32 count = (u32)min((u64)THREADS * PER, a.s - base);
+  u64 c[PER];
+#pragma unroll
+  for (int p = 0; p < PER; ++p) {
+    const u32 slot = threadIdx.x + p * THREADS;
+    c[p] = 0;
+    if (slot < count) {
+      const u64 idx = permute(base + slot, a.n, a.half_bits, key);
+      c[p] = (u64)composite(key_at(r, idx), idx, a.n, ib);
+    }
+  }
+  u64* row_cand = cand + (u64)r * bpr * t;
+  u64* mine = row_cand + (u64)b * t;
+  if (count <= t) {
+    for (u32 j = threadIdx.x; j < t; j += THREADS) mine[j] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < PER; ++p) {
+      const u32 slot = threadIdx.x + p * THREADS;
+      if (slot < count) mine[slot] = c[p];
+    }
+  } else {
+    __shared__ u32 fill;
+    if (threadIdx.x == 0) fill = 0;
+    const u64 cut = block_kth_with<THREADS>(
+        [&](auto f) {
+#pragma unroll
+          for (int p = 0; p < PER; ++p) f(c[p], threadIdx.x + p * THREADS < count);
+        },
+        t, tb, 0);
+#pragma unroll
+    for (int p = 0; p < PER; ++p)
+      if (threadIdx.x + p * THREADS < count && c[p] >= cut) mine[atomicAdd(&fill, 1u)] = c[p];
+  }
+  if (!block_any_last(&sel[r].arrivals, bpr)) return;
+  const u32 total = bpr * t;
+  u64 d[SPREAD_SLOTS];
+#pragma unroll
+  for (int p = 0; p < SPREAD_SLOTS; ++p) {
+    const u32 j = threadIdx.x + p * THREADS;
+    d[p] = j < total ? __ldcg(row_cand + j) : 0;
+  }
+  const u64 tau = t <= ROUNDS_MAX ? block_kth_by_rounds<THREADS>(d, t)
+                                  : block_kth_with<THREADS>(
+                                        [&](auto f) {
+#pragma unroll
+                                          for (int p = 0; p < SPREAD_SLOTS; ++p)
+                                            f(d[p], threadIdx.x + p * THREADS < total);
+                                        },
+                                        t, tb, 0);
+  if (threadIdx.x == 0) {
+    sel[r].tmin = tau;
+    sel[r].arrivals = 0;
+  }
+}

@@ -540,6 +540,10 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
         .collect();
     let variants = [
         ("full", 0),
+        (
+            "full, sample's threshold by one block or grid barriers",
+            skip::SPREAD,
+        ),
         ("- redraw launches", skip::REDRAW),
         ("- redraw, fallback launches", skip::REDRAW | skip::FALLBACK),
         (

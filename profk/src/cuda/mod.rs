@@ -56,6 +56,9 @@ pub mod skip {
     /// Not a skip: take the histogram selection on any shape whose composites fit 64 bits, to time it
     /// where the default leaves it.
     pub const ROW_KERNEL: u32 = 64;
+    /// Not a skip: select the sample's threshold of rows too few to fill the device as before the
+    /// spread sample (one block a row, or a cooperative launch), to time both.
+    pub const SPREAD: u32 = 128;
     #[cfg(feature = "bench")]
     thread_local!(static SKIP: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
     /// Runs `f` with the given stages left out of every call on this thread.
@@ -118,7 +121,11 @@ pub struct DeviceStatus {
 impl DeviceStatus {
     /// Waits for the call, then reports NaN errors and the statistics.
     pub fn read(&self) -> Result<SelectStats> {
-        let bytes = self.stream.clone_dtoh(&self.record).map_err(launch::drv)?;
+        let len = self.rows as usize * ROW_RUN_BYTES + GLOBAL_BYTES;
+        let bytes = self
+            .stream
+            .clone_dtoh(&self.record.slice(..len))
+            .map_err(launch::drv)?;
         let (run_bytes, g) = bytes.split_at(self.rows as usize * ROW_RUN_BYTES);
         let word = |b: &[u8], i: usize| {
             u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
@@ -269,16 +276,6 @@ fn topk_deferred_spec(
         suffix,
         mag: opts.by_magnitude,
     };
-    let record = arena
-        .stream
-        .alloc_zeros::<u8>(spec.rows * ROW_RUN_BYTES + GLOBAL_BYTES)
-        .map_err(launch::drv)?;
-    let record_ptr = record.device_ptr(&arena.stream).0;
-    let run = Dev::<u8>::at(record_ptr, spec.rows * ROW_RUN_BYTES);
-    let global = Dev::<u8>::at(
-        record_ptr + (spec.rows * ROW_RUN_BYTES) as u64,
-        GLOBAL_BYTES,
-    );
     let histogram = if histogram_allowed
         && acc.is_none()
         && opts.selector == Selector::Profk
@@ -293,6 +290,25 @@ fn topk_deferred_spec(
     } else {
         None
     };
+    // The record, and after it the sampled path's selection state: one memset zeroes both.
+    let record_bytes = spec.rows * ROW_RUN_BYTES + GLOBAL_BYTES;
+    let state_bytes = if plan.is_some() {
+        SelState::bytes(spec.rows)
+    } else {
+        0
+    };
+    let record = arena
+        .stream
+        .alloc_zeros::<u8>(record_bytes + state_bytes)
+        .map_err(launch::drv)?;
+    let record_ptr = record.device_ptr(&arena.stream).0;
+    let run = Dev::<u8>::at(record_ptr, spec.rows * ROW_RUN_BYTES);
+    let global = Dev::<u8>::at(
+        record_ptr + (spec.rows * ROW_RUN_BYTES) as u64,
+        GLOBAL_BYTES,
+    );
+    let sampled_state = SelState::at(record_ptr + record_bytes as u64, spec.rows);
+    arena.bytes += state_bytes;
 
     let fused = acc.filter(|_| k > 0 && shape.rows > 0 && plan.is_some());
     if let (Some(a), None) = (acc, fused) {
@@ -330,7 +346,8 @@ fn topk_deferred_spec(
                     (sort_baseline(&mut arena, &input, &shape, k)?, None)
                 }
                 (Selector::Profk, Some(p), _) => {
-                    profk(&mut arena, &input, &shape, k, opts, p, &run, &global, fused)?
+                    let rec = (&run, &global, &sampled_state);
+                    profk(&mut arena, &input, &shape, k, opts, p, rec, fused)?
                 }
                 _ => {
                     nan_scan(&arena, &input, &shape, opts, &global)?;
@@ -411,8 +428,7 @@ fn profk(
     k: u64,
     opts: &TopKOptions,
     plan: Plan,
-    run: &Dev<u8>,
-    global: &Dev<u8>,
+    (run, global, state): (&Dev<u8>, &Dev<u8>, &SelState),
     acc: Option<&abi::AccArgs>,
 ) -> Result<(Dev<u64>, Option<Dev<u64>>)> {
     let rows = shape.rows as usize;
@@ -426,8 +442,28 @@ fn profk(
     // block does not compute all S sampled positions alone.
     let fused_sample = block_sample && shape.rows >= u64::from(arena.sms);
     let block_buffer = narrow && cap <= sample::FUSED_MAX_SAMPLE;
-    let state = SelState::new(arena, rows)?;
-    let sample_len = if fused_sample { 0 } else { rows * s as usize };
+    // Fewer rows than SMs: each row's sample is spread over many blocks, one launch an attempt
+    // whether or not it is captured.
+    let spread = (narrow && !fused_sample && acc.is_none())
+        .then(|| sample::spread_shape(s, plan.t))
+        .flatten()
+        .filter(|_| !skip::has(skip::SPREAD) && forced_spread().unwrap_or(true))
+        .map(|(bpr, per)| match forced_spread_per() {
+            Some(p) => (s.div_ceil(sample::SPREAD_THREADS * p), p),
+            None => (bpr, per),
+        })
+        .filter(|&(bpr, per)| {
+            bpr * plan.t <= sample::SPREAD_CANDIDATES && sample::SPREAD_PER.contains(&per)
+        });
+    let cand = match spread {
+        Some((bpr, _)) => arena.alloc::<u64>(rows * (bpr * plan.t) as usize)?,
+        None => arena.alloc::<u64>(0)?,
+    };
+    let sample_len = if fused_sample || spread.is_some() {
+        0
+    } else {
+        rows * s as usize
+    };
     let skeys = arena.alloc::<u32>(sample_len)?;
     let sidx = arena.alloc::<u64>(sample_len)?;
     let buf = filter::Buffer {
@@ -477,7 +513,20 @@ fn profk(
         };
         let (ids, counts) = written_by(attempt);
         let acc = acc.filter(|_| attempt == 1);
-        if fused_sample {
+        if let Some(shape_of) = spread {
+            sample::spread_select(
+                arena_ro,
+                input,
+                shape,
+                (s, plan.t),
+                shape_of,
+                opts.seed,
+                attempt,
+                pending,
+                &state.sel,
+                &cand,
+            )?;
+        } else if fused_sample {
             sample::draw_and_select(
                 arena_ro, input, shape, s, plan.t, opts.seed, attempt, pending, &state.sel, acc,
             )?;
@@ -486,7 +535,7 @@ fn profk(
                 arena: arena_ro,
                 input,
                 shape: *shape,
-                state: &state,
+                state,
                 rows: pending,
             };
             // A sample past one block is drawn inside its threshold's cooperative launch.
@@ -532,7 +581,7 @@ fn profk(
         arena: arena_ro,
         input,
         shape: *shape,
-        state: &state,
+        state,
         rows: list(attempts, ROW_OK),
     };
     let buffer_src = Source::List {
@@ -551,7 +600,7 @@ fn profk(
         arena: arena_ro,
         input,
         shape: *shape,
-        state: &state,
+        state,
         rows: list(attempts, ROW_FALLBACK),
     };
     if !skip::has(skip::FALLBACK) {
@@ -633,6 +682,27 @@ const RANK_SLICE: u64 = 128;
 /// Blocks an SM the ranked output may ask for: calls of more slices than that fill the device with
 /// one block per row, or sort.
 const RANK_BLOCKS_PER_SM: u64 = 2;
+
+/// Whether a benchmark asks for the spread sample (`PROFK_SAMPLE=spread|block`), to time both under a
+/// profiler.
+fn forced_spread() -> Option<bool> {
+    #[cfg(feature = "bench")]
+    match std::env::var("PROFK_SAMPLE").as_deref() {
+        Ok("spread") => return Some(true),
+        Ok("block") => return Some(false),
+        _ => {}
+    }
+    None
+}
+
+/// Samples a thread of the spread sample a benchmark sets (`PROFK_SPREAD_PER=1|2|4`).
+fn forced_spread_per() -> Option<u64> {
+    #[cfg(feature = "bench")]
+    if let Ok(v) = std::env::var("PROFK_SPREAD_PER") {
+        return v.parse().ok();
+    }
+    None
+}
 
 /// The output stage a benchmark sets (`PROFK_OUTPUT=rank|sort`), to time both on one shape: whether
 /// to rank.

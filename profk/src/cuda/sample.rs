@@ -95,6 +95,49 @@ pub fn draw_and_select(
     unsafe { arena.launch(&f, grid, threads, &p, false) }
 }
 
+pub use crate::select::{
+    gpu_spread_shape as spread_shape, GPU_SPREAD_CANDIDATES as SPREAD_CANDIDATES,
+    GPU_SPREAD_PER as SPREAD_PER, GPU_SPREAD_THREADS as SPREAD_THREADS,
+};
+
+/// Stages 1 and 2 in one launch for rows too few to fill the device (composites of at most 64 bits):
+/// each row's sample spread over `spread_shape(s, t)` blocks, each keeping its slice's t largest in
+/// `cand` (at least `rows * bpr * t` long), the row's last block selecting the t-th largest of those
+/// into its `RowSel.tmin`. A plain launch: it may be captured.
+#[allow(clippy::too_many_arguments)]
+pub fn spread_select(
+    arena: &Arena,
+    input: &Input,
+    shape: &Shape,
+    (s, t): (u64, u64),
+    (bpr, per): (u64, u64),
+    seed: u64,
+    attempt: u32,
+    rows: RowList,
+    sel: &Dev<u8>,
+    cand: &Dev<u64>,
+) -> Result<()> {
+    let a = args(input, shape, s, seed, attempt, rows, 0, 0);
+    let f = arena.func(
+        Family::Sample,
+        &format!("sample_spread_p{per}_{}", input.suffix),
+    )?;
+    let (selp, candp) = (sel.ptr, cand.ptr);
+    let (t32, bpr32) = (t as u32, bpr as u32);
+    let (ib, tb) = (shape.ib as i32, (shape.kb + shape.ib) as i32);
+    let mut p = Params::default();
+    p.push(&a)
+        .push(&selp)
+        .push(&candp)
+        .push(&t32)
+        .push(&bpr32)
+        .push(&ib)
+        .push(&tb);
+    // SAFETY: (SampleArgs, RowSel*, u64*, u32, u32, int, int) is the kernel's signature; every
+    // row's candidates lie inside `cand`.
+    unsafe { arena.launch(&f, shape.rows * bpr, SPREAD_THREADS as u32, &p, false) }
+}
+
 /// Stage 1 alone: the sampled keys and indices of every pending row (of the accumulation with `acc`).
 #[allow(clippy::too_many_arguments)]
 pub fn draw(

@@ -38,8 +38,25 @@ impl SelState {
     pub fn new(arena: &mut Arena, rows: usize) -> Result<Self> {
         Ok(Self {
             sel: arena.zeros::<u8>(rows * ROW_SEL_BYTES)?,
-            hist: arena.zeros::<u64>((rows + 3 * LOCAL_ROWS) * 256)?,
+            hist: arena.zeros::<u64>(Self::hist_len(rows))?,
         })
+    }
+
+    fn hist_len(rows: usize) -> usize {
+        (rows + 3 * LOCAL_ROWS) * 256
+    }
+
+    /// Bytes of the state of `rows` rows laid out by [`Self::at`].
+    pub fn bytes(rows: usize) -> usize {
+        rows * ROW_SEL_BYTES + 8 * Self::hist_len(rows)
+    }
+
+    /// The state of `rows` rows in `bytes(rows)` zeroed bytes at `ptr` (8-byte aligned), so that a
+    /// call zeroes it with the rest of its record in one memset.
+    pub fn at(ptr: u64, rows: usize) -> Self {
+        let sel = Dev::at(ptr, rows * ROW_SEL_BYTES);
+        let hist = Dev::at(ptr + (rows * ROW_SEL_BYTES) as u64, Self::hist_len(rows));
+        Self { sel, hist }
     }
 }
 

@@ -121,6 +121,28 @@ impl From<params::Params> for Plan {
 /// Largest sample the CUDA path draws and selects in one launch per attempt (one block per row); a
 /// larger one is drawn by a launch of its own and selected by a cooperative one.
 pub const GPU_FUSED_SAMPLE: u64 = 16384;
+/// Threads of a block of the CUDA path's spread sample (`sample_spread_*`, rows too few to fill the
+/// device: each row's sample drawn by many blocks, each keeping its slice's t largest).
+pub const GPU_SPREAD_THREADS: u64 = 256;
+/// Most candidates the spread sample's last block of a row selects among (256 threads × 8,
+/// kernels/sample.cuh `SPREAD_SLOTS`).
+pub const GPU_SPREAD_CANDIDATES: u64 = 2048;
+/// Samples a thread of the spread sample's kernels (`sample_spread_p{1,2,4}_*`).
+pub const GPU_SPREAD_PER: [u64; 3] = [1, 2, 4];
+
+/// How the spread sample divides a sample of `s` with threshold rank `t`: (blocks per row, samples
+/// per thread), the fewest samples a thread (most blocks) whose slices' t largest fit the last block;
+/// `None` where none does.
+pub fn gpu_spread_shape(s: u64, t: u64) -> Option<(u64, u64)> {
+    if t == 0 || t > s {
+        return None;
+    }
+    GPU_SPREAD_PER
+        .iter()
+        .map(|&per| (s.div_ceil(GPU_SPREAD_THREADS * per), per))
+        .find(|&(bpr, _)| bpr * t <= GPU_SPREAD_CANDIDATES)
+}
+
 /// Sample sizes a single-row GPU call also weighs against the default: a larger sample keeps fewer
 /// candidates, which matters when k (and so the buffer) is large.
 const GPU_LARGER_SAMPLES: [u64; 2] = [1 << 16, 1 << 18];
@@ -410,6 +432,27 @@ pub fn topk_gather(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn gpu_spread_shape_fits_the_last_block() {
+        for (s, t) in [(16384, 5), (16384, 20), (65536, 5), (65536, 32), (7, 7)] {
+            let (bpr, per) = gpu_spread_shape(s, t).expect("a shape");
+            assert!(bpr * t <= GPU_SPREAD_CANDIDATES, "s {s} t {t}");
+            assert!(bpr * per * GPU_SPREAD_THREADS >= s, "s {s} t {t}");
+            assert!(
+                (bpr - 1) * per * GPU_SPREAD_THREADS < s,
+                "s {s} t {t}: a block with nothing"
+            );
+            assert!(GPU_SPREAD_PER.contains(&per));
+        }
+        assert_eq!(gpu_spread_shape(65536, 5), Some((256, 1)));
+        assert_eq!(gpu_spread_shape(65536, 32), Some((64, 4)));
+        assert_eq!(gpu_spread_shape(16384, 20), Some((64, 1)));
+        assert_eq!(gpu_spread_shape(10, 0), None);
+        assert_eq!(gpu_spread_shape(10, 11), None);
+        assert_eq!(gpu_spread_shape(1 << 24, 4096), None);
+        assert_eq!(gpu_spread_shape(1 << 22, 8), None);
+    }
+
     use super::*;
 
     #[test]
