@@ -444,17 +444,17 @@ fn profk(
     let block_buffer = narrow && cap <= sample::FUSED_MAX_SAMPLE;
     // Fewer rows than SMs: each row's sample is spread over many blocks, one launch an attempt
     // whether or not it is captured.
-    let spread = (narrow && !fused_sample && acc.is_none())
-        .then(|| sample::spread_shape(s, plan.t))
-        .flatten()
-        .filter(|_| !skip::has(skip::SPREAD) && forced_spread().unwrap_or(true))
-        .map(|(bpr, per)| match forced_spread_per() {
-            Some(p) => (s.div_ceil(sample::SPREAD_THREADS * p), p),
-            None => (bpr, per),
+    let spread_allowed = narrow
+        && !fused_sample
+        && acc.is_none()
+        && !skip::has(skip::SPREAD)
+        && forced_spread().unwrap_or(true);
+    let spread = spread_allowed
+        .then(|| match forced_spread_per() {
+            Some(per) => sample::spread_shape_per(s, plan.t, per),
+            None => sample::spread_shape(s, plan.t),
         })
-        .filter(|&(bpr, per)| {
-            bpr * plan.t <= sample::SPREAD_CANDIDATES && sample::SPREAD_PER.contains(&per)
-        });
+        .flatten();
     let cand = match spread {
         Some((bpr, _)) => arena.alloc::<u64>(rows * (bpr * plan.t) as usize)?,
         None => arena.alloc::<u64>(0)?,

@@ -96,8 +96,8 @@ pub fn draw_and_select(
 }
 
 pub use crate::select::{
-    gpu_spread_shape as spread_shape, GPU_SPREAD_CANDIDATES as SPREAD_CANDIDATES,
-    GPU_SPREAD_PER as SPREAD_PER, GPU_SPREAD_THREADS as SPREAD_THREADS,
+    gpu_spread_shape as spread_shape, gpu_spread_shape_per as spread_shape_per,
+    GPU_SPREAD_THREADS as SPREAD_THREADS,
 };
 
 /// Stages 1 and 2 in one launch for rows too few to fill the device (composites of at most 64 bits):

@@ -134,13 +134,17 @@ pub const GPU_SPREAD_PER: [u64; 3] = [1, 2, 4];
 /// per thread), the fewest samples a thread (most blocks) whose slices' t largest fit the last block;
 /// `None` where none does.
 pub fn gpu_spread_shape(s: u64, t: u64) -> Option<(u64, u64)> {
-    if t == 0 || t > s {
-        return None;
-    }
     GPU_SPREAD_PER
         .iter()
-        .map(|&per| (s.div_ceil(GPU_SPREAD_THREADS * per), per))
-        .find(|&(bpr, _)| bpr * t <= GPU_SPREAD_CANDIDATES)
+        .find_map(|&per| gpu_spread_shape_per(s, t, per))
+}
+
+/// The spread sample's (blocks per row, samples per thread) at `per` samples a thread, where that
+/// is one of its kernels and the slices' t largest fit the last block.
+pub fn gpu_spread_shape_per(s: u64, t: u64, per: u64) -> Option<(u64, u64)> {
+    let bpr = s.div_ceil(GPU_SPREAD_THREADS * per.max(1));
+    (t > 0 && t <= s && GPU_SPREAD_PER.contains(&per) && bpr * t <= GPU_SPREAD_CANDIDATES)
+        .then_some((bpr, per))
 }
 
 /// Sample sizes a single-row GPU call also weighs against the default: a larger sample keeps fewer
@@ -451,6 +455,9 @@ mod tests {
         assert_eq!(gpu_spread_shape(10, 11), None);
         assert_eq!(gpu_spread_shape(1 << 24, 4096), None);
         assert_eq!(gpu_spread_shape(1 << 22, 8), None);
+        assert_eq!(gpu_spread_shape_per(65536, 5, 4), Some((64, 4)));
+        assert_eq!(gpu_spread_shape_per(65536, 32, 1), None);
+        assert_eq!(gpu_spread_shape_per(65536, 5, 3), None);
     }
 
     use super::*;
