@@ -135,6 +135,7 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
   if (threadIdx.x == 0) {
     st.count = 0;
     st.valid = SCAP;
+    st.kmax = 0;
   }
   __syncthreads();
   const u64 n = a.acc.n;

@@ -40,7 +40,8 @@ struct RowRun {
   u64 out_count;
   u32 status, attempts;
   u32 arrivals, recall_fail;
-  u32 overflow, pad;
+  u32 overflow;
+  u32 max_key;  // the largest key the filter kept this attempt (bounds the buffer with the threshold)
 };
 
 struct Global {

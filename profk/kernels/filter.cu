@@ -32,6 +32,7 @@ __device__ void filter_body(const FilterArgs& a) {
   if (threadIdx.x == 0) {
     st.count = 0;
     st.valid = SCAP;
+    st.kmax = 0;
   }
   __syncthreads();
   const u64 ib_mask = a.ib >= 64 ? ~0ull : ((1ull << a.ib) - 1);

@@ -15,12 +15,16 @@ struct Stage {
   u32 keys[SCAP];
   u64 idx[SCAP];
   u32 count, valid;
+  u32 kmax;  // the largest key kept since the last flush
   u64 base;
 };
 
+// Writes the staged elements to row r's buffer and raises the row's largest kept key (RowRun.max_key:
+// with the threshold it bounds the buffer's keys, so its selection skips the leading bits they share).
 template <typename A>
 __device__ void flush(Stage& st, const A& a, u64 r) {
   __syncthreads();
+  if (threadIdx.x == 0 && st.kmax) atomicMax(&a.run[r].max_key, st.kmax);
   u32 n = min(st.count, st.valid);
   if (n) {
     if (threadIdx.x == 0) st.base = atomicAdd(&a.run[r].counter, (u64)n);
@@ -37,6 +41,7 @@ __device__ void flush(Stage& st, const A& a, u64 r) {
   if (threadIdx.x == 0) {
     st.count = 0;
     st.valid = SCAP;
+    st.kmax = 0;
   }
   __syncthreads();
 }
@@ -68,7 +73,7 @@ __device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 ke
     }
     gbase = __shfl_sync(FULL, gbase, 31);
   }
-  u32 o = incl - cnt;
+  u32 o = incl - cnt, kmax = 0;
   // Kept elements are rare: walk the set bits (runtime lane numbers, no register arrays indexed).
   while (keep) {
     const int e = __ffs(keep) - 1;
@@ -76,6 +81,7 @@ __device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 ke
     {
       u64 j = index(e);
       u32 k = key(j);
+      kmax = max(kmax, k);
       if (direct) {
         u64 pos = gbase + o;
         if (pos < a.cap) {
@@ -89,6 +95,8 @@ __device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 ke
       ++o;
     }
   }
+  kmax = __reduce_max_sync(FULL, kmax);
+  if (lane == 0 && kmax) atomicMax(&st.kmax, kmax);
 }
 
 // The count check k <= R <= M of row r, by the last of `arrivals` work items to reach it: records R and
@@ -114,6 +122,7 @@ __device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals, u32*
       rr.status = ROW_OK;
     } else {
       rr.counter = 0;
+      rr.max_key = 0;
       rr.status = a.last_attempt ? ROW_FALLBACK : ROW_PENDING;
     }
     rr.arrivals = 0;

@@ -19,7 +19,7 @@ namespace cg = cooperative_groups;
 struct SelSrc {
   const void* x;
   u64 n;
-  int dtype, mag;
+  int bounded, mag;  // bounded: a filter's buffer, its keys between the row's tmin and its run's max_key
   const u32* lkeys;   // list source when not null: keys and row-local indices, row stride lcap
   const u64* lidx;
   u64 lcap;
@@ -295,10 +295,32 @@ extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* r
 // compaction, with a grid barrier where separate launches had a kernel boundary. When the list is
 // empty (the fallback's rows, nearly always) every block returns at once: one launch instead of ten.
 
-// Resets the states of the listed rows, over the whole grid.
+// Resets the states of the listed rows, over the whole grid; a bounded list's rows keep their tmin
+// (the filter's threshold), which every block reads to start its digits.
 __device__ void reset_listed(const SelArgs& a, u64 nrows, u64 kth) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += (u64)gridDim.x * blockDim.x)
-    a.sel[list_row(a.list, i)] = fresh_sel(kth);
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += (u64)gridDim.x * blockDim.x) {
+    RowSel& s = a.sel[list_row(a.list, i)];
+    const u64 tmin = s.tmin;
+    s = fresh_sel(kth);
+    if (a.src.bounded) s.tmin = tmin;
+  }
+}
+
+// The state a bounded list's row starts from, and the bit its digits start at: every kept key lies
+// between the threshold's key and the largest kept key, so the bits above the highest one where
+// those two differ are known (the whole key when they are equal).
+__device__ RowSel bounded_sel(const SelArgs& a, u64 r, u64 kth, int bits, int& start) {
+  RowSel s = fresh_sel(kth);
+  start = bits;
+  if (!a.src.bounded) return s;
+  const u32 lo_key = (u32)(a.sel[r].tmin >> a.ib), hi_key = a.src.lrun[r].max_key;
+  if (hi_key < lo_key) return s;  // nothing kept above the threshold: no bound to use
+  const int d = hi_key == lo_key ? -1 : 31 - __clz(lo_key ^ hi_key);
+  const u128 known = d >= 31 ? 0 : (u128)(lo_key >> (d + 1)) << (d + 1 + a.ib);
+  s.pre_lo = (u64)known;
+  s.pre_hi = (u64)(known >> 64);
+  start = d + 1 + a.ib;
+  return s;
 }
 
 // The reset of the listed rows and every digit pass, for a grid of a cooperative launch whose list is
@@ -326,10 +348,16 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
   const u64 threads = (u64)gridDim.x * blockDim.x;
   u64* sets = a.hist + a.rows * 256;
   for (u64 e = tid; e < 3 * set; e += threads) sets[e] = 0;
+  // Every block reads the rows' thresholds before any block's reset could reach them: the reset
+  // keeps a bounded row's tmin.
+  __shared__ int starts[LOCAL_ROWS];
+  if (threadIdx.x < nrows) ls[threadIdx.x] = bounded_sel(a, list_row(a.list, threadIdx.x), kth, bits, starts[threadIdx.x]);
+  __syncthreads();
+  int start = 0;
+  for (u64 i = 0; i < nrows; ++i) start = max(start, starts[i]);
   reset_listed(a, nrows, kth);
-  if (threadIdx.x < nrows) ls[threadIdx.x] = fresh_sel(kth);
   grid.sync();
-  for (int hi = bits, p = 0; hi > 0; ++p) {
+  for (int hi = start, p = 0; hi > 0; ++p) {
     const int lo = hi > 8 ? hi - 8 : 0;
     a.lo = lo;
     a.width = hi - lo;
@@ -551,13 +579,12 @@ SORT_GATHER(f16, __half)
 SORT_GATHER(bf16, __nv_bfloat16)
 
 // Sorted output of few rows in one launch, for rows too few to fill the device with one block per row:
-// one block per slice of RANK_SLICE outputs. The block orders its slice by counting within it, then finds
+// one block per slice of SLICE outputs. The block orders its slice by counting within it, then finds
 // every order key of the row in the ordered slice by binary search; a histogram of those positions,
 // summed, is how many keys precede each slice element, which is its place in the output. O(k log
-// RANK_SLICE) work a block, no sort passes. Order keys are distinct (a composite, an index) and every
+// SLICE) work a block, no sort passes. Order keys are distinct (a composite, an index) and every
 // place lies in [0, k) even if they were not, so no write leaves the output.
 #define RANK_THREADS 512
-#define RANK_SLICE 128
 #define RANK_BATCH 8
 
 // Larger order key = earlier in the output: the composite for values descending, the complement of the
@@ -567,68 +594,99 @@ __device__ __forceinline__ u64 order_key(const T* row, u64 idx, u64 n, int mag, 
   return desc ? (u64)composite(Ops<T>::key(row[idx], mag), idx, n, ib) : ~idx;
 }
 
+// The RANK_BATCH order keys of a row starting at j0 (k of them), one a thread RANK_THREADS apart:
+// every load is issued before any is used (the gathers are random reads).
 template <typename T>
+__device__ __forceinline__ void rank_batch(u64 (&c)[RANK_BATCH], u64 j0, u64 k, const u64* keyed, const u64* rs,
+                                           const T* row, u64 n, int mag, int ib, int desc) {
+#pragma unroll
+  for (int b = 0; b < RANK_BATCH; ++b) {
+    const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
+    c[b] = j < k ? (keyed ? keyed[j] : rs[j]) : 0;
+  }
+  if (!keyed) {
+#pragma unroll
+    for (int b = 0; b < RANK_BATCH; ++b) c[b] = order_key(row, c[b], n, mag, ib, desc);
+  }
+}
+
+template <typename T, int SLICE>
 __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, T* vals,
                             long long* out, const u64* comps) {
-  __shared__ u64 slice[RANK_SLICE];
-  __shared__ u64 ordered[RANK_SLICE];
-  __shared__ u32 bucket[RANK_SLICE + 1];
-  const u64 parts = (k + RANK_SLICE - 1) / RANK_SLICE;
+  static_assert(RANK_THREADS % SLICE == 0 && SLICE % 32 == 0, "slice shape");
+  constexpr int PARTS = RANK_THREADS / SLICE;  // threads counting for one slice element
+  __shared__ u64 slice[SLICE];
+  __shared__ u64 ordered[SLICE];
+  __shared__ u32 bucket[SLICE + 1];
+  __shared__ u32 before[SLICE];
+  __shared__ u32 warp_sum[SLICE / 32];
+  const u32 t = threadIdx.x, lane = t & 31;
+  const u64 parts = (k + SLICE - 1) / SLICE;
   const u64 mask = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
   for (u64 item = blockIdx.x; item < rows * parts; item += gridDim.x) {
-    const u64 r = item / parts, lo = (item % parts) * RANK_SLICE;
-    const u32 s = (u32)min((u64)RANK_SLICE, k - lo);
+    const u64 r = item / parts, lo = (item % parts) * SLICE;
+    const u32 s = (u32)min((u64)SLICE, k - lo);
     const T* row = x + r * n;
     const u64* rs = slots + r * k;
     // The selection's composites are the descending order's keys, read in order: no gather.
     const u64* keyed = desc && comps ? comps + r * k : nullptr;
-    if (threadIdx.x < s)
-      slice[threadIdx.x] = keyed ? keyed[lo + threadIdx.x] : order_key(row, rs[lo + threadIdx.x], n, mag, ib, desc);
-    if (threadIdx.x <= RANK_SLICE) bucket[threadIdx.x] = 0;
+    // The first batch of the row's keys is in flight while the slice is ordered.
+    u64 c[RANK_BATCH];
+    rank_batch<T>(c, 0, k, keyed, rs, row, n, mag, ib, desc);
+    if (t < s) slice[t] = keyed ? keyed[lo + t] : order_key(row, rs[lo + t], n, mag, ib, desc);
+    if (t <= SLICE) bucket[t] = 0;
+    if (t < SLICE) before[t] = 0;
     __syncthreads();
-    if (threadIdx.x < s) {
-      const u64 c = slice[threadIdx.x];
-      u32 before = 0;
-      for (u32 i = 0; i < s; ++i) {
-        const u64 o = slice[i];
-        before += o > c || (o == c && i < threadIdx.x);
+    {
+      // PARTS threads count, each over its share of the slice, how many precede element e.
+      const u32 e = t % SLICE, part = t / SLICE;
+      if (e < s) {
+        const u64 v = slice[e];
+        u32 n_before = 0;
+        for (u32 i = part; i < s; i += PARTS) {
+          const u64 o = slice[i];
+          n_before += o > v || (o == v && i < e);
+        }
+        if (n_before) atomicAdd(&before[e], n_before);
       }
-      ordered[before] = c;
     }
     __syncthreads();
-    // m = how many slice elements are >= the key: the key precedes the slice elements from m on. Keys
-    // go in batches whose loads are all in flight at once (the gathers are random reads).
+    if (t < s) ordered[before[t]] = slice[t];
+    __syncthreads();
+    // m = how many slice elements are >= the key: the key precedes the slice elements from m on.
     // Lanes of a warp with the same m add once: slots often come in index order, and then nearly every
     // key of the row lands on the first or the last position of a slice.
     for (u64 j0 = 0; j0 < k; j0 += (u64)RANK_THREADS * RANK_BATCH) {
-      u64 c[RANK_BATCH];
+      if (j0) rank_batch<T>(c, j0, k, keyed, rs, row, n, mag, ib, desc);
 #pragma unroll
       for (int b = 0; b < RANK_BATCH; ++b) {
-        const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
-        c[b] = j < k ? (keyed ? keyed[j] : rs[j]) : 0;
-      }
-      if (!keyed) {
-#pragma unroll
-        for (int b = 0; b < RANK_BATCH; ++b) c[b] = order_key(row, c[b], n, mag, ib, desc);
-      }
-#pragma unroll
-      for (int b = 0; b < RANK_BATCH; ++b) {
-        const bool valid = j0 + (u64)b * RANK_THREADS + threadIdx.x < k;
+        const bool valid = j0 + (u64)b * RANK_THREADS + t < k;
         u32 m = 0;
 #pragma unroll
-        for (u32 step = RANK_SLICE; step; step >>= 1)
+        for (u32 step = SLICE; step; step >>= 1)
           if (m + step <= s && ordered[m + step - 1] >= c[b]) m += step;
         m = valid ? m : ~0u;
         const unsigned same = __match_any_sync(0xffffffffu, m);
-        if (valid && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&bucket[m], (u32)__popc(same));
+        if (valid && (int)lane == __ffs(same) - 1) atomicAdd(&bucket[m], (u32)__popc(same));
       }
     }
     __syncthreads();
-    if (threadIdx.x < s) {
-      u32 place = 0;
-      for (u32 m = 0; m <= threadIdx.x; ++m) place += bucket[m];
-      const u64 c = ordered[threadIdx.x];
-      const u64 idx = desc ? n - 1 - (c & mask) : ~c;
+    // The place of ordered[t]: the keys counted at positions 0..t, an inclusive scan by warps.
+    u32 place = 0;
+    if (t < SLICE) {
+      place = bucket[t];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const u32 y = __shfl_up_sync(0xffffffffu, place, o);
+        if ((int)lane >= o) place += y;
+      }
+      if (lane == 31) warp_sum[t / 32] = place;
+    }
+    __syncthreads();
+    if (t < s) {
+      for (u32 w = 0; w < t / 32; ++w) place += warp_sum[w];
+      const u64 c0 = ordered[t];
+      const u64 idx = desc ? n - 1 - (c0 & mask) : ~c0;
       vals[r * k + place] = row[idx];
       out[r * k + place] = (long long)idx;
     }
@@ -640,7 +698,12 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
   extern "C" __global__ void __launch_bounds__(RANK_THREADS)                                             \
       rank_gather_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots,  \
                         T* vals, long long* out, const u64* comps) { dependent_launch_entry();                                     \
-    rank_gather<T>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);                               \
+    rank_gather<T, 128>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);                          \
+  }                                                                                                      \
+  extern "C" __global__ void __launch_bounds__(RANK_THREADS)                                             \
+      rank_gather_s64_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, \
+                            T* vals, long long* out, const u64* comps) { dependent_launch_entry();                                 \
+    rank_gather<T, 64>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);                           \
   }
 
 RANK_GATHER(f32, float)

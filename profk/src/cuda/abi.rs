@@ -25,7 +25,8 @@ pub struct RowRun {
     pub arrivals: u32,
     pub recall_fail: u32,
     pub overflow: u32,
-    pub pad: u32,
+    /// The largest key the filter kept this attempt.
+    pub max_key: u32,
 }
 
 /// The rows a launch works on: a device list of row ids and its device count, or (zeros) all rows.
@@ -41,7 +42,9 @@ pub struct RowList {
 pub struct SelSrc {
     pub x: u64,
     pub n: u64,
-    pub dtype: i32,
+    /// Whether the list is a filter's buffer whose keys lie between its row's threshold
+    /// (`RowSel.tmin`) and the largest kept key (`RowRun.max_key`).
+    pub bounded: i32,
     pub mag: i32,
     pub lkeys: u64,
     pub lidx: u64,

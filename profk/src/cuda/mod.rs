@@ -450,7 +450,7 @@ fn profk(
         && !skip::has(skip::SPREAD)
         && forced_spread().unwrap_or(true);
     let spread = spread_allowed
-        .then(|| match forced_spread_per() {
+        .then(|| match bench_number("PROFK_SPREAD_PER") {
             Some(per) => sample::spread_shape_per(s, plan.t, per),
             None => sample::spread_shape(s, plan.t),
         })
@@ -504,6 +504,7 @@ fn profk(
         idx: &sidx,
         cap: s,
         run: None,
+        bounded: false,
     };
     for attempt in 1..=attempts {
         let pending = if attempt == 1 {
@@ -589,6 +590,8 @@ fn profk(
         idx: &buf.idx,
         cap,
         run: Some(run),
+        // The filter kept every element at or above the row's tmin (composites of 64 bits).
+        bounded: narrow,
     };
     if skip::has(skip::BUFFER) {
     } else if block_buffer {
@@ -677,11 +680,40 @@ fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Res
 
 /// Largest k whose per-row sort runs in one block, fused with the gather.
 const BLOCK_SORT_MAX: u64 = 4096;
-/// Outputs a block places by ranking (kernels/select.cu `RANK_SLICE`).
-const RANK_SLICE: u64 = 128;
+/// Outputs a block places by ranking (kernels/select.cu `rank_gather`): the kernels' slice sizes, the
+/// larger first.
+const RANK_SLICES: [(u64, &str); 2] = [(128, "rank_gather"), (64, "rank_gather_s64")];
 /// Blocks an SM the ranked output may ask for: calls of more slices than that fill the device with
 /// one block per row, or sort.
 const RANK_BLOCKS_PER_SM: u64 = 2;
+
+/// The ranking kernel and its blocks for `rows` rows of k outputs, where ranking suits them (their
+/// slices of 128 fit the device at once): the smallest slices that still do, so that more blocks
+/// share the work. A benchmark may set the slice (`PROFK_RANK_SLICE=64|128`).
+fn rank_kernel(rows: u64, k: u64, sms: u32) -> Option<(&'static str, u64)> {
+    let limit = RANK_BLOCKS_PER_SM * sms as u64;
+    let blocks = |slice: u64| rows * k.div_ceil(slice);
+    if blocks(RANK_SLICES[0].0) > limit {
+        return None;
+    }
+    let forced = bench_number("PROFK_RANK_SLICE");
+    RANK_SLICES
+        .iter()
+        .rev()
+        .find(|(slice, _)| forced.map_or(blocks(*slice) <= limit, |f| f == *slice))
+        .map(|&(slice, name)| (name, blocks(slice)))
+}
+
+/// A number a benchmark sets in the environment variable `name` (always `None` without the
+/// `bench` feature).
+fn bench_number(name: &str) -> Option<u64> {
+    #[cfg(feature = "bench")]
+    if let Ok(v) = std::env::var(name) {
+        return v.parse().ok();
+    }
+    let _ = name;
+    None
+}
 
 /// Whether a benchmark asks for the spread sample (`PROFK_SAMPLE=spread|block`), to time both under a
 /// profiler.
@@ -691,15 +723,6 @@ fn forced_spread() -> Option<bool> {
         Ok("spread") => return Some(true),
         Ok("block") => return Some(false),
         _ => {}
-    }
-    None
-}
-
-/// Samples a thread of the spread sample a benchmark sets (`PROFK_SPREAD_PER=1|2|4`).
-fn forced_spread_per() -> Option<u64> {
-    #[cfg(feature = "bench")]
-    if let Ok(v) = std::env::var("PROFK_SPREAD_PER") {
-        return v.parse().ok();
     }
     None
 }
@@ -734,15 +757,17 @@ fn output(
 ) -> Result<(Tensor, Tensor)> {
     let narrow = shape.kb + shape.ib <= 64 && !skip::has(skip::WIDE);
     let desc = order == Order::Desc;
-    let slices = shape.rows * k.div_ceil(RANK_SLICE);
     let rankable = (narrow || !desc) && !skip::has(skip::OUTPUT);
-    let ranked =
-        rankable && forced_ranking().unwrap_or(slices <= RANK_BLOCKS_PER_SM * arena.sms as u64);
+    let rank = rank_kernel(shape.rows, k, arena.sms);
+    let ranked = rankable && forced_ranking().unwrap_or(rank.is_some());
     // Few rows: a block per slice of the output places it by ranking. More rows with k up to
     // BLOCK_SORT_MAX: a block a row sorts it, by the smallest block sort that holds k (padding is
     // sorted too). Either is one launch; the sorts also take the key width.
     let in_blocks = if ranked {
-        Some(("rank_gather", slices, 512, None))
+        // A forced ranking of more slices than fit at once takes the larger slices.
+        let largest = (RANK_SLICES[0].1, shape.rows * k.div_ceil(RANK_SLICES[0].0));
+        let (name, blocks) = rank.unwrap_or(largest);
+        Some((name, blocks, 512, None))
     } else if k <= BLOCK_SORT_MAX && rankable {
         let (threads, name) = match k {
             0..=512 => (128, "sort_gather_512"),

@@ -65,12 +65,14 @@ pub enum Source<'a> {
     /// The rows of the input, index = position.
     Dense,
     /// Keys and row-local indices, `cap` per row; the row's length is `min(run.counter, cap)` when
-    /// `run` is given, else `cap`.
+    /// `run` is given, else `cap`. `bounded`: a filter's buffer whose threshold is its row's
+    /// `tmin`, so that its keys lie between that and the run's largest kept key.
     List {
         keys: &'a Dev<u32>,
         idx: &'a Dev<u64>,
         cap: u64,
         run: Option<&'a Dev<u8>>,
+        bounded: bool,
     },
 }
 
@@ -84,14 +86,15 @@ pub struct Selection<'a> {
 
 impl Selection<'_> {
     fn args(&self, src: &Source, allow_done: bool) -> SelArgs {
-        let (lkeys, lidx, lcap, lrun) = match src {
-            Source::Dense => (0, 0, 0, 0),
+        let (lkeys, lidx, lcap, lrun, bounded) = match src {
+            Source::Dense => (0, 0, 0, 0, false),
             Source::List {
                 keys,
                 idx,
                 cap,
                 run,
-            } => (keys.ptr, idx.ptr, *cap, run.map_or(0, |r| r.ptr)),
+                bounded,
+            } => (keys.ptr, idx.ptr, *cap, run.map_or(0, |r| r.ptr), *bounded),
         };
         let len = match src {
             Source::Dense => self.shape.n,
@@ -103,7 +106,7 @@ impl Selection<'_> {
             src: SelSrc {
                 x: self.input.ptr,
                 n: self.shape.n,
-                dtype: 0,
+                bounded: (bounded && lrun != 0) as i32,
                 mag: self.input.mag as i32,
                 lkeys,
                 lidx,
