@@ -6,6 +6,8 @@
 //! cost is random.
 
 pub mod accumulate;
+#[cfg(any(feature = "cuda", feature = "bench"))]
+mod bench_env;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod epsilon;

@@ -228,6 +228,20 @@ fn time_calls(
     plan: Option<Plan>,
     queued: bool,
 ) -> Result<(f64, u32, usize, f64)> {
+    let t = time_calls_watched(xs, k, opts, reps, plan, queued)?;
+    Ok((t.0, t.1, t.2, t.3))
+}
+
+/// [`time_calls`] plus the median host milliseconds from a call's start to its first kernel launch
+/// (the device idles that long before the call's work).
+fn time_calls_watched(
+    xs: &[Tensor],
+    k: usize,
+    opts: &TopKOptions,
+    reps: usize,
+    plan: Option<Plan>,
+    queued: bool,
+) -> Result<(f64, u32, usize, f64, f64)> {
     let call = |x: &Tensor| match plan {
         Some(p) => {
             let spec = crate::select::Selection::new(x.dims(), k, opts.mode)?;
@@ -249,6 +263,7 @@ fn time_calls(
     }
     let mut times = Vec::with_capacity(reps);
     let mut hosts = Vec::with_capacity(reps);
+    let mut firsts = Vec::with_capacity(reps);
     let mut last = None;
     for i in 0..reps {
         let (a, b) = (ev()?, ev()?);
@@ -259,8 +274,12 @@ fn time_calls(
         }
         a.record(&stream).map_err(super::launch::drv)?;
         let host = std::time::Instant::now();
+        super::launch::watch_first_launch(true);
         let d = call(&xs[i % xs.len()])?;
         hosts.push(host.elapsed().as_secs_f64() * 1e3);
+        if let Some(first) = super::launch::watch_first_launch(false) {
+            firsts.push((first - host).as_secs_f64() * 1e3);
+        }
         b.record(&stream).map_err(super::launch::drv)?;
         times.push(a.elapsed_ms(&b).map_err(super::launch::drv)? as f64);
         last = Some(d);
@@ -269,11 +288,13 @@ fn time_calls(
     let stats = d.status.read()?;
     times.sort_by(f64::total_cmp);
     hosts.sort_by(f64::total_cmp);
+    firsts.sort_by(f64::total_cmp);
     Ok((
         times[times.len() / 2],
         stats.attempts,
         d.status.aux_bytes,
         hosts[hosts.len() / 2],
+        firsts.get(firsts.len() / 2).copied().unwrap_or(f64::NAN),
     ))
 }
 
@@ -555,16 +576,19 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             skip::REDRAW | skip::FALLBACK | skip::BUFFER | skip::OUTPUT,
         ),
     ];
-    table_head(out, "| shape | k | variant | ms | floor ms | host ms |");
+    table_head(
+        out,
+        "| shape | k | variant | ms | floor ms | host ms | host ms to the first launch |",
+    );
     for c in shapes {
         let n: usize = c.dims.iter().product();
         let xs = rotated_inputs(&c, DType::F32, dev)?;
         let floor = (4 * n) as f64 / (READ_TBPS * 1e9);
-        let mut row = |name: &str, ms: f64, host: f64| {
+        let mut row = |name: &str, (ms, host, first): (f64, f64, f64)| {
             writeln!(
                 out,
-                "| {} | {} | {} | {:.3} | {:.3} | {:.3} |",
-                c.label, c.k, name, ms, floor, host
+                "| {} | {} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                c.label, c.k, name, ms, floor, host, first
             )
             .ok();
             eprintln!("{}", out.lines().last().unwrap_or(""));
@@ -574,11 +598,14 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             ..Default::default()
         };
         for (name, mask) in variants {
-            let (ms, _, _, host) = skip::with(mask, || time_host(&xs, c.k, &opts, 20))?;
-            row(name, ms, host);
+            let t = skip::with(mask, || {
+                time_calls_watched(&xs, c.k, &opts, 20, None, false)
+            })?;
+            row(name, (t.0, t.3, t.4));
         }
         // The device's own time: the full call with its work queued before it starts.
-        row("full, queued", time_queued(&xs, c.k, &opts, 20)?, f64::NAN);
+        let queued = time_queued(&xs, c.k, &opts, 20)?;
+        row("full, queued", (queued, f64::NAN, f64::NAN));
         // The order the SAE and error feedback ask for, and the default sample where the GPU plan
         // takes another.
         let rows = c.dims[..c.dims.len() - 1].iter().product::<usize>().max(1);
@@ -608,8 +635,8 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             ));
         }
         for (name, plan) in extra {
-            let (ms, _, _, host) = time_host_plan(&xs, c.k, &index, 20, plan)?;
-            row(&name, ms, host);
+            let t = time_calls_watched(&xs, c.k, &index, 20, plan, false)?;
+            row(&name, (t.0, t.3, t.4));
         }
     }
     Ok(())

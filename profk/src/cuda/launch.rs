@@ -275,19 +275,10 @@ struct BenchSwitches {
 }
 
 fn bench_switches() -> BenchSwitches {
-    #[cfg(feature = "bench")]
-    {
-        static S: OnceLock<BenchSwitches> = OnceLock::new();
-        let on = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
-        *S.get_or_init(|| BenchSwitches {
-            pool_release: on("PROFK_POOL_RELEASE"),
-            no_dependent_launch: on("PROFK_NO_DEPENDENT_LAUNCH"),
-        })
-    }
-    #[cfg(not(feature = "bench"))]
+    let on = |name: &str| crate::bench_env::var(name) == Some("1");
     BenchSwitches {
-        pool_release: false,
-        no_dependent_launch: false,
+        pool_release: on("PROFK_POOL_RELEASE"),
+        no_dependent_launch: on("PROFK_NO_DEPENDENT_LAUNCH"),
     }
 }
 
@@ -375,6 +366,22 @@ impl Params {
     }
 }
 
+#[cfg(feature = "bench")]
+thread_local! {
+    /// When this thread last launched a kernel while a benchmark watched for it
+    /// ([`watch_first_launch`]): the host time a call takes before the device has work.
+    static FIRST_LAUNCH: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+    static WATCHING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Starts (`true`) or ends watching for this thread's next kernel launch; ending returns when it
+/// was launched.
+#[cfg(feature = "bench")]
+pub fn watch_first_launch(on: bool) -> Option<std::time::Instant> {
+    WATCHING.with(|w| w.set(on));
+    FIRST_LAUNCH.with(|f| f.take())
+}
+
 fn launch_ex(
     stream: &CudaStream,
     f: &CudaFunction,
@@ -415,6 +422,14 @@ fn launch_ex(
     };
     let mut ptrs: Vec<*mut c_void> = params.0.iter().map(|w| w.as_ptr() as *mut c_void).collect();
     stream.context().bind_to_thread().map_err(drv)?;
+    #[cfg(feature = "bench")]
+    if WATCHING.with(|w| w.get()) {
+        FIRST_LAUNCH.with(|f| {
+            if f.get().is_none() {
+                f.set(Some(std::time::Instant::now()))
+            }
+        });
+    }
     // SAFETY: the caller vouches for the parameters and the grid; every pointer in `ptrs` and
     // `attrs` outlives the call, which copies them.
     unsafe {

@@ -14,6 +14,7 @@ pub mod bench;
 mod filter;
 mod launch;
 mod module;
+mod record;
 mod rows;
 mod sample;
 mod select;
@@ -108,7 +109,7 @@ pub struct Deferred {
 /// Per-row outcomes and the NaN count, still on the device; [`DeviceStatus::read`] synchronizes.
 pub struct DeviceStatus {
     /// `RowRun` per row, then `Global`: owned by the call, so it outlives the shared workspace.
-    record: CudaSlice<u8>,
+    record: record::Record,
     stream: std::sync::Arc<candle_core::cuda::cudarc::driver::CudaStream>,
     nan: NanPolicy,
     plan: Option<Plan>,
@@ -124,7 +125,7 @@ impl DeviceStatus {
         let len = self.rows as usize * ROW_RUN_BYTES + GLOBAL_BYTES;
         let bytes = self
             .stream
-            .clone_dtoh(&self.record.slice(..len))
+            .clone_dtoh(&self.record.slice().slice(..len))
             .map_err(launch::drv)?;
         let (run_bytes, g) = bytes.split_at(self.rows as usize * ROW_RUN_BYTES);
         let word = |b: &[u8], i: usize| {
@@ -297,11 +298,8 @@ fn topk_deferred_spec(
     } else {
         0
     };
-    let record = arena
-        .stream
-        .alloc_zeros::<u8>(record_bytes + state_bytes)
-        .map_err(launch::drv)?;
-    let record_ptr = record.device_ptr(&arena.stream).0;
+    let record = record::Record::zeroed(&arena.stream, record_bytes + state_bytes)?;
+    let record_ptr = record.ptr;
     let run = Dev::<u8>::at(record_ptr, spec.rows * ROW_RUN_BYTES);
     let global = Dev::<u8>::at(
         record_ptr + (spec.rows * ROW_RUN_BYTES) as u64,
@@ -450,7 +448,7 @@ fn profk(
         && !skip::has(skip::SPREAD)
         && forced_spread().unwrap_or(true);
     let spread = spread_allowed
-        .then(|| match bench_number("PROFK_SPREAD_PER") {
+        .then(|| match crate::bench_env::number("PROFK_SPREAD_PER") {
             Some(per) => sample::spread_shape_per(s, plan.t, per),
             None => sample::spread_shape(s, plan.t),
         })
@@ -593,21 +591,27 @@ fn profk(
         // The filter kept every element at or above the row's tmin (composites of 64 bits).
         bounded: narrow,
     };
-    if skip::has(skip::BUFFER) {
-    } else if block_buffer {
-        ok.block_topk(&buffer_src, &out, k, comps.as_ref())?;
-    } else {
-        ok.exact(&buffer_src, &out, k, run, comps.as_ref())?;
-    }
     let fb = Selection {
-        arena: arena_ro,
-        input,
-        shape: *shape,
-        state,
         rows: list(attempts, ROW_FALLBACK),
+        ..ok
     };
-    if !skip::has(skip::FALLBACK) {
-        fb.exact(&Source::Dense, &out, k, run, comps.as_ref())?;
+    let comps_out = comps.as_ref();
+    let fallback = !skip::has(skip::FALLBACK);
+    // The dense fallback of the rows that failed every attempt shares the buffer's cooperative
+    // launch where the buffer takes one.
+    let fallen = |sel: &Selection| match fallback {
+        true => sel.exact(&Source::Dense, &out, k, run, comps_out),
+        false => Ok(()),
+    };
+    if skip::has(skip::BUFFER) {
+        fallen(&fb)?;
+    } else if block_buffer {
+        ok.block_topk(&buffer_src, &out, k, comps_out)?;
+        fallen(&fb)?;
+    } else if fallback {
+        ok.exact_then_dense(&buffer_src, &fb, &out, k, run, comps_out)?;
+    } else {
+        ok.exact(&buffer_src, &out, k, run, comps_out)?;
     }
     Ok((out, comps))
 }
@@ -689,14 +693,15 @@ const RANK_BLOCKS_PER_SM: u64 = 2;
 
 /// The ranking kernel and its blocks for `rows` rows of k outputs, where ranking suits them (their
 /// slices of 128 fit the device at once): the smallest slices that still do, so that more blocks
-/// share the work. A benchmark may set the slice (`PROFK_RANK_SLICE=64|128`).
+/// share the work (slices of 32 were slower: every block still reads the row's k keys). A
+/// benchmark may set the slice (`PROFK_RANK_SLICE=64|128`).
 fn rank_kernel(rows: u64, k: u64, sms: u32) -> Option<(&'static str, u64)> {
     let limit = RANK_BLOCKS_PER_SM * sms as u64;
     let blocks = |slice: u64| rows * k.div_ceil(slice);
     if blocks(RANK_SLICES[0].0) > limit {
         return None;
     }
-    let forced = bench_number("PROFK_RANK_SLICE");
+    let forced = crate::bench_env::number("PROFK_RANK_SLICE");
     RANK_SLICES
         .iter()
         .rev()
@@ -704,39 +709,24 @@ fn rank_kernel(rows: u64, k: u64, sms: u32) -> Option<(&'static str, u64)> {
         .map(|&(slice, name)| (name, blocks(slice)))
 }
 
-/// A number a benchmark sets in the environment variable `name` (always `None` without the
-/// `bench` feature).
-fn bench_number(name: &str) -> Option<u64> {
-    #[cfg(feature = "bench")]
-    if let Ok(v) = std::env::var(name) {
-        return v.parse().ok();
-    }
-    let _ = name;
-    None
-}
-
 /// Whether a benchmark asks for the spread sample (`PROFK_SAMPLE=spread|block`), to time both under a
 /// profiler.
 fn forced_spread() -> Option<bool> {
-    #[cfg(feature = "bench")]
-    match std::env::var("PROFK_SAMPLE").as_deref() {
-        Ok("spread") => return Some(true),
-        Ok("block") => return Some(false),
-        _ => {}
+    match crate::bench_env::var("PROFK_SAMPLE") {
+        Some("spread") => Some(true),
+        Some("block") => Some(false),
+        _ => None,
     }
-    None
 }
 
 /// The output stage a benchmark sets (`PROFK_OUTPUT=rank|sort`), to time both on one shape: whether
 /// to rank.
 fn forced_ranking() -> Option<bool> {
-    #[cfg(feature = "bench")]
-    match std::env::var("PROFK_OUTPUT").as_deref() {
-        Ok("rank") => return Some(true),
-        Ok("sort") => return Some(false),
-        _ => {}
+    match crate::bench_env::var("PROFK_OUTPUT") {
+        Some("rank") => Some(true),
+        Some("sort") => Some(false),
+        _ => None,
     }
-    None
 }
 
 /// Sorts the k slots of every row into the requested order and gathers values and i64 indices: few

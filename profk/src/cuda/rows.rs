@@ -51,11 +51,7 @@ pub fn path(shape: &Shape, k: u64, sms: u32) -> Option<HistogramPath> {
 /// Blocks a launch keeps resident per SM; benchmarks may set fewer (`PROFK_ROWS_PER_SM`) to trade
 /// loads in flight against the second pass's hits in L2.
 fn blocks_per_sm() -> u64 {
-    #[cfg(feature = "bench")]
-    if let Some(b) = std::env::var("PROFK_ROWS_PER_SM")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
+    if let Some(b) = crate::bench_env::number("PROFK_ROWS_PER_SM") {
         return b.clamp(1, BLOCKS_PER_SM);
     }
     BLOCKS_PER_SM
@@ -132,13 +128,11 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
 /// Output stages a benchmark leaves out of the one-block kernel (`PROFK_ROWS_OUTPUT=unsorted|none`;
 /// kernels/rows.cu `OUT_UNSORTED`, `OUT_NONE`): the results are then not meaningful.
 fn output_skips() -> i32 {
-    #[cfg(feature = "bench")]
-    match std::env::var("PROFK_ROWS_OUTPUT").as_deref() {
-        Ok("unsorted") => return 2,
-        Ok("none") => return 4,
-        _ => {}
+    match crate::bench_env::var("PROFK_ROWS_OUTPUT") {
+        Some("unsorted") => 2,
+        Some("none") => 4,
+        _ => 0,
     }
-    0
 }
 
 /// One block per row, one launch (`rows_topk`).

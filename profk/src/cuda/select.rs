@@ -283,7 +283,39 @@ impl Selection<'_> {
         }
         let comps = comps.map_or(0, |c| c.ptr);
         let name = format!("select_all_{}", self.suffix(src));
-        self.launch_cooperative(&name, None, src, true, k, &[out.ptr, k, run.ptr, comps])
+        self.launch_cooperative(
+            &name,
+            None,
+            src,
+            true,
+            k,
+            &[out.ptr, k, run.ptr, comps],
+            None,
+        )
+    }
+
+    /// [`Self::exact`] of `src` (a list: the buffer), then of the rows of `dense` (its rows the
+    /// fallback's, their source the input) in the same cooperative launch: one launch where two
+    /// would run, the second nearly always on no row. The two launches where [`Self::exact`] takes
+    /// separate ones.
+    pub fn exact_then_dense(
+        &self,
+        src: &Source,
+        dense: &Selection,
+        out: &Dev<u64>,
+        k: u64,
+        run: &Dev<u8>,
+        comps: Option<&Dev<u64>>,
+    ) -> Result<()> {
+        if !self.arena.cooperative {
+            self.exact(src, out, k, run, comps)?;
+            return dense.exact(&Source::Dense, out, k, run, comps);
+        }
+        let c = comps.map_or(0, |c| c.ptr);
+        let dense_args = dense.args(&Source::Dense, true);
+        let name = format!("select_all_list_then_{}", self.input.suffix);
+        let extra = [out.ptr, k, run.ptr, c];
+        self.launch_cooperative(&name, None, src, true, k, &extra, Some(&dense_args))
     }
 
     /// [`Self::threshold`] of `kth`, then with `allow_done` [`Self::finalize_min`], in one cooperative
@@ -298,7 +330,7 @@ impl Selection<'_> {
             };
         }
         let name = format!("select_kth_{}", self.suffix(src));
-        self.launch_cooperative(&name, None, src, allow_done, kth, &[])
+        self.launch_cooperative(&name, None, src, allow_done, kth, &[], None)
     }
 
     /// [`Self::kth`] of a sample (`src`, its keys and indices) that the same cooperative launch
@@ -315,13 +347,14 @@ impl Selection<'_> {
             return Ok(false);
         }
         let name = format!("sample_kth_{}", self.input.suffix);
-        self.launch_cooperative(&name, Some(draw), src, allow_done, kth, &[])?;
+        self.launch_cooperative(&name, Some(draw), src, allow_done, kth, &[], None)?;
         Ok(true)
     }
 
-    /// Launches `name([SampleArgs draw,] SelArgs, u64 kth, int bits, extra...)` cooperatively (the
-    /// extra arguments 64-bit words), as many blocks as the rows' work items ask for and the device
-    /// holds at once.
+    /// Launches `name([SampleArgs draw,] SelArgs, u64 kth, int bits, extra..., [SelArgs tail])`
+    /// cooperatively (the extra arguments 64-bit words), as many blocks as the rows' work items ask
+    /// for and the device holds at once.
+    #[allow(clippy::too_many_arguments)]
     fn launch_cooperative(
         &self,
         name: &str,
@@ -330,6 +363,7 @@ impl Selection<'_> {
         allow_done: bool,
         kth: u64,
         extra: &[u64],
+        tail: Option<&SelArgs>,
     ) -> Result<()> {
         let a = self.arena;
         let f = a.func(Family::Select, name)?;
@@ -346,7 +380,10 @@ impl Selection<'_> {
         for word in extra {
             p.push(word);
         }
-        // SAFETY: ([SampleArgs,] SelArgs, u64, int) and the extra arguments are the kernel's signature,
+        if let Some(tail) = tail {
+            p.push(tail);
+        }
+        // SAFETY: ([SampleArgs,] SelArgs, u64, int), the extra arguments and the tail are the kernel's signature,
         // and the grid fits the device at the kernel's occupancy.
         unsafe { a.launch(&f, grid, THREADS, &p, true) }
     }

@@ -230,7 +230,7 @@ fn bench_sample(rows: usize) -> Option<u64> {
     } else {
         "PROFK_GPU_SAMPLE_ONE"
     };
-    std::env::var(name).ok()?.parse().ok()
+    crate::bench_env::number(name)
 }
 
 /// [`plan_for`] with the CPU's sample size: the plan of [`cpu_params_for`].
