@@ -6,8 +6,8 @@
 # The shared CUDA test bodies (selection, rows, statistics, graph capture) and every selector against
 # the CPU path; the stage table; the target rows; Nsight Compute's kernel durations of one call at 2^30
 # and of the flat row; then the single-row and flat peers (FlashInfer, CUB DeviceTopK, torch.topk) in
-# the same call; Nsight Compute also at 2^24 and 2^28, and at 2^24 with the output ranked in
-# slices of 128 (PROFK_RANK_SLICE=128). `sample` leaves the row-wise stages and the peers out, and adds Nsight Compute's
+# the same call; Nsight Compute also at 2^24 and 2^28, and at 2^24 and 2^30 with the output ranked by
+# 512 threads a block (PROFK_RANK_THREADS=512). `sample` leaves the row-wise stages and the peers out, and adds Nsight Compute's
 # durations of the sample's threshold at 2^24, 2^28 and 2^30 by each path (PROFK_SAMPLE=spread|block).
 . bench/lib.sh
 MODE=${1:-final}
@@ -25,9 +25,9 @@ section "profk bench --device cuda --targets" 60 "$B/profk" bench --device cuda 
 kernels "2^30" 12 bench --device cuda --peers --only "2^30"
 if [ "$MODE" = final ]; then
   for shape in "2^24" "2^28"; do kernels "$shape" 10 bench --device cuda --peers --only "$shape"; done
-  export PROFK_RANK_SLICE=128
-  kernels "2^24, PROFK_RANK_SLICE=128" 12 bench --device cuda --peers --only "2^24"
-  unset PROFK_RANK_SLICE
+  export PROFK_RANK_THREADS=512
+  for shape in "2^24" "2^30"; do kernels "$shape, PROFK_RANK_THREADS=512" 12 bench --device cuda --peers --only "$shape"; done
+  unset PROFK_RANK_THREADS
 fi
 kernels "flat 8192x2^17" 20 bench --device cuda --peers --only "flat"
 if [ "$MODE" = sample ]; then

@@ -616,7 +616,6 @@ SORT_GATHER(bf16, __nv_bfloat16)
 // summed, is how many keys precede each slice element, which is its place in the output. O(k log
 // SLICE) work a block, no sort passes. Order keys are distinct (a composite, an index) and every
 // place lies in [0, k) even if they were not, so no write leaves the output.
-#define RANK_THREADS 512
 #define RANK_BATCH 8
 
 // Larger order key = earlier in the output: the composite for values descending, the complement of the
@@ -626,14 +625,14 @@ __device__ __forceinline__ u64 order_key(const T* row, u64 idx, u64 n, int mag, 
   return desc ? (u64)composite(Ops<T>::key(row[idx], mag), idx, n, ib) : ~idx;
 }
 
-// The RANK_BATCH order keys of a row starting at j0 (k of them), one a thread RANK_THREADS apart:
-// every load is issued before any is used (the gathers are random reads).
-template <typename T>
+// The RANK_BATCH order keys of a row starting at j0 (k of them), one a thread THREADS apart: every
+// load is issued before any is used (the gathers are random reads).
+template <typename T, int THREADS>
 __device__ __forceinline__ void rank_batch(u64 (&c)[RANK_BATCH], u64 j0, u64 k, const u64* keyed, const u64* rs,
                                            const T* row, u64 n, int mag, int ib, int desc) {
 #pragma unroll
   for (int b = 0; b < RANK_BATCH; ++b) {
-    const u64 j = j0 + (u64)b * RANK_THREADS + threadIdx.x;
+    const u64 j = j0 + (u64)b * THREADS + threadIdx.x;
     c[b] = j < k ? (keyed ? keyed[j] : rs[j]) : 0;
   }
   if (!keyed) {
@@ -642,11 +641,11 @@ __device__ __forceinline__ void rank_batch(u64 (&c)[RANK_BATCH], u64 j0, u64 k, 
   }
 }
 
-template <typename T, int SLICE>
+template <typename T, int SLICE, int THREADS>
 __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, T* vals,
                             long long* out, const u64* comps) {
-  static_assert(RANK_THREADS % SLICE == 0 && SLICE % 32 == 0, "slice shape");
-  constexpr int PARTS = RANK_THREADS / SLICE;  // threads counting for one slice element
+  static_assert(THREADS % SLICE == 0 && SLICE % 32 == 0, "slice shape");
+  constexpr int PARTS = THREADS / SLICE;  // threads counting for one slice element
   __shared__ u64 slice[SLICE];
   __shared__ u64 ordered[SLICE];
   __shared__ u32 bucket[SLICE + 1];
@@ -664,7 +663,7 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
     const u64* keyed = desc && comps ? comps + r * k : nullptr;
     // The first batch of the row's keys is in flight while the slice is ordered.
     u64 c[RANK_BATCH];
-    rank_batch<T>(c, 0, k, keyed, rs, row, n, mag, ib, desc);
+    rank_batch<T, THREADS>(c, 0, k, keyed, rs, row, n, mag, ib, desc);
     if (t < s) slice[t] = keyed ? keyed[lo + t] : order_key(row, rs[lo + t], n, mag, ib, desc);
     if (t <= SLICE) bucket[t] = 0;
     if (t < SLICE) before[t] = 0;
@@ -688,11 +687,11 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
     // m = how many slice elements are >= the key: the key precedes the slice elements from m on.
     // Lanes of a warp with the same m add once: slots often come in index order, and then nearly every
     // key of the row lands on the first or the last position of a slice.
-    for (u64 j0 = 0; j0 < k; j0 += (u64)RANK_THREADS * RANK_BATCH) {
-      if (j0) rank_batch<T>(c, j0, k, keyed, rs, row, n, mag, ib, desc);
+    for (u64 j0 = 0; j0 < k; j0 += (u64)THREADS * RANK_BATCH) {
+      if (j0) rank_batch<T, THREADS>(c, j0, k, keyed, rs, row, n, mag, ib, desc);
 #pragma unroll
       for (int b = 0; b < RANK_BATCH; ++b) {
-        const bool valid = j0 + (u64)b * RANK_THREADS + t < k;
+        const bool valid = j0 + (u64)b * THREADS + t < k;
         u32 m = 0;
 #pragma unroll
         for (u32 step = SLICE; step; step >>= 1)
@@ -726,17 +725,18 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
   }
 }
 
-#define RANK_GATHER(SUF, T)                                                                              \
-  extern "C" __global__ void __launch_bounds__(RANK_THREADS)                                             \
-      rank_gather_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots,  \
-                        T* vals, long long* out, const u64* comps) { dependent_launch_entry();                                     \
-    rank_gather<T, 128>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);                          \
-  }                                                                                                      \
-  extern "C" __global__ void __launch_bounds__(RANK_THREADS)                                             \
-      rank_gather_s64_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, \
-                            T* vals, long long* out, const u64* comps) { dependent_launch_entry();                                 \
-    rank_gather<T, 64>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);                           \
+// Slices of 128 by 512 threads, of 64 by 1024 (and by 512, to time both).
+#define RANK_GATHER_ONE(NAME, T, SLICE, THREADS)                                                         \
+  extern "C" __global__ void __launch_bounds__(THREADS)                                                  \
+      NAME(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, T* vals,      \
+           long long* out, const u64* comps) {                                                            \
+    dependent_launch_entry();                                                                            \
+    rank_gather<T, SLICE, THREADS>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);              \
   }
+#define RANK_GATHER(SUF, T)                              \
+  RANK_GATHER_ONE(rank_gather_##SUF, T, 128, 512)        \
+  RANK_GATHER_ONE(rank_gather_s64_##SUF, T, 64, 1024)    \
+  RANK_GATHER_ONE(rank_gather_s64_t512_##SUF, T, 64, 512)
 
 RANK_GATHER(f32, float)
 RANK_GATHER(f16, __half)

@@ -686,27 +686,38 @@ fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Res
 const BLOCK_SORT_MAX: u64 = 4096;
 /// Outputs a block places by ranking (kernels/select.cu `rank_gather`): the kernels' slice sizes, the
 /// larger first.
-const RANK_SLICES: [(u64, &str); 2] = [(128, "rank_gather"), (64, "rank_gather_s64")];
-/// Blocks an SM the ranked output may ask for: calls of more slices than that fill the device with
-/// one block per row, or sort.
+/// (slice, kernel, threads).
+const RANK_SLICES: [(u64, &str, u32); 2] =
+    [(128, "rank_gather", 512), (64, "rank_gather_s64", 1024)];
+/// Blocks of 512 threads an SM the ranked output may ask for: calls of more slices than that fill
+/// the device with one block per row, or sort.
 const RANK_BLOCKS_PER_SM: u64 = 2;
 
-/// The ranking kernel and its blocks for `rows` rows of k outputs, where ranking suits them (their
-/// slices of 128 fit the device at once): the smallest slices that still do, so that more blocks
-/// share the work (slices of 32 were slower: every block still reads the row's k keys). A
-/// benchmark may set the slice (`PROFK_RANK_SLICE=64|128`).
-fn rank_kernel(rows: u64, k: u64, sms: u32) -> Option<(&'static str, u64)> {
-    let limit = RANK_BLOCKS_PER_SM * sms as u64;
+/// The ranking kernel, its blocks and its threads for `rows` rows of k outputs, where ranking suits
+/// them (their slices of 128 fit the device at once): the smallest slices that still do in one wave,
+/// so that more blocks share the work (slices of 32 were slower: every block still reads the row's k
+/// keys). A benchmark may set the slice (`PROFK_RANK_SLICE=64|128`).
+fn rank_kernel(rows: u64, k: u64, sms: u32) -> Option<(&'static str, u64, u32)> {
     let blocks = |slice: u64| rows * k.div_ceil(slice);
-    if blocks(RANK_SLICES[0].0) > limit {
+    // Blocks of 512 threads RANK_BLOCKS_PER_SM an SM, of 1024 half as many: one wave.
+    let fits = |slice: u64, threads: u32| {
+        blocks(slice) <= RANK_BLOCKS_PER_SM * sms as u64 * 512 / threads as u64
+    };
+    let (slice, _, threads) = RANK_SLICES[0];
+    if !fits(slice, threads) {
         return None;
     }
     let forced = crate::bench_env::number("PROFK_RANK_SLICE");
-    RANK_SLICES
+    let (slice, name, threads) = RANK_SLICES
         .iter()
         .rev()
-        .find(|(slice, _)| forced.map_or(blocks(*slice) <= limit, |f| f == *slice))
-        .map(|&(slice, name)| (name, blocks(slice)))
+        .find(|&&(slice, _, threads)| forced.map_or(fits(slice, threads), |f| f == slice))
+        .copied()?;
+    // A benchmark may time the slices of 64 by 512 threads (`PROFK_RANK_THREADS=512`).
+    if slice == 64 && crate::bench_env::number("PROFK_RANK_THREADS") == Some(512) {
+        return Some(("rank_gather_s64_t512", blocks(slice), 512));
+    }
+    Some((name, blocks(slice), threads))
 }
 
 /// Whether a benchmark asks for the spread sample (`PROFK_SAMPLE=spread|block`), to time both under a
@@ -755,9 +766,10 @@ fn output(
     // sorted too). Either is one launch; the sorts also take the key width.
     let in_blocks = if ranked {
         // A forced ranking of more slices than fit at once takes the larger slices.
-        let largest = (RANK_SLICES[0].1, shape.rows * k.div_ceil(RANK_SLICES[0].0));
-        let (name, blocks) = rank.unwrap_or(largest);
-        Some((name, blocks, 512, None))
+        let (slice, name, threads) = RANK_SLICES[0];
+        let (name, blocks, threads) =
+            rank.unwrap_or((name, shape.rows * k.div_ceil(slice), threads));
+        Some((name, blocks, threads, None))
     } else if k <= BLOCK_SORT_MAX && rankable {
         let (threads, name) = match k {
             0..=512 => (128, "sort_gather_512"),

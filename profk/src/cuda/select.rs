@@ -12,7 +12,9 @@ const THREADS: u32 = 256;
 /// Most elements one block histograms per work item.
 const CHUNK: u64 = 8192;
 /// Work items a selection aims for per SM: a few rows of a list (a sample, a buffer) split into
-/// chunks small enough to reach every SM, instead of a few blocks each walking 8192 elements.
+/// chunks small enough to reach every SM, instead of a few blocks each walking 8192 elements. (One
+/// item an SM, fewer blocks at each grid barrier, made a single row's buffer selection slower: 27.7
+/// against 19.9 µs at 2^30 on the H200.)
 const ITEMS_PER_SM: u64 = 4;
 
 /// Elements per work item: at most [`CHUNK`], a multiple of the block, and small enough that
