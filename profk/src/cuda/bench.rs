@@ -210,7 +210,8 @@ pub fn time_host_plan(
     reps: usize,
     plan: Option<Plan>,
 ) -> Result<(f64, u32, usize, f64)> {
-    time_calls(xs, k, opts, reps, plan, false)
+    let t = time_calls(xs, k, opts, reps, plan, false)?;
+    Ok((t.0, t.1, t.2, t.3))
 }
 
 /// How long the device takes for one call whose work is all queued before it starts: each timed
@@ -220,21 +221,10 @@ pub fn time_queued(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> 
     Ok(time_calls(xs, k, opts, reps, None, true)?.0)
 }
 
+/// Median milliseconds per call, attempts of the last call, aux bytes, and the median host
+/// milliseconds spent queuing a call and from its start to its first kernel launch (the device idles
+/// that long before the call's work).
 fn time_calls(
-    xs: &[Tensor],
-    k: usize,
-    opts: &TopKOptions,
-    reps: usize,
-    plan: Option<Plan>,
-    queued: bool,
-) -> Result<(f64, u32, usize, f64)> {
-    let t = time_calls_watched(xs, k, opts, reps, plan, queued)?;
-    Ok((t.0, t.1, t.2, t.3))
-}
-
-/// [`time_calls`] plus the median host milliseconds from a call's start to its first kernel launch
-/// (the device idles that long before the call's work).
-fn time_calls_watched(
     xs: &[Tensor],
     k: usize,
     opts: &TopKOptions,
@@ -598,9 +588,7 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             ..Default::default()
         };
         for (name, mask) in variants {
-            let t = skip::with(mask, || {
-                time_calls_watched(&xs, c.k, &opts, 20, None, false)
-            })?;
+            let t = skip::with(mask, || time_calls(&xs, c.k, &opts, 20, None, false))?;
             row(name, (t.0, t.3, t.4));
         }
         // The device's own time: the full call with its work queued before it starts.
@@ -635,7 +623,7 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             ));
         }
         for (name, plan) in extra {
-            let t = time_calls_watched(&xs, c.k, &index, 20, plan, false)?;
+            let t = time_calls(&xs, c.k, &index, 20, plan, false)?;
             row(&name, (t.0, t.3, t.4));
         }
     }
