@@ -458,24 +458,24 @@ extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kle
     });                                                                                            \
   }
 
+// The dense selection compiled apart (not inlined; it nearly always has no row), so that the
+// buffer's selection beside it keeps the registers it has alone.
+template <typename T>
+__device__ __noinline__ void select_all_dense_apart(const SelArgs& a, u64 kth, int bits, u64* out, u64 k,
+                                                    RowRun* run, u64* comps) {
+  select_all_body<T, false>(a, kth, bits, out, k, run, comps);
+}
+
 // The buffer's top-k of the listed rows, then the dense selection of the rows that fell back (their
 // list nearly always empty), in one cooperative launch: a grid barrier between the two when both
 // have rows, as they share the histogram sets. Four blocks an SM, as the buffer's launch alone has.
-// The dense selection compiled apart (not inlined; it nearly always has no row), so that the
-// buffer's selection keeps the registers it has alone.
-template <typename T, bool LIST>
-__device__ __noinline__ void select_all_apart(const SelArgs& a, u64 kth, int bits, u64* out, u64 k, RowRun* run,
-                                              u64* comps) {
-  select_all_body<T, LIST>(a, kth, bits, out, k, run, comps);
-}
-
 template <typename T>
 __device__ void select_all_then_dense(const SelArgs& a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps,
                                       const SelArgs& dense) {
   const bool both = list_len(a.list, a.rows) && list_len(dense.list, dense.rows);
   select_all_body<float, true>(a, kth, bits, out, k, run, comps);
   if (both) cg::this_grid().sync();
-  select_all_apart<T, false>(dense, kth, bits, out, k, run, comps);
+  select_all_dense_apart<T>(dense, kth, bits, out, k, run, comps);
 }
 
 #define SELECT_ALL_THEN_DENSE(SUF, T)                                                                          \

@@ -684,9 +684,8 @@ fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Res
 
 /// Largest k whose per-row sort runs in one block, fused with the gather.
 const BLOCK_SORT_MAX: u64 = 4096;
-/// Outputs a block places by ranking (kernels/select.cu `rank_gather`): the kernels' slice sizes, the
-/// larger first.
-/// (slice, kernel, threads).
+/// The ranking kernels (kernels/select.cu `rank_gather`), the larger slice first: (outputs a block
+/// places, kernel, threads a block).
 const RANK_SLICES: [(u64, &str, u32); 2] =
     [(128, "rank_gather", 512), (64, "rank_gather_s64", 1024)];
 /// Blocks of 512 threads an SM the ranked output may ask for: calls of more slices than that fill
