@@ -141,10 +141,10 @@ profk_begin() {
   { echo "# H200 device call: $1 $2"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } >"$R"
 }
 
-# profk_checks BIN-DIR: the shared CUDA test bodies (selection, rows, statistics), the graph capture
-# test and every CUDA selector against the CPU path, as sections of $R.
+# profk_checks BIN-DIR: the shared CUDA test bodies (selection, rows, statistics, accumulation), the
+# graph capture test and every CUDA selector against the CPU path, as sections of $R.
 profk_checks() {
-  for t in selection rows statistics; do section "test $t (cuda)" 150 "$1/$t" cuda; done
+  for t in selection rows statistics accumulate; do section "test $t (cuda)" 150 "$1/$t" cuda; done
   section "graph capture" 60 "$1/graph_capture"
   section "profk bench --device cuda --check --no-table" 90 "$1/profk" bench --device cuda --check --no-table
 }

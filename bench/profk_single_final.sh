@@ -6,8 +6,9 @@
 # The shared CUDA test bodies (selection, rows, statistics, graph capture) and every selector against
 # the CPU path; the stage table; the target rows; Nsight Compute's kernel durations of one call at 2^30
 # and of the flat row; then the single-row and flat peers (FlashInfer, CUB DeviceTopK, torch.topk) in
-# the same call; Nsight Compute also at 2^24 and 2^28, and at 2^24 and 2^30 with the output ranked by
-# 512 threads a block (PROFK_RANK_THREADS=512). `sample` leaves the row-wise stages and the peers out, and adds Nsight Compute's
+# the same call; Nsight Compute also at 2^24 and 2^28; the target rows, and Nsight Compute at 2^24 and
+# 2^30, also with the buffer's selection and the ranked output instead of the sorted lists
+# (PROFK_RANK_LIST=0). `sample` leaves the row-wise stages and the peers out, and adds Nsight Compute's
 # durations of the sample's threshold at 2^24, 2^28 and 2^30 by each path (PROFK_SAMPLE=spread|block).
 . bench/lib.sh
 MODE=${1:-final}
@@ -24,10 +25,12 @@ fi
 section "profk bench --device cuda --targets" 60 "$B/profk" bench --device cuda --targets
 kernels "2^30" 12 bench --device cuda --peers --only "2^30"
 if [ "$MODE" = final ]; then
-  for shape in "2^24" "2^28"; do kernels "$shape" 10 bench --device cuda --peers --only "$shape"; done
-  export PROFK_RANK_THREADS=512
-  for shape in "2^24" "2^30"; do kernels "$shape, PROFK_RANK_THREADS=512" 12 bench --device cuda --peers --only "$shape"; done
-  unset PROFK_RANK_THREADS
+  for shape in "2^24" "2^28"; do kernels "$shape" 12 bench --device cuda --peers --only "$shape"; done
+  # The buffer's selection and the ranking of its outputs that the sorted lists replace.
+  export PROFK_RANK_LIST=0
+  section "profk bench --device cuda --targets, PROFK_RANK_LIST=0" 60 "$B/profk" bench --device cuda --targets
+  for shape in "2^24" "2^30"; do kernels "$shape, PROFK_RANK_LIST=0" 12 bench --device cuda --peers --only "$shape"; done
+  unset PROFK_RANK_LIST
 fi
 kernels "flat 8192x2^17" 20 bench --device cuda --peers --only "flat"
 if [ "$MODE" = sample ]; then

@@ -10,6 +10,7 @@
 // (select_all_*, select_kth_*), a grid barrier between digits: one launch, even when no row is listed.
 #include <cooperative_groups.h>
 #include <cub/block/block_radix_sort.cuh>
+#include "rank_list.cuh"
 #include "sample.cuh"
 
 #define SEL_THREADS 256
@@ -760,3 +761,13 @@ RANK_GATHER(bf16, __nv_bfloat16)
 OUT_KERNELS(f32, float)
 OUT_KERNELS(f16, __half)
 OUT_KERNELS(bf16, __nv_bfloat16)
+
+#define RANK_LISTS(SUF, T)                                                                        \
+  extern "C" __global__ void __launch_bounds__(RL_THREADS) rank_lists_##SUF(RankListArgs a) { \
+    dependent_launch_entry();                                                                     \
+    rank_lists<T>(a);                                                                             \
+  }
+
+RANK_LISTS(f32, float)
+RANK_LISTS(f16, __half)
+RANK_LISTS(bf16, __nv_bfloat16)

@@ -157,6 +157,31 @@ pub struct AccFilterArgs {
     pub pad: [i32; 2],
 }
 
+/// The sorted top-k of few rows from their lists (kernels/rank_list.cuh).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RankListArgs {
+    pub x: u64,
+    pub n: u64,
+    pub k: u64,
+    pub rows: u64,
+    pub slice: u64,
+    pub ib: i32,
+    pub tb: i32,
+    pub keys: u64,
+    pub idx: u64,
+    pub cap: u64,
+    pub run: u64,
+    pub sel: u64,
+    pub comps: u64,
+    /// Zeroed: rows x 2048 bin counts, then as many cursors.
+    pub counts: u64,
+    /// rows x max(cap, k) composites.
+    pub bucket: u64,
+    pub vals: u64,
+    pub out: u64,
+}
+
 // SAFETY: plain-old-data records with the C layout of their kernel-side twins.
 unsafe impl DeviceRepr for AccChunk {}
 unsafe impl DeviceRepr for AccArgs {}
@@ -164,6 +189,7 @@ unsafe impl DeviceRepr for AccFilterArgs {}
 unsafe impl DeviceRepr for SelArgs {}
 unsafe impl DeviceRepr for FilterArgs {}
 unsafe impl DeviceRepr for SampleArgs {}
+unsafe impl DeviceRepr for RankListArgs {}
 
 #[cfg(test)]
 mod tests {
@@ -178,6 +204,7 @@ mod tests {
             8 * 3 + 16 + 8 * 9 + 8 + 16
         );
         assert_eq!(std::mem::size_of::<AccChunk>(), 16);
+        assert_eq!(std::mem::size_of::<RankListArgs>(), 8 * 5 + 8 + 8 * 10);
         assert_eq!(std::mem::size_of::<AccArgs>(), 8 * 7 + 8);
         assert_eq!(std::mem::size_of::<AccFilterArgs>(), 64 + 8 * 7 + 4 * 8);
         assert_eq!(

@@ -14,6 +14,7 @@ pub mod bench;
 mod filter;
 mod launch;
 mod module;
+mod rank_list;
 mod record;
 mod rows;
 mod sample;
@@ -85,6 +86,7 @@ pub mod skip {
 pub struct Input {
     pub ptr: u64,
     pub suffix: &'static str,
+    pub dtype: DType,
     pub mag: bool,
 }
 
@@ -275,6 +277,7 @@ fn topk_deferred_spec(
     let input = Input {
         ptr: base + layout.start_offset() as u64 * elem,
         suffix,
+        dtype: x.dtype(),
         mag: opts.by_magnitude,
     };
     let histogram = if histogram_allowed
@@ -294,7 +297,7 @@ fn topk_deferred_spec(
     // The record, and after it the sampled path's selection state: one memset zeroes both.
     let record_bytes = spec.rows * ROW_RUN_BYTES + GLOBAL_BYTES;
     let state_bytes = if plan.is_some() {
-        SelState::bytes(spec.rows)
+        SelState::bytes(spec.rows) + rank_list::zeroed_bytes(shape.rows)
     } else {
         0
     };
@@ -306,6 +309,7 @@ fn topk_deferred_spec(
         GLOBAL_BYTES,
     );
     let sampled_state = SelState::at(record_ptr + record_bytes as u64, spec.rows);
+    let rank_counts = record_ptr + (record_bytes + SelState::bytes(spec.rows)) as u64;
     arena.bytes += state_bytes;
 
     let fused = acc.filter(|_| k > 0 && shape.rows > 0 && plan.is_some());
@@ -344,8 +348,17 @@ fn topk_deferred_spec(
                     (sort_baseline(&mut arena, &input, &shape, k)?, None)
                 }
                 (Selector::Profk, Some(p), _) => {
-                    let rec = (&run, &global, &sampled_state);
-                    profk(&mut arena, &input, &shape, k, opts, p, rec, fused)?
+                    let rec = (&run, &global, &sampled_state, rank_counts);
+                    match profk(&mut arena, &input, &shape, k, opts, p, rec, fused)? {
+                        Selected::Slots(slots, comps) => (slots, comps),
+                        Selected::Sorted(sorted) => {
+                            let (values, indices) = sorted.into_tensors(dev, &spec.out_shape);
+                            return Ok(deferred(
+                                values, indices, storage, arena, record, opts, plan, &shape,
+                                started,
+                            ));
+                        }
+                    }
                 }
                 _ => {
                     nan_scan(&arena, &input, &shape, opts, &global)?;
@@ -376,9 +389,26 @@ fn topk_deferred_spec(
             )?
         }
     };
+    Ok(deferred(
+        values, indices, storage, arena, record, opts, plan, &shape, started,
+    ))
+}
+
+/// The call's outputs and its status, once every launch is queued (the input's storage released).
+#[allow(clippy::too_many_arguments)]
+fn deferred<S>(
+    values: Tensor,
+    indices: Tensor,
+    storage: S,
+    arena: Arena,
+    record: record::Record,
+    opts: &TopKOptions,
+    plan: Option<Plan>,
+    shape: &Shape,
+    started: Instant,
+) -> Deferred {
     drop(storage);
-    let aux_bytes = arena.bytes;
-    Ok(Deferred {
+    Deferred {
         values,
         indices,
         status: DeviceStatus {
@@ -387,10 +417,19 @@ fn topk_deferred_spec(
             nan: opts.nan,
             plan,
             rows: shape.rows,
-            aux_bytes,
+            aux_bytes: arena.bytes,
             started,
         },
-    })
+    }
+}
+
+/// What Prof-K leaves for the output stage.
+enum Selected {
+    /// k row-local indices per row in any order, and where the selection wrote them, their
+    /// composites at the same places.
+    Slots(Dev<u64>, Option<Dev<u64>>),
+    /// The outputs themselves, in order.
+    Sorted(Outputs),
 }
 
 fn nan_scan(
@@ -415,7 +454,8 @@ fn nan_scan(
 
 /// Prof-K: attempts with the device-side check, the buffer top-k, the fallback; returns k row-local
 /// indices per row (any order) and, for the values-descending order of composites of at most 64
-/// bits, their composites at the same places (the output then gathers no key). With `acc`, the
+/// bits, their composites at the same places (the output then gathers no key). Few rows in that
+/// order get their outputs sorted straight from the buffers instead ([`rank_list`]). With `acc`, the
 /// first attempt samples the accumulation and its pass writes it into the input (the residual);
 /// later attempts read the updated input.
 #[allow(clippy::too_many_arguments)]
@@ -426,9 +466,9 @@ fn profk(
     k: u64,
     opts: &TopKOptions,
     plan: Plan,
-    (run, global, state): (&Dev<u8>, &Dev<u8>, &SelState),
+    (run, global, state, rank_counts): (&Dev<u8>, &Dev<u8>, &SelState, u64),
     acc: Option<&abi::AccArgs>,
-) -> Result<(Dev<u64>, Option<Dev<u64>>)> {
+) -> Result<Selected> {
     let rows = shape.rows as usize;
     let (s, cap) = (plan.sample, plan.capacity);
     // Composites of at most 64 bits let small samples and buffers be selected inside one block, and a
@@ -481,6 +521,16 @@ fn profk(
         (false, _) => None,
         (true, false) => Some(arena.alloc::<u64>(rows * k as usize)?),
         (true, true) => Some(arena.zeros::<u64>(rows * k as usize)?),
+    };
+    // Few rows, values descending: the sorted outputs come straight from each row's list (the
+    // buffer, or the fallback's composites), where a cooperative launch may run.
+    let listed = match comps.is_some() && !opts.approximate && arena.cooperative {
+        true => rank_list::slice_for(shape.rows, k, arena.sms),
+        false => None,
+    };
+    let bucket = match listed {
+        Some(_) => arena.alloc::<u64>(rank_list::bucket_len(shape.rows, k, cap))?,
+        None => arena.alloc::<u64>(0)?,
     };
     let attempts = if opts.approximate || skip::has(skip::REDRAW) {
         1
@@ -597,6 +647,34 @@ fn profk(
     };
     let comps_out = comps.as_ref();
     let fallback = !skip::has(skip::FALLBACK);
+    if let (Some(slice), Some(comps)) = (listed, comps_out) {
+        // The fallback's composites first: its rows' lists.
+        if fallback {
+            fb.exact(&Source::Dense, &out, k, run, Some(comps))?;
+        }
+        let sorted = Outputs::alloc(arena_ro, input.dtype, shape.rows * k)?;
+        if !skip::has(skip::OUTPUT) {
+            let lists = rank_list::Lists {
+                buffer: &buf,
+                run,
+                sel: &state.sel,
+                comps,
+            };
+            let ptrs = sorted.ptrs(arena_ro);
+            let shape_k = (k, slice);
+            rank_list::launch(
+                arena_ro,
+                input,
+                shape,
+                shape_k,
+                &lists,
+                rank_counts,
+                &bucket,
+                ptrs,
+            )?;
+        }
+        return Ok(Selected::Sorted(sorted));
+    }
     // The dense fallback of the rows that failed every attempt shares the buffer's cooperative
     // launch where the buffer takes one.
     let fallen = |sel: &Selection| match fallback {
@@ -613,7 +691,7 @@ fn profk(
     } else {
         ok.exact(&buffer_src, &out, k, run, comps_out)?;
     }
-    Ok((out, comps))
+    Ok(Selected::Slots(out, comps))
 }
 
 fn row_lists(arena: &mut Arena, rows: usize) -> Result<(Dev<u32>, Dev<u32>)> {

@@ -630,6 +630,71 @@ pub fn forced_redraws_and_fallback(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Buffers of tens of thousands whose top-k is sorted straight from them (few rows, values
+/// descending): lists whose keys spread over many digits, share a handful of keys (the order then
+/// comes from the index bits), are all equal or end in -inf, with NaN largest and by magnitude, on one
+/// row and on two, in every dtype; outputs short for one block's slice, and long enough for slices of
+/// 512.
+pub fn sorted_from_buffers(dev: &Device) -> Result<()> {
+    let n = 100_000;
+    let inf = f64::INFINITY;
+    let mut spiky = normal(n, 41);
+    for (i, v) in spiky.iter_mut().enumerate() {
+        if i % 7 == 0 {
+            *v = f64::NAN;
+        } else if i % 11 == 0 {
+            *v = inf;
+        } else if i % 2 == 0 {
+            *v = -inf;
+        }
+    }
+    let rows = [
+        ("normal", normal(n, 40)),
+        ("eight levels", small_ints(n, 8, 42)),
+        ("all equal", vec![0.75; n]),
+        (
+            "half -inf",
+            (0..n).map(|i| if i < n / 2 { -inf } else { 1.0 }).collect(),
+        ),
+        ("nan, inf and -inf", spiky),
+    ];
+    let nan_largest = TopKOptions {
+        nan: NanPolicy::Largest,
+        ..TopKOptions::default()
+    };
+    let magnitude = TopKOptions {
+        by_magnitude: true,
+        ..nan_largest.clone()
+    };
+    for (name, row) in &rows {
+        for dtype in dtypes(dev) {
+            for count in [1usize, 2] {
+                let data = row.repeat(count);
+                let x = tensor(&data, &[count, n], dtype, dev)?;
+                // About 6300 kept of k = 5000 (sample rate 0.041, threshold rank 260), and k = 40.
+                for (k, plan) in [(5000, (4096, 260, 12_000)), (40, (4096, 4, 2000))] {
+                    for opts in [&nan_largest, &magnitude] {
+                        check_with_plan(&x, k, opts, plan).with_context(|| {
+                            format!("'{name}', {count} rows, {dtype:?}, k = {k}, {opts:?}")
+                        })?;
+                    }
+                }
+            }
+        }
+    }
+    // Slices of 512 output places, gathered a thousand at a time: about 65 000 kept of k = 60 000.
+    let n = 400_000;
+    for (name, row) in [
+        ("normal", normal(n, 43)),
+        ("eight levels", small_ints(n, 8, 44)),
+    ] {
+        let x = tensor(&row, &[n], DType::F32, dev)?;
+        check_with_plan(&x, 60_000, &nan_largest, (16_384, 2660, 80_000))
+            .with_context(|| format!("'{name}', k = 60000"))?;
+    }
+    Ok(())
+}
+
 /// `topk_gather`: the gathered rows match the indices; shapes are validated with clear errors.
 pub fn gather(dev: &Device) -> Result<()> {
     let inf = f64::INFINITY;
