@@ -16,7 +16,8 @@ pack() {
     python3 bench/cargo_executables.py "$@" |
     while read -r name exe; do
       strip -o "$dest/$name" "$exe"
-      xz -1 -T2 -f "$dest/$name"
+      # -6: about 15% smaller than -1, so that the test binaries and the peers' program travel together.
+      xz -6 -T2 -f "$dest/$name"
       echo "packed $dest/$name.xz ($(du -h "$dest/$name.xz" | cut -f1))"
     done
 }
