@@ -44,10 +44,7 @@ __device__ u64 block_kth_with(Each each, u32 kth, int hi, u64 prefix, bool cut_o
     each([&](u64 c, bool valid) {
       const bool in = valid && (hi >= 64 ? 0 : c >> hi) == top;
       const u32 bin = in ? (u32)(c >> lo) & mask : ~0u;
-      // Lanes of a warp in the same bin add once: the leading digits of a sample or a buffer are shared
-      // by most of its composites, which would otherwise queue on one counter.
-      const unsigned same = __match_any_sync(0xffffffffu, bin);
-      if (in && (t & 31) == __ffs(same) - 1) atomicAdd(&hist[bin], (u32)__popc(same));
+      count_bin(hist, bin);
     });
     __syncthreads();
     const int bins = 1 << width;

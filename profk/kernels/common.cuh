@@ -145,6 +145,14 @@ __device__ __forceinline__ u128 composite(u32 key, u64 idx, u64 n, int ib) {
 
 __device__ __forceinline__ u128 load_prefix(const RowSel& s) { return ((u128)s.pre_hi << 64) | s.pre_lo; }
 
+// Adds one to bin `bin` of the shared histogram h (no bin: ~0u) for every lane of the warp, once per
+// bin: the leading digits of a sample, a buffer or an ordered slice are shared by most of its lanes,
+// which would otherwise queue on one counter. Every lane of the warp calls it.
+__device__ __forceinline__ void count_bin(u32* h, u32 bin) {
+  const unsigned same = __match_any_sync(0xffffffffu, bin);
+  if (bin != ~0u && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&h[bin], (u32)__popc(same));
+}
+
 // Read a value another block wrote with atomics, bypassing L1.
 __device__ __forceinline__ u64 ld_l2(const u64* p) { return __ldcg(p); }
 

@@ -68,12 +68,6 @@ __device__ __forceinline__ void each_element(const ListRow& l, F f) {
   }
 }
 
-// Adds one to bin `bin` of h (no bin: ~0u), once per bin for the lanes of a warp that share it.
-__device__ __forceinline__ void count_bin(u32* h, u32 bin) {
-  const unsigned same = __match_any_sync(0xffffffffu, bin);
-  if (bin != ~0u && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&h[bin], (u32)__popc(same));
-}
-
 // The cell's sub-cell (its next d bits, histogram h) that holds the composite of rank `rank`; `count`
 // receives how many composites it holds. Every thread of the block calls it and gets the same cell.
 __device__ Cell narrow_cell(const u32* h, int d, const Cell& x, u64 rank, u64& count) {

@@ -463,8 +463,7 @@ __device__ __forceinline__ void select_few(u64 c, bool valid, int hi, u32 kleft,
   if (t == 0) s.fill = 0;
   __syncthreads();
   const u32 d = valid ? (u32)(c >> lo) & mask : ~0u;
-  const unsigned same = __match_any_sync(0xffffffffu, d);
-  if (valid && (int)lane == __ffs(same) - 1) atomicAdd(&s.hist[d], (u32)__popc(same));
+  count_bin(s.hist, d);
   __syncthreads();
   if (t < 32) {
     // Lane l holds digits 255 - 8l down to 248 - 8l.

@@ -135,8 +135,7 @@ __device__ void count_digit(const SelArgs& a, u64 r, u64 ch, u128 top, u64* gh) 
       const u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, need_idx);
       if ((c >> hb) == top) bin = (u32)(c >> a.lo) & mask;
     }
-    const unsigned same = __match_any_sync(0xffffffffu, bin);
-    if (bin != ~0u && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&sh[bin], (u32)__popc(same));
+    count_bin(sh, bin);
   }
   __syncthreads();
   for (int i = threadIdx.x; i <= (int)mask; i += blockDim.x)
@@ -698,8 +697,7 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
         for (u32 step = SLICE; step; step >>= 1)
           if (m + step <= s && ordered[m + step - 1] >= c[b]) m += step;
         m = valid ? m : ~0u;
-        const unsigned same = __match_any_sync(0xffffffffu, m);
-        if (valid && (int)lane == __ffs(same) - 1) atomicAdd(&bucket[m], (u32)__popc(same));
+        count_bin(bucket, m);
       }
     }
     __syncthreads();
