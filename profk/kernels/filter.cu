@@ -21,7 +21,25 @@ struct FilterArgs {
   RowList list;  // the rows still pending (all rows on the first attempt)
   u32* lists;    // where the pass lists the rows by status (3 x rows ids; null: a launch of its own)
   u32* counts;   // and how many in each
+  u64 prefetch;  // bytes of its first item a block asks L2 for before the wait (first attempts)
 };
+
+// While the sample's threshold is still being selected, the first attempt's blocks are already
+// resident (dependent launch) and the memory bus would idle: each asks L2 for the start of its first
+// item. The input was final before the call's first kernel, and a prefetch is only a hint, so this
+// may run before the wait on the kernel before.
+template <typename T>
+__device__ __forceinline__ void filter_prefetch(const FilterArgs& a) {
+  if (a.prefetch == 0 || a.list.ids) return;
+  const u64 item = blockIdx.x;
+  if (item >= a.rows * a.cpr) return;
+  const u64 r = item / a.cpr, first = item % a.cpr * a.chunk;
+  if (first >= a.n) return;
+  const u64 len = min(a.prefetch, min(a.chunk, a.n - first) * sizeof(T));
+  const char* start = (const char*)((const T*)a.x + r * a.n + first);
+  for (u64 off = (u64)threadIdx.x * 128; off < len; off += (u64)blockDim.x * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(start + off));
+}
 
 template <typename T>
 __device__ void filter_body(const FilterArgs& a) {
@@ -121,6 +139,18 @@ __device__ void filter_body(const FilterArgs& a) {
   }
 }
 
-extern "C" __global__ void __launch_bounds__(FT, 2) filter_f32(FilterArgs a) { dependent_launch_entry(); filter_body<float>(a); }
-extern "C" __global__ void __launch_bounds__(FT, 2) filter_f16(FilterArgs a) { dependent_launch_entry(); filter_body<__half>(a); }
-extern "C" __global__ void __launch_bounds__(FT, 2) filter_bf16(FilterArgs a) { dependent_launch_entry(); filter_body<__nv_bfloat16>(a); }
+extern "C" __global__ void __launch_bounds__(FT, 2) filter_f32(FilterArgs a) {
+  filter_prefetch<float>(a);
+  dependent_launch_entry();
+  filter_body<float>(a);
+}
+extern "C" __global__ void __launch_bounds__(FT, 2) filter_f16(FilterArgs a) {
+  filter_prefetch<__half>(a);
+  dependent_launch_entry();
+  filter_body<__half>(a);
+}
+extern "C" __global__ void __launch_bounds__(FT, 2) filter_bf16(FilterArgs a) {
+  filter_prefetch<__nv_bfloat16>(a);
+  dependent_launch_entry();
+  filter_body<__nv_bfloat16>(a);
+}

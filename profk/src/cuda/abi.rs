@@ -93,6 +93,9 @@ pub struct FilterArgs {
     /// Where the pass lists the rows by status (3 x rows ids) and their counts; 0: not by the pass.
     pub lists: u64,
     pub counts: u64,
+    /// Bytes of its first item each block asks L2 for before the kernel before it has finished
+    /// (first attempts only; 0: none).
+    pub prefetch: u64,
 }
 
 #[repr(C)]
@@ -201,7 +204,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<SelArgs>(), 56 + 24 + 16 + 24 + 8);
         assert_eq!(
             std::mem::size_of::<FilterArgs>(),
-            8 * 3 + 16 + 8 * 9 + 8 + 16
+            8 * 3 + 16 + 8 * 9 + 8 + 16 + 8
         );
         assert_eq!(std::mem::size_of::<AccChunk>(), 16);
         assert_eq!(std::mem::size_of::<RankListArgs>(), 8 * 5 + 8 + 8 * 10);
