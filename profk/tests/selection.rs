@@ -17,4 +17,5 @@ test_device!(common::{
     gather,
     many_rows,
     approximate_mode,
+    concurrent_callers,
 });

@@ -48,8 +48,25 @@ struct Workspace {
     ptr: u64,
 }
 
-fn cache() -> &'static Mutex<HashMap<usize, Workspace>> {
-    static C: OnceLock<Mutex<HashMap<usize, Workspace>>> = OnceLock::new();
+/// What names a stream to the per-stream caches: its handle, and for the per-thread default stream
+/// (candle's: one handle, a different stream on every thread) the thread too, so that memory a call
+/// queued work on is reused only in that work's stream order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StreamKey(usize, Option<std::thread::ThreadId>);
+
+/// The per-thread default stream's handle (`CU_STREAM_PER_THREAD`).
+const PER_THREAD_STREAM: usize = 0x2;
+
+impl StreamKey {
+    pub fn of(stream: &CudaStream) -> Self {
+        let handle = stream.cu_stream() as usize;
+        let thread = (handle == PER_THREAD_STREAM).then(|| std::thread::current().id());
+        Self(handle, thread)
+    }
+}
+
+fn cache() -> &'static Mutex<HashMap<StreamKey, Workspace>> {
+    static C: OnceLock<Mutex<HashMap<StreamKey, Workspace>>> = OnceLock::new();
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
@@ -62,9 +79,11 @@ pub struct Arena {
     /// Whether a selection may run as one cooperative launch: the device has them and the stream
     /// is not being captured.
     pub cooperative: bool,
+    /// Whether the stream is being captured into a graph.
+    pub capturing: bool,
     /// Bytes this call carved: its auxiliary device memory.
     pub bytes: usize,
-    key: usize,
+    key: StreamKey,
     chunks: Vec<Workspace>,
     off: usize,
 }
@@ -76,7 +95,7 @@ impl Arena {
         let facts = device_facts(stream.context())?;
         let capturing = stream.capture_status().map_err(drv)?
             != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let key = stream.cu_stream() as usize;
+        let key = StreamKey::of(&stream);
         let chunks = cache()
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -88,6 +107,7 @@ impl Arena {
             sms: facts.sms,
             dependent: facts.dependent_launch && !capturing,
             cooperative: facts.cooperative && !capturing,
+            capturing,
             bytes: 0,
             key,
             chunks,

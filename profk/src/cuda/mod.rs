@@ -302,7 +302,8 @@ fn topk_deferred_spec(
     } else {
         0
     };
-    let record = record::Record::zeroed(&arena.stream, record_bytes + state_bytes)?;
+    let record =
+        record::Record::zeroed(&arena.stream, record_bytes + state_bytes, arena.capturing)?;
     let record_ptr = record.ptr;
     let run = Dev::<u8>::at(record_ptr, spec.rows * ROW_RUN_BYTES);
     let global = Dev::<u8>::at(

@@ -743,6 +743,82 @@ pub fn gather(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Callers on several threads at once, each queuing its calls before reading any: every answer is
+/// exact. candle's CUDA tensors live on the per-thread default stream, one handle for a different
+/// stream on every thread, so scratch memory and records kept for a stream's next call must not pass
+/// to another thread while the work queued on them runs.
+pub fn concurrent_callers(dev: &Device) -> Result<()> {
+    let k = 1000;
+    std::thread::scope(|scope| {
+        let callers: Vec<_> = (0..4u64)
+            .map(|t| {
+                scope.spawn(move || -> Result<()> {
+                    let shapes = [[1, (1 << 20) + 77 * t as usize], [3, 300_000]];
+                    let xs = (0..6u64)
+                        .map(|i| {
+                            let dims = shapes[(i % 2) as usize];
+                            tensor(
+                                &normal(dims[0] * dims[1], 100 + 10 * t + i),
+                                &dims,
+                                DType::F32,
+                                dev,
+                            )
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let opts = |i: usize| TopKOptions {
+                        order: if i % 3 == 2 {
+                            Order::Index
+                        } else {
+                            Order::Desc
+                        },
+                        ..TopKOptions::default()
+                    };
+                    let got = queue_then_read(&xs, k, opts)?;
+                    for (i, (x, g)) in xs.iter().zip(&got).enumerate() {
+                        check_against_reference(x, k, &opts(i), g)
+                            .with_context(|| format!("caller {t}, call {i}"))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        callers.into_iter().try_for_each(|c| {
+            c.join()
+                .map_err(|_| anyhow::anyhow!("a caller thread panicked"))?
+        })
+    })
+}
+
+/// Every call of `xs` queued first (on CUDA, without a host synchronization), then every answer read.
+fn queue_then_read(
+    xs: &[Tensor],
+    k: usize,
+    opts: impl Fn(usize) -> TopKOptions,
+) -> Result<Vec<profk::TopK>> {
+    #[cfg(feature = "cuda")]
+    if xs.first().is_some_and(|x| x.device().is_cuda()) {
+        let queued = xs
+            .iter()
+            .enumerate()
+            .map(|(i, x)| profk::cuda::topk_deferred(x, k, &opts(i)))
+            .collect::<profk::Result<Vec<_>>>()?;
+        return queued
+            .into_iter()
+            .map(|d| {
+                Ok(profk::TopK {
+                    stats: d.status.read()?,
+                    values: d.values,
+                    indices: d.indices,
+                })
+            })
+            .collect();
+    }
+    xs.iter()
+        .enumerate()
+        .map(|(i, x)| Ok(profk::topk(x, k, &opts(i))?))
+        .collect()
+}
+
 /// A batch of many short rows and a batch of long rows agree with the reference (the two ways of
 /// parallelizing). The long rows are sampled on the CPU; on CUDA so few rows of this size are split
 /// over the SMs by the histogram selection, which samples nothing.
