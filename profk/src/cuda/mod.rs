@@ -295,7 +295,7 @@ fn topk_deferred_spec(
     } else {
         None
     };
-    // The record, and after it the sampled path's selection state: one memset zeroes both.
+    // The record, and after it the sampled path's selection state: one zeroed range holds both.
     let record_bytes = spec.rows * ROW_RUN_BYTES + GLOBAL_BYTES;
     let state_bytes = if plan.is_some() {
         SelState::bytes(spec.rows) + rank_list::zeroed_bytes(shape.rows)

@@ -100,13 +100,15 @@ impl Drop for Record {
         let Some(slice) = self.slice.take() else {
             return;
         };
+        let mut kept = kept().lock().unwrap_or_else(|e| e.into_inner());
+        let list = kept.entry(self.key).or_default();
+        // A full list frees the record: nothing to zero.
+        if list.len() >= KEPT {
+            return;
+        }
         // Another thread's handle of the per-thread stream names another stream: no memset there.
         let own_stream = StreamKey::of(slice.stream()) == self.key;
         let zeroed = own_stream && zero_after(slice.stream(), self.ptr, self.used);
-        let mut kept = kept().lock().unwrap_or_else(|e| e.into_inner());
-        let list = kept.entry(self.key).or_default();
-        if list.len() < KEPT {
-            list.push(Kept { slice, zeroed });
-        }
+        list.push(Kept { slice, zeroed });
     }
 }
