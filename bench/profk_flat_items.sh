@@ -20,8 +20,14 @@ CHUNKS="default 1359872 1032192"
 pass_metrics() {
   echo "## ncu $1: metric, unit, value" >>"$R"
   timeout 150 ncu --clock-control none -k regex:'^filter_f32' -c 1 --metrics "$METRICS" --csv \
-    "$B/profk" bench --device cuda --peers --only "$2" 2>/dev/null |
-    awk -F'","' 'NR > 1 { gsub(/"/, ""); print "| " $(NF - 2) " | " $(NF - 1) " | " $NF " |" }' >>"$R"
+    "$B/profk" bench --device cuda --peers --only "$2" 2>/dev/null | python3 -c '
+import csv, sys
+rows = [r for r in csv.reader(sys.stdin) if len(r) > 5]
+if rows:
+    h = rows[0]
+    name, unit, value = (h.index(c) for c in ("Metric Name", "Metric Unit", "Metric Value"))
+    for r in rows[1:]:
+        print("|", r[name], "|", r[unit], "|", r[value], "|")' >>"$R"
 }
 pass_metrics "2^30, one item a block" "2^30"
 for chunk in $CHUNKS; do
