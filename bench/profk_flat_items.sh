@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# GPU side of the flat row's filter items, in one device call of < 5 min, from the repository root
-# with .devbin/pkrows (bench/profk_rows_pack.sh) and .devbin/topk_peers.xz carried:
+# GPU side of two leads on the flat row (8192x2^17, k = 262144), in one device call of < 10 min, from
+# the repository root with .devbin/pkrows (bench/profk_rows_pack.sh) and .devbin/topk_peers.xz carried:
 #   bash bench/profk_flat_items.sh
-# The flat row (8192x2^17, k = 262144) keeps about 2000 elements a filter block when each block takes
-# one item, at the edge of the block's stage (kernels/filter.cuh SCAP = 2048); past it every warp
-# that keeps an element reserves its place with an atomic on the row's one counter. Its items are
-# timed here as one, three and four a block (PROFK_FILTER_CHUNK): Nsight Compute's duration, DRAM
-# traffic, atomics at L2 and long-scoreboard stalls of the first filter launch (2^30 at k = 8192 beside,
-# whose blocks keep about 300), then `--targets` of the flat row in rounds of the three settings, then
-# the single-row peers (CUB DeviceTopK, torch.topk) in the same call.
+# - Filter items. With one item a block, a flat row's block keeps about 2000 elements, at the edge of
+#   its stage (kernels/filter.cuh SCAP = 2048); past it every warp that keeps an element reserves its
+#   place with an atomic on the row's one counter. Items are timed as one and three a block
+#   (PROFK_FILTER_CHUNK), with Nsight Compute's duration, DRAM traffic, atomics at L2 and
+#   long-scoreboard stalls of the first filter launch (2^30 at k = 8192 beside, about 300 kept a block).
+# - Sort tiles. CUB's sm_90 tuning sorts 64-bit keys in tiles of 5760, so the 262144 composites of
+#   the value order make about 46 tiles a pass; PROFK_SORT_TILES=small sorts them in tiles of 2048.
+#   The CUDA selection tests and --check run with it first, then Nsight Compute's durations of the
+#   sort's kernels under both.
+# Then `--targets` of the flat row in rounds of the four settings, and the single-row peers (CUB
+# DeviceTopK, torch.topk) in the same call.
 . bench/lib.sh
 profk_begin bench/profk_flat_items.sh items
-section "profk bench --device cuda --check --no-table" 90 "$B/profk" bench --device cuda --check --no-table
+profk_checks "$B"
+export PROFK_SORT_TILES=small
+section "test selection (cuda), PROFK_SORT_TILES=small" 150 "$B/selection" cuda
+section "--check, PROFK_SORT_TILES=small" 90 "$B/profk" bench --device cuda --check --no-table
+unset PROFK_SORT_TILES
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_requests_op_atom.sum,lts__t_requests_op_red.sum
 METRICS=$METRICS,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
-# One item a block (the default), three, four: 2^30 / (264 x m) rounded up to the filter's step.
-CHUNKS="default 1359872 1032192"
+# One item a block (the default) or three: 2^30 / (264 x 3) rounded up to the filter's step.
+CHUNKS="default 1359872"
 # pass_metrics LABEL SHAPE: the metrics of the first filter launch of `--peers --only SHAPE`.
 pass_metrics() {
   echo "## ncu $1: metric, unit, value" >>"$R"
@@ -29,16 +37,28 @@ if rows:
     for r in rows[1:]:
         print("|", r[name], "|", r[unit], "|", r[value], "|")' >>"$R"
 }
+# set_chunk CHUNK: PROFK_FILTER_CHUNK for one setting (`default`: unset).
+set_chunk() {
+  if [ "$1" = default ]; then unset PROFK_FILTER_CHUNK; else export PROFK_FILTER_CHUNK=$1; fi
+}
 pass_metrics "2^30, one item a block" "2^30"
 for chunk in $CHUNKS; do
-  if [ "$chunk" = default ]; then unset PROFK_FILTER_CHUNK; else export PROFK_FILTER_CHUNK=$chunk; fi
+  set_chunk "$chunk"
   pass_metrics "flat, PROFK_FILTER_CHUNK=$chunk" "flat 8"
 done
+unset PROFK_FILTER_CHUNK
+for tiles in cub small; do
+  export PROFK_SORT_TILES=$tiles
+  kernels "flat 8192x2^17, PROFK_SORT_TILES=$tiles" 20 bench --device cuda --peers --only "flat 8"
+done
+unset PROFK_SORT_TILES
 for round in 1 2; do
   for chunk in $CHUNKS; do
-    if [ "$chunk" = default ]; then unset PROFK_FILTER_CHUNK; else export PROFK_FILTER_CHUNK=$chunk; fi
-    section "round $round: --targets flat, PROFK_FILTER_CHUNK=$chunk" 60 \
-      "$B/profk" bench --device cuda --targets --only "flat 8"
+    set_chunk "$chunk"
+    for tiles in cub small; do
+      section "round $round: --targets flat, PROFK_FILTER_CHUNK=$chunk, PROFK_SORT_TILES=$tiles" 60 \
+        env PROFK_SORT_TILES=$tiles "$B/profk" bench --device cuda --targets --only "flat"
+    done
   done
 done
 unset PROFK_FILTER_CHUNK

@@ -7,6 +7,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #include <cstdint>
+#include <type_traits>
 
 namespace {
 struct RowStart {
@@ -16,14 +17,52 @@ struct RowStart {
 auto offsets(int64_t len, int64_t first) {
   return thrust::make_transform_iterator(thrust::make_counting_iterator<int64_t>(first), RowStart{len});
 }
+
+// CUB's sm_90 tuning cuts a pass over 64-bit keys into tiles of 5 760 (384 threads, 15 keys each),
+// sized for throughput on tens of millions of keys: a few hundred thousand keys then make a few dozen
+// tiles, and each pass runs on a few dozen of the 132 SMs. These tiles hold 2 048 (512 threads, 4
+// keys each), so that the same keys spread over the device; every other policy is CUB's own.
+template <typename KeyT, typename ValueT, typename OffsetT>
+struct SmallTiles {
+  using Cub = cub::detail::radix::policy_hub<KeyT, ValueT, OffsetT>;
+  static constexpr size_t VALUE_BYTES = std::is_same_v<ValueT, cub::NullType> ? 0 : sizeof(ValueT);
+  using Tuned = typename Cub::template OnesweepSmallKeyTunedPolicy<
+      cub::detail::radix::sm90_small_key_tuning<sizeof(KeyT), VALUE_BYTES, sizeof(OffsetT)>>;
+  struct Policy900 : cub::ChainedPolicy<900, Policy900, Policy900>, Tuned {
+    using OnesweepPolicy = cub::AgentRadixSortOnesweepPolicy<512, 8, typename Cub::DominantT, 1,
+                                                             cub::RADIX_RANK_MATCH_EARLY_COUNTS_ANY,
+                                                             cub::BLOCK_SCAN_RAKING_MEMOIZE,
+                                                             cub::RADIX_SORT_STORE_DIRECT, Tuned::ONESWEEP_RADIX_BITS>;
+  };
+  using MaxPolicy = Policy900;
+};
+
+// A one-row sort by SmallTiles, as cub::DeviceRadixSort's SortKeys and SortPairs dispatch it.
+template <cub::SortOrder Order, typename KeyT, typename ValueT>
+cudaError_t sort_small_tiles(void* temp, size_t& temp_bytes, const KeyT* kin, KeyT* kout, const ValueT* vin,
+                             ValueT* vout, int64_t items, int begin_bit, int end_bit, cudaStream_t stream) {
+  using OffsetT = cub::detail::choose_offset_t<int64_t>;
+  using Dispatch = cub::DispatchRadixSort<Order, KeyT, ValueT, OffsetT, cub::detail::identity_decomposer_t,
+                                          SmallTiles<KeyT, ValueT, OffsetT>>;
+  cub::DoubleBuffer<KeyT> keys(const_cast<KeyT*>(kin), kout);
+  cub::DoubleBuffer<ValueT> vals(const_cast<ValueT*>(vin), vout);
+  return Dispatch::Dispatch(temp, temp_bytes, keys, vals, static_cast<OffsetT>(items), begin_bit, end_bit, false,
+                            stream);
+}
 }  // namespace
 
-// Sorts u64 keys (bits [0, end_bit)) of `rows` rows of `len`.
+// Sorts u64 keys (bits [0, end_bit)) of `rows` rows of `len`; one row by SmallTiles when `small_tiles`.
 extern "C" int profk_sort_keys_u64(void* temp, size_t* temp_bytes, const uint64_t* in, uint64_t* out, int64_t rows,
-                                   int64_t len, int descending, int end_bit, cudaStream_t stream) {
+                                   int64_t len, int descending, int end_bit, int small_tiles, cudaStream_t stream) {
   int64_t items = rows * len;
   cudaError_t e;
-  if (rows == 1) {
+  if (rows == 1 && small_tiles) {
+    cub::NullType* none = nullptr;
+    e = descending ? sort_small_tiles<cub::SortOrder::Descending>(temp, *temp_bytes, in, out, none, none, items, 0,
+                                                                  end_bit, stream)
+                   : sort_small_tiles<cub::SortOrder::Ascending>(temp, *temp_bytes, in, out, none, none, items, 0,
+                                                                 end_bit, stream);
+  } else if (rows == 1) {
     e = descending ? cub::DeviceRadixSort::SortKeysDescending(temp, *temp_bytes, in, out, items, 0, end_bit, stream)
                    : cub::DeviceRadixSort::SortKeys(temp, *temp_bytes, in, out, items, 0, end_bit, stream);
   } else {
@@ -35,13 +74,17 @@ extern "C" int profk_sort_keys_u64(void* temp, size_t* temp_bytes, const uint64_
   return (int)e;
 }
 
-// Stable sort of u32 keys (bits [begin_bit, 32)) descending, carrying u64 values.
+// Stable sort of u32 keys (bits [begin_bit, 32)) descending, carrying u64 values; one row by SmallTiles
+// when `small_tiles`.
 extern "C" int profk_sort_pairs_desc_u32_u64(void* temp, size_t* temp_bytes, const uint32_t* kin, uint32_t* kout,
                                              const uint64_t* vin, uint64_t* vout, int64_t rows, int64_t len,
-                                             int begin_bit, cudaStream_t stream) {
+                                             int begin_bit, int small_tiles, cudaStream_t stream) {
   int64_t items = rows * len;
   cudaError_t e;
-  if (rows == 1) {
+  if (rows == 1 && small_tiles) {
+    e = sort_small_tiles<cub::SortOrder::Descending>(temp, *temp_bytes, kin, kout, vin, vout, items, begin_bit, 32,
+                                                     stream);
+  } else if (rows == 1) {
     e = cub::DeviceRadixSort::SortPairsDescending(temp, *temp_bytes, kin, kout, vin, vout, items, begin_bit, 32,
                                                   stream);
   } else {
