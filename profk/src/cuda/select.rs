@@ -371,6 +371,12 @@ impl Selection<'_> {
         let f = a.func(Family::Select, name)?;
         // Every block of a cooperative launch must be resident at once.
         let per_sm = a.blocks_per_sm(&f, THREADS)?.clamp(1, 8);
+        // A benchmark may cap the dense fallback's blocks an SM (`PROFK_FALLBACK_PER_SM`): its launch
+        // nearly always finds no row, and the cap times what its grid costs then.
+        let per_sm = match (src, crate::bench_env::number("PROFK_FALLBACK_PER_SM")) {
+            (Source::Dense, Some(cap)) => per_sm.min(cap.clamp(1, 8) as u32),
+            _ => per_sm,
+        };
         let args = self.args(src, allow_done);
         let grid = (self.shape.rows * args.cpr).clamp(1, u64::from(per_sm * a.sms));
         let bits = (self.shape.kb + self.shape.ib) as i32;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# GPU side of two leads on the flat row (8192x2^17, k = 262144), in one device call of < 10 min, from
-# the repository root with .devbin/pkrows (bench/profk_rows_pack.sh) and .devbin/topk_peers.xz carried:
-#   bash bench/profk_flat_items.sh
+# GPU side of the Prof-K leads not yet measured, each by its switch on one build, in one device call of
+# < 10 min, from the repository root with .devbin/pkrows (bench/profk_rows_pack.sh) and
+# .devbin/topk_peers.xz carried:
+#   bash bench/profk_leads.sh
+# Two leads on the flat row (8192x2^17, k = 262144):
 # - Filter items. With one item a block, a flat row's block keeps about 2000 elements, at the edge of
 #   its stage (kernels/filter.cuh SCAP = 2048); past it every warp that keeps an element reserves its
 #   place with an atomic on the row's one counter. Items are timed as one and three a block
@@ -11,15 +13,18 @@
 #   the value order make about 46 tiles a pass; PROFK_SORT_TILES=small sorts them in tiles of 2048.
 #   The CUDA selection tests and --check run with it first, then Nsight Compute's durations of the
 #   sort's kernels under both.
-# Then `--targets` of the flat row in rounds of the four settings, and the single-row peers (CUB
-# DeviceTopK, torch.topk) in the same call.
+# Then `--targets` of the flat rows in rounds of the four settings.
+# One lead on the single rows: the dense fallback's cooperative launch, nearly always on no row, with
+# one block an SM instead of four (PROFK_FALLBACK_PER_SM=1): the selection tests with it, then the
+# stage table and rounds of `--peers` at 2^24 and 2^28 under both.
+# Last, the single-row peers (CUB DeviceTopK, torch.topk) in the same call.
 . bench/lib.sh
-profk_begin bench/profk_flat_items.sh items
+profk_begin bench/profk_leads.sh leads
 profk_checks "$B"
-export PROFK_SORT_TILES=small
-section "test selection (cuda), PROFK_SORT_TILES=small" 150 "$B/selection" cuda
-section "--check, PROFK_SORT_TILES=small" 90 "$B/profk" bench --device cuda --check --no-table
-unset PROFK_SORT_TILES
+for switch in PROFK_SORT_TILES=small PROFK_FALLBACK_PER_SM=1; do
+  section "test selection (cuda), $switch" 150 env "$switch" "$B/selection" cuda
+  section "--check, $switch" 90 env "$switch" "$B/profk" bench --device cuda --check --no-table
+done
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_requests_op_atom.sum,lts__t_requests_op_red.sum
 METRICS=$METRICS,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
 # One item a block (the default) or three: 2^30 / (264 x 3) rounded up to the filter's step.
@@ -62,6 +67,17 @@ for round in 1 2; do
   done
 done
 unset PROFK_FILTER_CHUNK
+date -u >>"$R"
+for cap in default 1; do
+  section "--stages 2^2x, PROFK_FALLBACK_PER_SM=$cap" 90 env "PROFK_FALLBACK_PER_SM=$cap" \
+    "$B/profk" bench --device cuda --stages --only "2^2"
+done
+for round in 1 2; do
+  for cap in default 1; do
+    section "round $round: --peers 2^2x, PROFK_FALLBACK_PER_SM=$cap" 60 env "PROFK_FALLBACK_PER_SM=$cap" \
+      "$B/profk" bench --device cuda --peers --only "2^2"
+  done
+done
 date -u >>"$R"
 LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
 date -u >>"$R"
