@@ -10,10 +10,10 @@
 #   (PROFK_FILTER_CHUNK), with Nsight Compute's duration, DRAM traffic, atomics at L2 and
 #   long-scoreboard stalls of the first filter launch (2^30 at k = 8192 beside, about 300 kept a block).
 # - Sort tiles. CUB's sm_90 tuning sorts 64-bit keys in tiles of 5760, so the 262144 composites of
-#   the value order make about 46 tiles a pass; PROFK_SORT_TILES=small sorts them in tiles of 2048.
-#   The CUDA selection tests and --check run with it first, then Nsight Compute's durations of the
-#   sort's kernels under both.
-# Then `--targets` of the flat rows in rounds of the four settings.
+#   the value order make about 46 tiles a pass; PROFK_SORT_TILE=2048 or 1024 sorts them in tiles of
+#   that many. The CUDA selection tests and --check run with each first, then Nsight Compute's
+#   durations of the sort's kernels under all three.
+# Then `--targets` of the flat rows in rounds of the six settings.
 # One lead on the single rows: the dense fallback's cooperative launch, nearly always on no row, with
 # one block an SM instead of four (PROFK_FALLBACK_PER_SM=1): the selection tests with it, then the
 # stage table and rounds of `--peers` at 2^24 and 2^28 under both.
@@ -21,7 +21,7 @@
 . bench/lib.sh
 profk_begin bench/profk_leads.sh leads
 profk_checks "$B"
-for switch in PROFK_SORT_TILES=small PROFK_FALLBACK_PER_SM=1; do
+for switch in PROFK_SORT_TILE=2048 PROFK_SORT_TILE=1024 PROFK_FALLBACK_PER_SM=1; do
   section "test selection (cuda), $switch" 150 env "$switch" "$B/selection" cuda
   section "--check, $switch" 90 env "$switch" "$B/profk" bench --device cuda --check --no-table
 done
@@ -52,17 +52,18 @@ for chunk in $CHUNKS; do
   pass_metrics "flat, PROFK_FILTER_CHUNK=$chunk" "flat 8"
 done
 unset PROFK_FILTER_CHUNK
-for tiles in cub small; do
-  export PROFK_SORT_TILES=$tiles
-  kernels "flat 8192x2^17, PROFK_SORT_TILES=$tiles" 20 bench --device cuda --peers --only "flat 8"
+TILES="cub 2048 1024"
+for tile in $TILES; do
+  export PROFK_SORT_TILE=$tile
+  kernels "flat 8192x2^17, PROFK_SORT_TILE=$tile" 20 bench --device cuda --peers --only "flat 8"
 done
-unset PROFK_SORT_TILES
+unset PROFK_SORT_TILE
 for round in 1 2; do
   for chunk in $CHUNKS; do
     set_chunk "$chunk"
-    for tiles in cub small; do
-      section "round $round: --targets flat, PROFK_FILTER_CHUNK=$chunk, PROFK_SORT_TILES=$tiles" 60 \
-        env PROFK_SORT_TILES=$tiles "$B/profk" bench --device cuda --targets --only "flat"
+    for tile in $TILES; do
+      section "round $round: --targets flat, PROFK_FILTER_CHUNK=$chunk, PROFK_SORT_TILE=$tile" 60 \
+        env PROFK_SORT_TILE=$tile "$B/profk" bench --device cuda --targets --only "flat"
     done
   done
 done

@@ -20,16 +20,17 @@ auto offsets(int64_t len, int64_t first) {
 
 // CUB's sm_90 tuning cuts a pass over 64-bit keys into tiles of 5 760 (384 threads, 15 keys each),
 // sized for throughput on tens of millions of keys: a few hundred thousand keys then make a few dozen
-// tiles, and each pass runs on a few dozen of the 132 SMs. These tiles hold 2 048 (512 threads, 4
-// keys each), so that the same keys spread over the device; every other policy is CUB's own.
-template <typename KeyT, typename ValueT, typename OffsetT>
+// tiles, and each pass runs on a few dozen of the 132 SMs. These tiles hold 4 keys a thread of THREADS
+// (2 048 or 1 024 of 64-bit keys), so that the same keys spread over the device; every other policy is
+// CUB's own.
+template <typename KeyT, typename ValueT, typename OffsetT, int THREADS>
 struct SmallTiles {
   using Cub = cub::detail::radix::policy_hub<KeyT, ValueT, OffsetT>;
   static constexpr size_t VALUE_BYTES = std::is_same_v<ValueT, cub::NullType> ? 0 : sizeof(ValueT);
   using Tuned = typename Cub::template OnesweepSmallKeyTunedPolicy<
       cub::detail::radix::sm90_small_key_tuning<sizeof(KeyT), VALUE_BYTES, sizeof(OffsetT)>>;
   struct Policy900 : cub::ChainedPolicy<900, Policy900, Policy900>, Tuned {
-    using OnesweepPolicy = cub::AgentRadixSortOnesweepPolicy<512, 8, typename Cub::DominantT, 1,
+    using OnesweepPolicy = cub::AgentRadixSortOnesweepPolicy<THREADS, 8, typename Cub::DominantT, 1,
                                                              cub::RADIX_RANK_MATCH_EARLY_COUNTS_ANY,
                                                              cub::BLOCK_SCAN_RAKING_MEMOIZE,
                                                              cub::RADIX_SORT_STORE_DIRECT, Tuned::ONESWEEP_RADIX_BITS>;
@@ -38,30 +39,42 @@ struct SmallTiles {
 };
 
 // A one-row sort by SmallTiles, as cub::DeviceRadixSort's SortKeys and SortPairs dispatch it.
-template <cub::SortOrder Order, typename KeyT, typename ValueT>
-cudaError_t sort_small_tiles(void* temp, size_t& temp_bytes, const KeyT* kin, KeyT* kout, const ValueT* vin,
-                             ValueT* vout, int64_t items, int begin_bit, int end_bit, cudaStream_t stream) {
+template <cub::SortOrder Order, int THREADS, typename KeyT, typename ValueT>
+cudaError_t sort_tiles_of(void* temp, size_t& temp_bytes, const KeyT* kin, KeyT* kout, const ValueT* vin,
+                          ValueT* vout, int64_t items, int begin_bit, int end_bit, cudaStream_t stream) {
   using OffsetT = cub::detail::choose_offset_t<int64_t>;
   using Dispatch = cub::DispatchRadixSort<Order, KeyT, ValueT, OffsetT, cub::detail::identity_decomposer_t,
-                                          SmallTiles<KeyT, ValueT, OffsetT>>;
+                                          SmallTiles<KeyT, ValueT, OffsetT, THREADS>>;
   cub::DoubleBuffer<KeyT> keys(const_cast<KeyT*>(kin), kout);
   cub::DoubleBuffer<ValueT> vals(const_cast<ValueT*>(vin), vout);
   return Dispatch::Dispatch(temp, temp_bytes, keys, vals, static_cast<OffsetT>(items), begin_bit, end_bit, false,
                             stream);
 }
+
+// sort_tiles_of with 512 threads a tile, or 256 when `tile` is 1 024 keys.
+template <cub::SortOrder Order, typename KeyT, typename ValueT>
+cudaError_t sort_small_tiles(int tile, void* temp, size_t& temp_bytes, const KeyT* kin, KeyT* kout,
+                             const ValueT* vin, ValueT* vout, int64_t items, int begin_bit, int end_bit,
+                             cudaStream_t stream) {
+  return tile == 1024 ? sort_tiles_of<Order, 256>(temp, temp_bytes, kin, kout, vin, vout, items, begin_bit, end_bit,
+                                                  stream)
+                      : sort_tiles_of<Order, 512>(temp, temp_bytes, kin, kout, vin, vout, items, begin_bit, end_bit,
+                                                  stream);
+}
 }  // namespace
 
-// Sorts u64 keys (bits [0, end_bit)) of `rows` rows of `len`; one row by SmallTiles when `small_tiles`.
+// Sorts u64 keys (bits [0, end_bit)) of `rows` rows of `len`; one row by SmallTiles of `tile` keys
+// (2 048 or 1 024) when `tile` is not 0.
 extern "C" int profk_sort_keys_u64(void* temp, size_t* temp_bytes, const uint64_t* in, uint64_t* out, int64_t rows,
-                                   int64_t len, int descending, int end_bit, int small_tiles, cudaStream_t stream) {
+                                   int64_t len, int descending, int end_bit, int tile, cudaStream_t stream) {
   int64_t items = rows * len;
   cudaError_t e;
-  if (rows == 1 && small_tiles) {
+  if (rows == 1 && tile) {
     cub::NullType* none = nullptr;
-    e = descending ? sort_small_tiles<cub::SortOrder::Descending>(temp, *temp_bytes, in, out, none, none, items, 0,
-                                                                  end_bit, stream)
-                   : sort_small_tiles<cub::SortOrder::Ascending>(temp, *temp_bytes, in, out, none, none, items, 0,
-                                                                 end_bit, stream);
+    e = descending ? sort_small_tiles<cub::SortOrder::Descending>(tile, temp, *temp_bytes, in, out, none, none,
+                                                                  items, 0, end_bit, stream)
+                   : sort_small_tiles<cub::SortOrder::Ascending>(tile, temp, *temp_bytes, in, out, none, none,
+                                                                 items, 0, end_bit, stream);
   } else if (rows == 1) {
     e = descending ? cub::DeviceRadixSort::SortKeysDescending(temp, *temp_bytes, in, out, items, 0, end_bit, stream)
                    : cub::DeviceRadixSort::SortKeys(temp, *temp_bytes, in, out, items, 0, end_bit, stream);
@@ -75,15 +88,15 @@ extern "C" int profk_sort_keys_u64(void* temp, size_t* temp_bytes, const uint64_
 }
 
 // Stable sort of u32 keys (bits [begin_bit, 32)) descending, carrying u64 values; one row by SmallTiles
-// when `small_tiles`.
+// of `tile` keys when `tile` is not 0.
 extern "C" int profk_sort_pairs_desc_u32_u64(void* temp, size_t* temp_bytes, const uint32_t* kin, uint32_t* kout,
                                              const uint64_t* vin, uint64_t* vout, int64_t rows, int64_t len,
-                                             int begin_bit, int small_tiles, cudaStream_t stream) {
+                                             int begin_bit, int tile, cudaStream_t stream) {
   int64_t items = rows * len;
   cudaError_t e;
-  if (rows == 1 && small_tiles) {
-    e = sort_small_tiles<cub::SortOrder::Descending>(temp, *temp_bytes, kin, kout, vin, vout, items, begin_bit, 32,
-                                                     stream);
+  if (rows == 1 && tile) {
+    e = sort_small_tiles<cub::SortOrder::Descending>(tile, temp, *temp_bytes, kin, kout, vin, vout, items, begin_bit,
+                                                     32, stream);
   } else if (rows == 1) {
     e = cub::DeviceRadixSort::SortPairsDescending(temp, *temp_bytes, kin, kout, vin, vout, items, begin_bit, 32,
                                                   stream);

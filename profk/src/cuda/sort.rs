@@ -14,7 +14,7 @@ extern "C" {
         len: i64,
         descending: i32,
         end_bit: i32,
-        small_tiles: i32,
+        tile: i32,
         stream: *mut c_void,
     ) -> i32;
     fn profk_sort_pairs_desc_u32_u64(
@@ -27,20 +27,22 @@ extern "C" {
         rows: i64,
         len: i64,
         begin_bit: i32,
-        small_tiles: i32,
+        tile: i32,
         stream: *mut c_void,
     ) -> i32;
 }
 
-/// Most keys a sort gives tiles of 2 048: about eight waves of them on the H200's 132 SMs.
+/// Most keys a sort cuts into small tiles: about eight rounds of 2 048-key tiles on the H200's 132 SMs.
 const SMALL_TILES_MAX: usize = 1 << 21;
 
-/// Whether a one-row sort of `items` keys takes tiles of 2 048 instead of CUB's sm_90 tuning (5 760
-/// for 64-bit keys, which leaves a few hundred thousand keys on a few dozen SMs a pass): a benchmark
-/// turns it on (`PROFK_SORT_TILES=small`) to time both on the same build.
-fn small_tiles(items: usize) -> i32 {
-    let on = crate::bench_env::var("PROFK_SORT_TILES") == Some("small");
-    i32::from(on && items <= SMALL_TILES_MAX)
+/// The onesweep tile, in keys, of a one-row sort of `items` keys: 0 for CUB's sm_90 tuning (5 760
+/// 64-bit keys, which leaves a few hundred thousand keys on a few dozen SMs a pass), or 2 048 or 1 024,
+/// which a benchmark asks for (`PROFK_SORT_TILE=2048|1024`) to time them against it on one build.
+fn tile_for(items: usize) -> i32 {
+    match crate::bench_env::number("PROFK_SORT_TILE") {
+        Some(t @ (1024 | 2048)) if items <= SMALL_TILES_MAX => t as i32,
+        _ => 0,
+    }
 }
 
 fn check(code: i32, what: &str) -> Result<()> {
@@ -87,11 +89,11 @@ pub fn sort_keys_u64(
         end_bit.max(1) as i32,
     );
     let (inp, outp) = (keys.ptr as *const u64, out.ptr as *mut u64);
-    let small = small_tiles(rows * len);
+    let tile = tile_for(rows * len);
     // SAFETY: the pointers are live workspace ranges; the temporary storage is null (the size query)
     // or of the queried size, on the same stream.
     with_temp_storage(arena, "sort", |temp, bytes| unsafe {
-        profk_sort_keys_u64(temp, bytes, inp, outp, r, l, d, e, small, s)
+        profk_sort_keys_u64(temp, bytes, inp, outp, r, l, d, e, tile, s)
     })?;
     Ok(out)
 }
@@ -110,10 +112,10 @@ pub fn sort_pairs_desc(
     let (r, l) = (rows as i64, len as i64);
     let (kin, vin) = (keys.ptr as *const u32, vals.ptr as *const u64);
     let (ko, vo) = (kout.ptr as *mut u32, vout.ptr as *mut u64);
-    let small = small_tiles(rows * len);
+    let tile = tile_for(rows * len);
     // SAFETY: as in sort_keys_u64.
     with_temp_storage(arena, "pair sort", |temp, bytes| unsafe {
-        profk_sort_pairs_desc_u32_u64(temp, bytes, kin, ko, vin, vo, r, l, 0, small, s)
+        profk_sort_pairs_desc_u32_u64(temp, bytes, kin, ko, vin, vo, r, l, 0, tile, s)
     })?;
     Ok(vout)
 }
