@@ -8,7 +8,8 @@
 #   its stage (kernels/filter.cuh SCAP = 2048); past it every warp that keeps an element reserves its
 #   place with an atomic on the row's one counter. Items are timed as one and three a block
 #   (PROFK_FILTER_CHUNK), with Nsight Compute's duration, DRAM traffic, atomics at L2 and
-#   long-scoreboard stalls of the first filter launch (2^30 at k = 8192 beside, about 300 kept a block).
+#   long-scoreboard stalls of the first filter launch (2^30 at k = 8192 beside, about 300 kept a block);
+#   three a block come from the items' rule sized from the capacity (PROFK_FILTER_CHUNK=capacity).
 # - Sort tiles. CUB's sm_90 tuning sorts 64-bit keys in tiles of 5760, so the 262144 composites of
 #   the value order make about 46 tiles a pass; PROFK_SORT_TILE=2048 or 1024 sorts them in tiles of
 #   that many. The CUDA selection tests and --check run with each first, then Nsight Compute's
@@ -21,14 +22,16 @@
 . bench/lib.sh
 profk_begin bench/profk_leads.sh leads
 profk_checks "$B"
-for switch in PROFK_SORT_TILE=2048 PROFK_SORT_TILE=1024 PROFK_FALLBACK_PER_SM=1; do
+for switch in PROFK_FILTER_CHUNK=capacity PROFK_SORT_TILE=2048 PROFK_SORT_TILE=1024 \
+  PROFK_FALLBACK_PER_SM=1; do
   section "test selection (cuda), $switch" 150 env "$switch" "$B/selection" cuda
   section "--check, $switch" 90 env "$switch" "$B/profk" bench --device cuda --check --no-table
 done
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_requests_op_atom.sum,lts__t_requests_op_red.sum
 METRICS=$METRICS,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
-# One item a block (the default) or three: 2^30 / (264 x 3) rounded up to the filter's step.
-CHUNKS="default 1359872"
+# One item a block (the default), or items sized from the buffer's capacity: three a block for the
+# flat row, 2^30 / (264 x 3) rounded up to the filter's step (work_split::filter_items_for_capacity).
+CHUNKS="default capacity"
 # pass_metrics LABEL SHAPE: the metrics of the first filter launch of `--peers --only SHAPE`.
 pass_metrics() {
   echo "## ncu $1: metric, unit, value" >>"$R"

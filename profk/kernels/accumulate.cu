@@ -14,6 +14,7 @@ struct AccChunk {
   u64 flat;
   u32 len, tensor;
 };
+static_assert(sizeof(AccChunk) == 16, "AccChunk: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 struct AccArgs {
   float* residual;        // [n], updated in place by the pass
@@ -25,6 +26,7 @@ struct AccArgs {
   u32 spans;
   float mu;
 };
+static_assert(sizeof(AccArgs) == 64, "AccArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // The gradient addend of one coordinate: g, or the momentum-corrected velocity mu*u + g.
 __device__ __forceinline__ float addend(const AccArgs& a, u64 i, float g) {
@@ -127,6 +129,7 @@ struct AccFilterArgs {
   int last_attempt, approximate;
   int pad[2];
 };
+static_assert(sizeof(AccFilterArgs) == 152, "AccFilterArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // Attempt 1 of Prof-K fused with the accumulation: every block takes chunks, writes acc back and stages
 // the candidates (composite >= the sampled threshold) of each chunk; the last block runs the check.

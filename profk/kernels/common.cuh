@@ -32,6 +32,7 @@ struct RowSel {
   u32 done, arrivals;
   u64 pad;
 };
+static_assert(sizeof(RowSel) == 48, "RowSel: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // One row of a Prof-K call: the filter's counter (exact R), the outcome and the output fill level.
 struct RowRun {
@@ -43,6 +44,7 @@ struct RowRun {
   u32 overflow;
   u32 max_key;  // the largest key the filter kept this attempt (bounds the buffer with the threshold)
 };
+static_assert(sizeof(RowRun) == 48, "RowRun: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 struct Global {
   u64 nan_count;
@@ -50,6 +52,7 @@ struct Global {
   u64 next_chunk;     // work counter of the fused accumulation pass
   u64 rows_finished;  // rows whose filter outcome is recorded, this attempt (filter.cuh)
 };
+static_assert(sizeof(Global) == 32, "Global: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // Order-preserving key of raw IEEE bits of width W with MANT mantissa bits (the CPU path's key):
 // both zeros share one key and every NaN maps to the largest key.
@@ -172,6 +175,7 @@ struct RowList {
   const u32* ids;    // null: every row
   const u32* count;  // number of listed rows (device)
 };
+static_assert(sizeof(RowList) == 16, "RowList: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 __device__ __forceinline__ u64 list_len(const RowList& l, u64 rows) { return l.ids ? *l.count : rows; }
 __device__ __forceinline__ u64 list_row(const RowList& l, u64 i) { return l.ids ? l.ids[i] : i; }

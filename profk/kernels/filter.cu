@@ -23,6 +23,7 @@ struct FilterArgs {
   u32* counts;   // and how many in each
   u64 prefetch;  // bytes of its first item a block asks L2 for before the wait (first attempts)
 };
+static_assert(sizeof(FilterArgs) == 160, "FilterArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // While the sample's threshold is still being selected, the first attempt's blocks are already
 // resident (dependent launch) and the memory bus would idle: each asks L2 for the start of its first

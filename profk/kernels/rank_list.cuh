@@ -218,6 +218,7 @@ struct RankListArgs {
   void* vals;
   long long* out;
 };
+static_assert(sizeof(RankListArgs) == 128, "RankListArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // Row r's list, and the bits its composites share: from `shift` up, equal to `prefix`. A buffer's keys
 // lie between its threshold's key and its largest kept key; the fallback's composites are known

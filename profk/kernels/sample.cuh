@@ -26,6 +26,7 @@ struct SampleArgs {
   u64* sidx;
   RowList list;  // the rows still pending (all rows on the first attempt)
 };
+static_assert(sizeof(SampleArgs) == 88, "SampleArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 __device__ __forceinline__ u64 mix64(u64 z) {
   z += 0x9e3779b97f4a7c15ull;

@@ -26,6 +26,7 @@ struct SelSrc {
   u64 lcap;
   const RowRun* lrun;  // list length min(lrun[r].counter, lcap); null: lcap
 };
+static_assert(sizeof(SelSrc) == 56, "SelSrc: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 struct SelArgs {
   SelSrc src;
@@ -35,6 +36,7 @@ struct SelArgs {
   u64* hist;
   RowList list;  // the rows taking part
 };
+static_assert(sizeof(SelArgs) == 128, "SelArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 template <typename T, bool LIST>
 struct Src {

@@ -24,6 +24,7 @@ pub(crate) fn var(_name: &str) -> Option<&'static str> {
 }
 
 /// The switch `name` as a number, if set and one.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn number(name: &str) -> Option<u64> {
     var(name)?.parse().ok()
 }

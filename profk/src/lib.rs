@@ -6,7 +6,6 @@
 //! cost is random.
 
 pub mod accumulate;
-#[cfg(any(feature = "cuda", feature = "bench"))]
 mod bench_env;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -15,6 +14,7 @@ pub mod error;
 pub mod options;
 pub mod params;
 pub mod select;
+mod work_split;
 
 pub use accumulate::{accumulate, topk_accumulate, Accumulation, FlatSpans};
 pub use error::{Error, Result};

@@ -4,31 +4,13 @@ use super::abi::{AccArgs, AccFilterArgs, FilterArgs, RowList};
 use super::launch::{Arena, Dev};
 use super::module::Family;
 use super::{Input, Shape};
+use crate::work_split::filter_chunk;
 use crate::Result;
 
 /// Bytes of the input a first attempt's blocks ask L2 for, together, while the sample's threshold is
 /// selected: about half of the H200's 50 MB L2, so that the pass finds them there before the
 /// streaming loads push them out. The benchmark may set it (`PROFK_PREFETCH_MB`, 0: none).
 const PREFETCH_BYTES: u64 = 24 << 20;
-
-/// Elements per work item of one block where the rows make many items (a multiple of [`STEP`]).
-const CHUNK: u64 = 1 << 16;
-/// Elements one block loads per step of its loop: 512 threads × 4 loads × 8 halves.
-const STEP: u64 = 512 * 4 * 8;
-
-/// Elements per work item: [`CHUNK`], except for a few rows (at most a sixteenth of the blocks) that
-/// make more items than the grid has blocks. Those are cut into one item per block, of equal length
-/// to within a step. (Items of 2^16 left the last round of a pass to a few blocks: at 2^30, 16 of 264
-/// blocks walked a 63rd item alone.) The benchmark may fix it (`PROFK_FILTER_CHUNK`) to time either.
-fn chunk_for(rows: u64, n: u64, blocks: u64) -> u64 {
-    if let Some(c) = crate::bench_env::number("PROFK_FILTER_CHUNK") {
-        return c.next_multiple_of(STEP).max(STEP);
-    }
-    if rows == 0 || rows * 16 > blocks || rows * n.div_ceil(CHUNK) <= blocks {
-        return CHUNK;
-    }
-    n.div_ceil(blocks / rows).next_multiple_of(STEP)
-}
 
 pub struct Buffer {
     pub keys: Dev<u32>,
@@ -59,7 +41,7 @@ pub fn run(
     p: &Pass,
 ) -> Result<()> {
     let blocks = 2 * arena.sms as u64;
-    let chunk = chunk_for(shape.rows, shape.n, blocks);
+    let chunk = filter_chunk(shape.rows, shape.n, blocks, buf.cap);
     let cpr = shape.n.div_ceil(chunk).max(1);
     let grid = (shape.rows * cpr).clamp(1, blocks);
     let prefetch =
@@ -127,30 +109,4 @@ pub fn run_accumulate(
     };
     let grid = acc.nchunks.clamp(1, 2 * arena.sms as u64);
     arena.launch_struct(Family::Accumulate, "acc_filter", grid, 512, &args)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_rows_make_one_item_per_block() {
-        // 2^30 over 264 blocks: 264 items of 249 steps, the last one shorter.
-        let c = chunk_for(1, 1 << 30, 264);
-        assert_eq!(c, 249 * STEP);
-        assert_eq!((1u64 << 30).div_ceil(c), 264);
-        // Two rows of 2^28 share the blocks: 132 items each.
-        let c = chunk_for(2, 1 << 28, 264);
-        assert!((1u64 << 28).div_ceil(c) <= 132);
-        assert!((1u64 << 28).div_ceil(c - STEP) > 132);
-    }
-
-    #[test]
-    fn many_items_keep_the_fixed_chunk() {
-        assert_eq!(chunk_for(1, 1 << 24, 264), CHUNK);
-        assert_eq!(chunk_for(1024, 1 << 18, 264), CHUNK);
-        assert_eq!(chunk_for(100, 1 << 20, 264), CHUNK);
-        assert_eq!(chunk_for(1, 1000, 264), CHUNK);
-        assert_eq!(chunk_for(0, 1 << 30, 264), CHUNK);
-    }
 }

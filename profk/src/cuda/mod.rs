@@ -527,7 +527,7 @@ fn profk(
     // Few rows, values descending: the sorted outputs come straight from each row's list (the
     // buffer, or the fallback's composites), where a cooperative launch may run.
     let listed = match comps.is_some() && !opts.approximate && arena.cooperative {
-        true => rank_list::slice_for(shape.rows, k, arena.sms),
+        true => crate::work_split::rank_list_slice(shape.rows, k, arena.sms),
         false => None,
     };
     let bucket = match listed {

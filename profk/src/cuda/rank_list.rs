@@ -6,39 +6,17 @@ use super::filter::Buffer;
 use super::launch::{Arena, Dev, Params};
 use super::module::Family;
 use super::{Input, Shape};
+use crate::work_split::RANK_LIST_MAX_ROWS;
 use crate::Result;
 
 /// Threads of a block (`RL_THREADS`).
 const THREADS: u32 = 1024;
 /// Bins of a row's first digit (`RL_BINS`).
 const BINS: usize = 2048;
-/// Fewest output places a block takes.
-const MIN_SLICE: u64 = 64;
-/// Most: a block gathers at most 1024 composites (`RL_CAP`), its slice among them. Longer outputs
-/// (more slices than blocks) were slower than the selection and a sort: 178 against 139 µs for the
-/// flat row of 2^30 with k = 262144 on the H200.
-const MAX_SLICE: u64 = 512;
-/// Most rows: more fill the device with a row's selection and sort each.
-const MAX_ROWS: u64 = 16;
-
-/// The output places a block ranks for `rows` rows of k outputs: a multiple of 64 small enough that
-/// the blocks, one an SM, fill the device once; `None` past [`MAX_SLICE`] or [`MAX_ROWS`]. A
-/// benchmark may turn the path off (`PROFK_RANK_LIST=0`) to time the selection and ranking it
-/// replaces.
-pub fn slice_for(rows: u64, k: u64, sms: u32) -> Option<u64> {
-    if rows > MAX_ROWS || crate::bench_env::var("PROFK_RANK_LIST") == Some("0") {
-        return None;
-    }
-    let slice = (rows * k)
-        .div_ceil(u64::from(sms.max(1)))
-        .next_multiple_of(MIN_SLICE);
-    (slice <= MAX_SLICE).then_some(slice)
-}
-
 /// Zeroed bytes the launch needs for `rows` rows (bin counts and cursors), laid out by the caller
-/// with the call's other zeroed state: none where [`slice_for`] never serves that many rows.
+/// with the call's other zeroed state: none where [`rank_list_slice`] never serves that many rows.
 pub fn zeroed_bytes(rows: u64) -> usize {
-    match rows <= MAX_ROWS {
+    match rows <= RANK_LIST_MAX_ROWS {
         true => rows as usize * 2 * BINS * 4,
         false => 0,
     }
@@ -104,23 +82,4 @@ pub fn launch(
     // SAFETY: RankListArgs is the kernel's parameter; the grid fits the device at its occupancy, and
     // every range it names is live for the call.
     unsafe { arena.launch(&f, grid, THREADS, &p, true) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::slice_for;
-
-    #[test]
-    fn slices_fill_the_device_once_up_to_the_cap() {
-        assert_eq!(slice_for(1, 8192, 132), Some(64));
-        assert_eq!(slice_for(1, 20_000, 132), Some(192));
-        assert_eq!(slice_for(3, 100, 132), Some(64));
-        assert_eq!(slice_for(1, 67_584, 132), Some(512));
-        assert_eq!(slice_for(1, 67_585, 132), None);
-        assert_eq!(slice_for(17, 64, 132), None);
-        for (rows, k) in [(1u64, 8192u64), (1, 20_000), (4, 5000), (7, 1)] {
-            let slice = slice_for(rows, k, 132).expect("within the cap");
-            assert!(rows * k.div_ceil(slice) <= 132, "{rows} x {k}");
-        }
-    }
 }

@@ -22,8 +22,6 @@ const BLOCKS_PER_SM: u64 = 4;
 /// words) and the threshold bin's elements it keeps.
 const SPLIT_ROW_WORDS: usize = 4096 + 8;
 const SPLIT_CAP: usize = 16384;
-/// Shortest part of a split row one block reads.
-const MIN_PART: u64 = 4096;
 /// Largest k whose sorted output the one-block kernel writes itself (kernels/rows.cu `FUSED_MAX_K`).
 const FUSED_MAX_K: u64 = 1024;
 /// Largest k whose slots that kernel then keeps in shared memory (kernels/rows.cu `SMEM_SLOTS`).
@@ -168,7 +166,7 @@ fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u
 fn split_rows(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> Result<()> {
     let (input, shape) = (call.input, call.shape);
     let rows = shape.rows as usize;
-    let (part, parts) = split(shape.n, shape.rows, resident);
+    let (part, parts) = crate::work_split::row_parts(shape.n, shape.rows, resident);
     let state = arena.zeros::<u32>(rows * SPLIT_ROW_WORDS)?;
     let cand = arena.alloc::<u64>(rows * SPLIT_CAP)?;
     let grid = (shape.rows * parts).clamp(1, resident);
@@ -210,41 +208,4 @@ fn split_rows(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> 
         THREADS,
         &compact,
     )
-}
-
-/// Part length (a multiple of 64 elements, so that every part of an aligned row starts aligned) and
-/// parts per row, so that the rows' parts make about one per resident block.
-fn split(n: u64, rows: u64, resident: u64) -> (u64, u64) {
-    let want = resident.div_ceil(rows.max(1)).max(1);
-    let part = n.div_ceil(want).next_multiple_of(64).max(MIN_PART);
-    (part, n.div_ceil(part).max(1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split;
-
-    #[test]
-    fn parts_cover_the_row_and_fill_the_device() {
-        for (n, rows) in [
-            (1u64 << 24, 1u64),
-            (1 << 20, 16),
-            (100_003, 3),
-            (5000, 1),
-            (1, 1),
-        ] {
-            let (part, parts) = split(n, rows, 528);
-            assert!(part % 64 == 0 && part >= 4096, "{n} x {rows}: part {part}");
-            assert!(
-                part * parts >= n && part * (parts - 1) < n,
-                "{n} x {rows}: {part} x {parts}"
-            );
-            if n >= 4096 * 528 {
-                assert!(
-                    rows * parts >= 528 && rows * parts < 528 + 2 * rows,
-                    "{n} x {rows}: {parts}"
-                );
-            }
-        }
-    }
 }

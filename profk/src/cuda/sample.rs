@@ -6,12 +6,6 @@ use super::module::Family;
 use super::{Input, Shape};
 use crate::Result;
 
-/// Half the bit width of the Feistel domain: the smallest even width 2h with 2^(2h) >= n.
-fn half_bits(n: u64) -> i32 {
-    let bits = 64 - n.saturating_sub(1).leading_zeros();
-    bits.div_ceil(2).max(1) as i32
-}
-
 /// Largest list one block selects in registers (1024 threads × 16): the GPU plan's fused sample.
 pub const FUSED_MAX_SAMPLE: u64 = crate::select::GPU_FUSED_SAMPLE;
 /// Largest list the 256-thread variant takes (256 × 16): four times as many rows resident at once.
@@ -43,7 +37,7 @@ pub fn args(
         n: shape.n,
         rows: shape.rows,
         mag: input.mag as i32,
-        half_bits: half_bits(shape.n),
+        half_bits: crate::work_split::feistel_half_bits(shape.n),
         s,
         seed,
         attempt,
@@ -168,27 +162,4 @@ pub fn draw(
         256,
         &args,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn feistel_domain_covers_n() {
-        for n in [
-            1u64,
-            2,
-            3,
-            4,
-            5,
-            1000,
-            1 << 20,
-            (1 << 20) + 1,
-            3 << 30,
-            1 << 40,
-        ] {
-            let h = super::half_bits(n);
-            assert!(1u128 << (2 * h) >= n as u128, "n = {n}");
-            assert!(n <= 2 || (1u128 << (2 * h)) <= 4 * n as u128, "n = {n}");
-        }
-    }
 }

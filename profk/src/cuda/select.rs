@@ -6,25 +6,10 @@ use super::abi::{RowList, SampleArgs, SelArgs, SelSrc, ROW_SEL_BYTES};
 use super::launch::{Arena, Arg, Dev, Params};
 use super::module::Family;
 use super::{Input, Shape};
+use crate::work_split::{select_chunk, SELECT_THREADS};
 use crate::Result;
 
-const THREADS: u32 = 256;
-/// Most elements one block histograms per work item.
-const CHUNK: u64 = 8192;
-/// Work items a selection aims for per SM: a few rows of a list (a sample, a buffer) split into
-/// chunks small enough to reach every SM, instead of a few blocks each walking 8192 elements. (One
-/// item an SM, fewer blocks at each grid barrier, made a single row's buffer selection slower: 27.7
-/// against 19.9 µs at 2^30 on the H200.)
-const ITEMS_PER_SM: u64 = 4;
-
-/// Elements per work item: at most [`CHUNK`], a multiple of the block, and small enough that
-/// `rows` rows of `len` elements make [`ITEMS_PER_SM`] items per SM.
-fn chunk_for(rows: u64, len: u64, sms: u32) -> u64 {
-    (rows * len)
-        .div_ceil(ITEMS_PER_SM * sms as u64)
-        .next_multiple_of(THREADS as u64)
-        .clamp(THREADS as u64, CHUNK)
-}
+const THREADS: u32 = SELECT_THREADS;
 
 /// Rows a cooperative selection keeps in every block's shared memory (kernels/select.cu
 /// `LOCAL_ROWS`); their histograms rotate over three sets after the rows' own.
@@ -102,7 +87,7 @@ impl Selection<'_> {
             Source::Dense => self.shape.n,
             Source::List { cap, .. } => *cap,
         };
-        let chunk = chunk_for(self.shape.rows, len, self.arena.sms);
+        let chunk = select_chunk(self.shape.rows, len, self.arena.sms);
         let cpr = len.div_ceil(chunk).max(1);
         SelArgs {
             src: SelSrc {
