@@ -136,8 +136,9 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     if let Some(w) = &random_weights {
         facts.insert("warning".into(), w.clone().into());
     }
-    let training = std::time::Instant::now();
+    // Startup ends before training starts, so that startup, training and exporting never overlap.
     let startup = began.elapsed();
+    let training = std::time::Instant::now();
     let finished = launch.train(&mut job, &loop_cfg, start, facts, &opts.stop)?;
     let trained = training.elapsed();
     if !finished.stopped() {
@@ -169,12 +170,17 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
          {:.1} s training ({:.1} s of it checkpointing), {:.1} s exporting",
         startup.as_secs_f64(),
         device_ready.as_secs_f64(),
-        (data_ready - device_ready).as_secs_f64(),
+        data_ready.saturating_sub(device_ready).as_secs_f64(),
         batch_ready.saturating_sub(data_ready).as_secs_f64(),
-        (sae_ready - batch_ready.max(data_ready)).as_secs_f64(),
+        sae_ready
+            .saturating_sub(batch_ready.max(data_ready))
+            .as_secs_f64(),
         trained.as_secs_f64(),
         finished.summary.checkpoint_time.as_secs_f64(),
-        (began.elapsed() - startup - trained).as_secs_f64()
+        began
+            .elapsed()
+            .saturating_sub(startup + trained)
+            .as_secs_f64()
     );
     Ok(RunSummary {
         run_dir: finished.run_dir.clone(),
