@@ -142,8 +142,13 @@ profk_begin() {
 }
 
 # profk_checks BIN-DIR: the shared CUDA test bodies (selection, rows, statistics, accumulation), the
-# graph capture test and every CUDA selector against the CPU path, as sections of $R.
+# graph capture test and every CUDA selector against the CPU path, as sections of $R. A script run
+# after another in the same call, on the same build, skips them with PROFK_CHECKED=1.
 profk_checks() {
+  if [ -n "${PROFK_CHECKED:-}" ]; then
+    echo "## checks: run earlier in this call on the same build" >>"$R"
+    return
+  fi
   for t in selection rows statistics accumulate; do section "test $t (cuda)" 150 "$1/$t" cuda; done
   section "graph capture" 60 "$1/graph_capture"
   section "profk bench --device cuda --check --no-table" 90 "$1/profk" bench --device cuda --check --no-table
