@@ -1,37 +1,36 @@
 #!/usr/bin/env bash
-# GPU side of the Prof-K leads not yet measured, each by its switch on one build, in one device call of
-# < 10 min, from the repository root with .devbin/pkrows (bench/profk_rows_pack.sh) and
-# .devbin/topk_peers.xz carried:
+# GPU side of three Prof-K defaults, each against the setting it replaced by its switch on one build,
+# in one device call of < 10 min, from the repository root with .devbin/pkrows
+# (bench/profk_rows_pack.sh) and .devbin/topk_peers.xz carried:
 #   bash bench/profk_leads.sh
-# Two leads on the flat row (8192x2^17, k = 262144):
-# - Filter items. With one item a block, a flat row's block keeps about 2000 elements, at the edge of
-#   its stage (kernels/filter.cuh SCAP = 2048); past it every warp that keeps an element reserves its
-#   place with an atomic on the row's one counter. Items are timed as one and three a block
-#   (PROFK_FILTER_CHUNK), with Nsight Compute's duration, DRAM traffic, atomics at L2 and
-#   long-scoreboard stalls of the first filter launch (2^30 at k = 8192 beside, about 300 kept a block);
-#   three a block come from the items' rule sized from the capacity (PROFK_FILTER_CHUNK=capacity).
-# - Sort tiles. CUB's sm_90 tuning sorts 64-bit keys in tiles of 5760, so the 262144 composites of
-#   the value order make about 46 tiles a pass; PROFK_SORT_TILE=2048 or 1024 sorts them in tiles of
-#   that many. The CUDA selection tests and --check run with each first, then Nsight Compute's
+# Two on the flat row (8192x2^17, k = 262144):
+# - Filter items. With one item a block (PROFK_FILTER_CHUNK=one, the former default), a flat row's
+#   block keeps about 2000 elements, at the edge of its stage (kernels/filter.cuh SCAP = 2048); past
+#   it every warp that keeps an element reserves its place with an atomic on the row's one counter.
+#   The default sizes the items from the buffer's capacity: three a block. Nsight Compute's duration,
+#   DRAM traffic, atomics at L2 and long-scoreboard stalls of the first filter launch under both
+#   (2^30 at k = 8192 beside, about 300 kept a block).
+# - Sort tiles. CUB's sm_90 tuning (PROFK_SORT_TILE=cub) sorts 64-bit keys in tiles of 5760, so the
+#   262144 composites of the value order make about 46 tiles a pass; the default sorts one-row lists
+#   of up to 2^21 keys in tiles of 2048, and PROFK_SORT_TILE=1024 in tiles of 1024. Nsight Compute's
 #   durations of the sort's kernels under all three.
 # Then `--targets` of the flat rows in rounds of the six settings.
-# One lead on the single rows: the dense fallback's cooperative launch, nearly always on no row, with
-# one block an SM instead of four (PROFK_FALLBACK_PER_SM=1): the selection tests with it, then the
-# stage table and rounds of `--peers` at 2^24 and 2^28 under both.
-# Last, the single-row peers (CUB DeviceTopK, torch.topk) in the same call.
+# One on the single rows: the dense fallback's cooperative launch, nearly always on no row, with one
+# block an SM (the default) against four (PROFK_FALLBACK_PER_SM=4): the stage table and rounds of
+# `--peers` at 2^24 and 2^28 under both.
+# The CUDA tests and --check on the defaults first, and the selection tests and --check under
+# PROFK_SORT_TILE=1024 (the former settings are the ones every earlier call tested); last, the
+# single-row peers (CUB DeviceTopK, torch.topk) in the same call.
 . bench/lib.sh
 profk_begin bench/profk_leads.sh leads
 profk_checks "$B"
-for switch in PROFK_FILTER_CHUNK=capacity PROFK_SORT_TILE=2048 PROFK_SORT_TILE=1024 \
-  PROFK_FALLBACK_PER_SM=1; do
-  section "test selection (cuda), $switch" 150 env "$switch" "$B/selection" cuda
-  section "--check, $switch" 90 env "$switch" "$B/profk" bench --device cuda --check --no-table
-done
+section "test selection (cuda), PROFK_SORT_TILE=1024" 150 env PROFK_SORT_TILE=1024 "$B/selection" cuda
+section "--check, PROFK_SORT_TILE=1024" 90 env PROFK_SORT_TILE=1024 "$B/profk" bench --device cuda --check --no-table
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_requests_op_atom.sum,lts__t_requests_op_red.sum
 METRICS=$METRICS,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
-# One item a block (the default), or items sized from the buffer's capacity: three a block for the
+# One item a block, or items sized from the buffer's capacity (the default): three a block for the
 # flat row, 2^30 / (264 x 3) rounded up to the filter's step (work_split::filter_items_for_capacity).
-CHUNKS="default capacity"
+CHUNKS="one capacity"
 # pass_metrics LABEL SHAPE: the metrics of the first filter launch of `--peers --only SHAPE`.
 pass_metrics() {
   echo "## ncu $1: metric, unit, value" >>"$R"
@@ -45,10 +44,8 @@ if rows:
     for r in rows[1:]:
         print("|", r[name], "|", r[unit], "|", r[value], "|")' >>"$R"
 }
-# set_chunk CHUNK: PROFK_FILTER_CHUNK for one setting (`default`: unset).
-set_chunk() {
-  if [ "$1" = default ]; then unset PROFK_FILTER_CHUNK; else export PROFK_FILTER_CHUNK=$1; fi
-}
+# set_chunk CHUNK: PROFK_FILTER_CHUNK for one setting.
+set_chunk() { export PROFK_FILTER_CHUNK=$1; }
 pass_metrics "2^30, one item a block" "2^30"
 for chunk in $CHUNKS; do
   set_chunk "$chunk"
@@ -72,12 +69,12 @@ for round in 1 2; do
 done
 unset PROFK_FILTER_CHUNK
 date -u >>"$R"
-for cap in default 1; do
+for cap in 4 1; do
   section "--stages 2^2x, PROFK_FALLBACK_PER_SM=$cap" 90 env "PROFK_FALLBACK_PER_SM=$cap" \
     "$B/profk" bench --device cuda --stages --only "2^2"
 done
 for round in 1 2; do
-  for cap in default 1; do
+  for cap in 4 1; do
     section "round $round: --peers 2^2x, PROFK_FALLBACK_PER_SM=$cap" 60 env "PROFK_FALLBACK_PER_SM=$cap" \
       "$B/profk" bench --device cuda --peers --only "2^2"
   done

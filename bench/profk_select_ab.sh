@@ -8,8 +8,11 @@
 # selection walks 7 rounds a block in each of its digits and its compaction. The CUDA tests and
 # `--check` on B first; then the flat rows (`--targets`) and, as a control, 128x2^20 (`--peers`: its
 # buffers are selected one block a row, which the change leaves alone) by B and by A in alternation,
-# twice; then Nsight Compute's kernel durations of one flat call by each.
+# twice; then Nsight Compute's kernel durations of one flat call by each. A's build predates B's
+# defaults for the filter's items, the sort's tiles and the fallback's grid; both run with those
+# settings named, so that the loads are the only difference.
 . bench/lib.sh
+export PROFK_FILTER_CHUNK=capacity PROFK_SORT_TILE=2048 PROFK_FALLBACK_PER_SM=1
 profk_begin bench/profk_select_ab.sh ab
 unpack .devbin/pkrows-a /tmp/a
 profk_checks "$B"

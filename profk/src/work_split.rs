@@ -15,11 +15,12 @@ pub const FILTER_STAGE: u64 = 2048;
 const MAX_ITEMS_PER_BLOCK: u64 = 16;
 
 /// Elements per filter work item: [`FILTER_CHUNK`], except for a few rows (at most a sixteenth of
-/// the blocks) that make more items than the grid has blocks. Those are cut into one item per
-/// block, of equal length to within a step. (Items of 2^16 left the last round of a pass to a few
-/// blocks: at 2^30, 16 of 264 blocks walked a 63rd item alone.) The benchmark may fix it
-/// (`PROFK_FILTER_CHUNK`) to time either, or size the items from the buffer's capacity `cap`
-/// (`PROFK_FILTER_CHUNK=capacity`).
+/// the blocks) that make more items than the grid has blocks. Those are cut into as many items per
+/// block as the buffer's capacity `cap` asks for ([`filter_items_for_capacity`]; one unless the
+/// buffer is large), of equal length to within a step. (Items of 2^16 left the last round of a pass
+/// to a few blocks: at 2^30, 16 of 264 blocks walked a 63rd item alone.) The benchmark may fix the
+/// items' length (`PROFK_FILTER_CHUNK=N`) or give each block one (`PROFK_FILTER_CHUNK=one`) to time
+/// either.
 pub fn filter_chunk(rows: u64, n: u64, blocks: u64, cap: u64) -> u64 {
     let forced = crate::bench_env::var("PROFK_FILTER_CHUNK");
     if let Some(c) = forced.and_then(|v| v.parse::<u64>().ok()) {
@@ -29,8 +30,8 @@ pub fn filter_chunk(rows: u64, n: u64, blocks: u64, cap: u64) -> u64 {
         return FILTER_CHUNK;
     }
     let per_block = match forced {
-        Some("capacity") => filter_items_for_capacity(cap, blocks / rows),
-        _ => 1,
+        Some("one") => 1,
+        _ => filter_items_for_capacity(cap, blocks / rows),
     };
     n.div_ceil(blocks / rows * per_block)
         .next_multiple_of(FILTER_STEP)
@@ -113,15 +114,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn long_rows_make_one_filter_item_per_block() {
-        // 2^30 over 264 blocks: 264 items of 249 steps, the last one shorter.
-        let c = filter_chunk(1, 1 << 30, 264, 1 << 18);
+    fn long_rows_with_small_buffers_make_one_filter_item_per_block() {
+        // 2^30 at k = 8192 (M = 257363) over 264 blocks: 264 items of 249 steps, the last one shorter.
+        let c = filter_chunk(1, 1 << 30, 264, 257_363);
         assert_eq!(c, 249 * FILTER_STEP);
         assert_eq!((1u64 << 30).div_ceil(c), 264);
-        // Two rows of 2^28 share the blocks: 132 items each.
-        let c = filter_chunk(2, 1 << 28, 264, 1 << 18);
+        // Two rows of 2^28 share the blocks: 132 items each while their buffers fit the stages.
+        let c = filter_chunk(2, 1 << 28, 264, 1 << 17);
         assert!((1u64 << 28).div_ceil(c) <= 132);
         assert!((1u64 << 28).div_ceil(c - FILTER_STEP) > 132);
+    }
+
+    #[test]
+    fn a_large_buffer_splits_a_long_row_into_more_items() {
+        // The flat row of 2^30 at k = 262144 (M = 883544): three items a block of 83 steps.
+        assert_eq!(filter_chunk(1, 1 << 30, 264, 883_544), 83 * FILTER_STEP);
+        // At k = 8192 (M = 257363) one item a block, as with a small buffer.
+        assert_eq!(
+            filter_chunk(1, 1 << 30, 264, 257_363),
+            filter_chunk(1, 1 << 30, 264, 1 << 10)
+        );
     }
 
     #[test]

@@ -356,10 +356,13 @@ impl Selection<'_> {
         let f = a.func(Family::Select, name)?;
         // Every block of a cooperative launch must be resident at once.
         let per_sm = a.blocks_per_sm(&f, THREADS)?.clamp(1, 8);
-        // A benchmark may cap the dense fallback's blocks an SM (`PROFK_FALLBACK_PER_SM`): its launch
-        // nearly always finds no row, and the cap times what its grid costs then.
-        let per_sm = match (src, crate::bench_env::number("PROFK_FALLBACK_PER_SM")) {
-            (Source::Dense, Some(cap)) => per_sm.min(cap.clamp(1, 8) as u32),
+        // The dense fallback's launch nearly always finds no row, and then costs what its grid
+        // costs: it runs one block an SM. A benchmark may give it more (`PROFK_FALLBACK_PER_SM`).
+        let per_sm = match src {
+            Source::Dense => {
+                let cap = crate::bench_env::number("PROFK_FALLBACK_PER_SM").unwrap_or(1);
+                per_sm.min(cap.clamp(1, 8) as u32)
+            }
             _ => per_sm,
         };
         let args = self.args(src, allow_done);
