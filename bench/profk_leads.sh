@@ -14,18 +14,18 @@
 #   262144 composites of the value order make about 46 tiles a pass; the default sorts one-row lists
 #   of up to 2^21 keys in tiles of 2048, and PROFK_SORT_TILE=1024 in tiles of 1024. Nsight Compute's
 #   durations of the sort's kernels under all three.
-# Then `--targets` of the flat rows in rounds of the six settings.
+# Then `--targets` of the flat rows in rounds of four settings (tiles of 1024 only under Nsight Compute).
 # One on the single rows: the dense fallback's cooperative launch, nearly always on no row, with one
 # block an SM (the default) against four (PROFK_FALLBACK_PER_SM=4): the stage table and rounds of
 # `--peers` at 2^24 and 2^28 under both.
-# The CUDA tests and --check on the defaults first, and the selection tests and --check under
-# PROFK_SORT_TILE=1024 (the former settings are the ones every earlier call tested); last, the
-# single-row peers (CUB DeviceTopK, torch.topk) in the same call.
+# The CUDA tests and --check on the defaults first (the former settings are the ones every earlier
+# call tested), then the single-row peers (CUB DeviceTopK, torch.topk) beside the defaults.
 . bench/lib.sh
 profk_begin bench/profk_leads.sh leads
 profk_checks "$B"
-section "test selection (cuda), PROFK_SORT_TILE=1024" 150 env PROFK_SORT_TILE=1024 "$B/selection" cuda
-section "--check, PROFK_SORT_TILE=1024" 90 env PROFK_SORT_TILE=1024 "$B/profk" bench --device cuda --check --no-table
+date -u >>"$R"
+LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
+date -u >>"$R"
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,lts__t_requests_op_atom.sum,lts__t_requests_op_red.sum
 METRICS=$METRICS,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio
 # One item a block, or items sized from the buffer's capacity (the default): three a block for the
@@ -61,7 +61,7 @@ unset PROFK_SORT_TILE
 for round in 1 2; do
   for chunk in $CHUNKS; do
     set_chunk "$chunk"
-    for tile in $TILES; do
+    for tile in cub 2048; do
       section "round $round: --targets flat, PROFK_FILTER_CHUNK=$chunk, PROFK_SORT_TILE=$tile" 60 \
         env PROFK_SORT_TILE=$tile "$B/profk" bench --device cuda --targets --only "flat"
     done
@@ -79,6 +79,4 @@ for round in 1 2; do
       "$B/profk" bench --device cuda --peers --only "2^2"
   done
 done
-date -u >>"$R"
-LIMIT=20 section "bench/topk_peers.sh f32 single" 200 bash bench/topk_peers.sh f32 single
 date -u >>"$R"
