@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU side of three Prof-K defaults, each against the setting it replaced by its switch on one build,
+# GPU side of three Prof-K leads, each setting timed against the others by its switch on one build,
 # in one device call of < 10 min, from the repository root with .devbin/pkrows
 # (bench/profk_rows_pack.sh) and .devbin/topk_peers.xz carried:
 #   bash bench/profk_leads.sh
@@ -10,10 +10,10 @@
 #   The default sizes the items from the buffer's capacity: three a block. Nsight Compute's duration,
 #   DRAM traffic, atomics at L2 and long-scoreboard stalls of the first filter launch under both
 #   (2^30 at k = 8192 beside, about 300 kept a block).
-# - Sort tiles. CUB's sm_90 tuning (PROFK_SORT_TILE=cub) sorts 64-bit keys in tiles of 5760, so the
-#   262144 composites of the value order make about 46 tiles a pass; the default sorts one-row lists
-#   of up to 2^21 keys in tiles of 2048, and PROFK_SORT_TILE=1024 in tiles of 1024. Nsight Compute's
-#   durations of the sort's kernels under all three.
+# - Sort tiles. CUB's sm_90 tuning (the default, PROFK_SORT_TILE=cub) sorts 64-bit keys in tiles of
+#   5760, so the 262144 composites of the value order make about 46 tiles a pass;
+#   PROFK_SORT_TILE=2048|1024 sorts one-row lists of up to 2^21 keys in tiles of that many. Nsight
+#   Compute's durations of the sort's kernels under all three.
 # Then `--targets` of the flat rows in rounds of four settings (tiles of 1024 only under Nsight Compute).
 # One on the single rows: the dense fallback's cooperative launch, nearly always on no row, with one
 # block an SM (the default) against four (PROFK_FALLBACK_PER_SM=4): the stage table and rounds of

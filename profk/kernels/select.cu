@@ -14,8 +14,6 @@
 #include "sample.cuh"
 
 #define SEL_THREADS 256
-// Rounds of a chunk a thread loads before it uses any (count_digit, compact_body).
-#define SEL_BATCH 4
 
 namespace cg = cooperative_groups;
 
@@ -130,27 +128,16 @@ __device__ void count_digit(const SelArgs& a, u64 r, u64 ch, u128 top, u64* gh) 
   const u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
   // Lanes of a warp that hit the same bin add once: a buffer's candidates share their leading
   // digits, and unaggregated they would all queue on one shared counter. Every lane of a warp runs
-  // the same number of rounds so that the match sees all of them. A thread loads SEL_BATCH rounds'
-  // elements before it counts any: one round at a time, each waited on its own load from L2 (the
-  // counting's warp match and shared atomic kept the compiler from issuing the next load first).
-  // Lists only: the dense source is the fallback's, nearly always on no row, whose launch keeps its
-  // registers and so its blocks an SM.
-  constexpr int B = LIST ? SEL_BATCH : 1;
+  // the same number of rounds so that the match sees all of them.
   const u64 span = b1 > b0 ? b1 - b0 : 0, rounds = (span + blockDim.x - 1) / blockDim.x;
-  for (u64 q0 = 0; q0 < rounds; q0 += B) {
-    u32 bins[B];
-#pragma unroll
-    for (int u = 0; u < B; ++u) {
-      const u64 j = b0 + (q0 + u) * blockDim.x + threadIdx.x;
-      bins[u] = ~0u;
-      if (j < b1) {
-        const u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, need_idx);
-        if ((c >> hb) == top) bins[u] = (u32)(c >> a.lo) & mask;
-      }
+  for (u64 q = 0; q < rounds; ++q) {
+    const u64 j = b0 + q * blockDim.x + threadIdx.x;
+    u32 bin = ~0u;
+    if (j < b1) {
+      const u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, need_idx);
+      if ((c >> hb) == top) bin = (u32)(c >> a.lo) & mask;
     }
-#pragma unroll
-    for (int u = 0; u < B; ++u)
-      if (q0 + u < rounds) count_bin(sh, bins[u]);
+    count_bin(sh, bin);
   }
   __syncthreads();
   for (int i = threadIdx.x; i <= (int)mask; i += blockDim.x)
@@ -207,41 +194,24 @@ __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run, u64
     const u128 thr = threshold_of(a, ls, item / a.cpr, r);
     u64 end = Src<T, LIST>::count(a.src, r);
     u64 b0 = ch * a.chunk, b1 = b0 + a.chunk < end ? b0 + a.chunk : end;
-    // Every lane of a warp runs the same number of rounds so that the ballot sees all of them. A
-    // list's rounds are loaded SEL_BATCH at a time before any is used, as in count_digit.
-    constexpr int B = LIST ? SEL_BATCH : 1;
+    // Every lane of a warp runs the same number of rounds so that the ballot sees all of them.
     u64 span = b1 > b0 ? b1 - b0 : 0;
     u64 rounds = (span + blockDim.x - 1) / blockDim.x;
-    for (u64 q0 = 0; q0 < rounds; q0 += B) {
-      // Each round's outcome and the low 64 bits of its composite (all that `comps` keeps).
-      u64 low[B];
-      u32 takes = 0;
-#pragma unroll
-      for (int u = 0; u < B; ++u) {
-        const u64 j = b0 + (q0 + u) * blockDim.x + threadIdx.x;
-        low[u] = 0;
-        if (j < b1) {
-          const u128 c = Src<T, LIST>::comp(a.src, r, j, a.ib, true);
-          if (c >= thr) takes |= 1u << u;
-          low[u] = (u64)c;
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < B; ++u) {
-        const u64 j = b0 + (q0 + u) * blockDim.x + threadIdx.x;
-        const bool take = (takes >> u) & 1;
-        unsigned ballot = __ballot_sync(0xffffffffu, take);
-        if (!ballot) continue;
-        u64 base = 0;
-        int leader = __ffs(ballot) - 1;
-        if ((int)lane == leader) base = atomicAdd(&run[r].out_count, (u64)__popc(ballot));
-        base = __shfl_sync(0xffffffffu, base, leader);
-        if (take) {
-          u64 pos = base + __popc(ballot & ((1u << lane) - 1));
-          if (pos < k) {
-            out[r * k + pos] = Src<T, LIST>::index(a.src, r, j);
-            if (comps) comps[r * k + pos] = low[u];
-          }
+    for (u64 q = 0; q < rounds; ++q) {
+      u64 j = b0 + q * blockDim.x + threadIdx.x;
+      const u128 c = j < b1 ? Src<T, LIST>::comp(a.src, r, j, a.ib, true) : 0;
+      const bool take = j < b1 && c >= thr;
+      unsigned ballot = __ballot_sync(0xffffffffu, take);
+      if (!ballot) continue;
+      u64 base = 0;
+      int leader = __ffs(ballot) - 1;
+      if ((int)lane == leader) base = atomicAdd(&run[r].out_count, (u64)__popc(ballot));
+      base = __shfl_sync(0xffffffffu, base, leader);
+      if (take) {
+        u64 pos = base + __popc(ballot & ((1u << lane) - 1));
+        if (pos < k) {
+          out[r * k + pos] = Src<T, LIST>::index(a.src, r, j);
+          if (comps) comps[r * k + pos] = (u64)c;
         }
       }
     }

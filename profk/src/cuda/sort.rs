@@ -35,18 +35,19 @@ extern "C" {
 /// Most keys a sort cuts into small tiles: about eight rounds of 2 048-key tiles on the H200's 132 SMs.
 const SMALL_TILES_MAX: usize = 1 << 21;
 
-/// The onesweep tile, in keys, of a one-row sort of `items` keys: 2 048 up to [`SMALL_TILES_MAX`]
-/// keys, else 0 for CUB's sm_90 tuning (5 760 64-bit keys, which leaves a few hundred thousand keys
-/// on a few dozen SMs a pass). A benchmark may ask for CUB's tiles or for 1 024
-/// (`PROFK_SORT_TILE=cub|1024`) to time them against the default on one build.
+/// The onesweep tile, in keys, of a one-row sort of `items` keys: 0 for CUB's sm_90 tuning (5 760
+/// 64-bit keys), or 2 048 or 1 024 up to [`SMALL_TILES_MAX`] keys, which a benchmark asks for
+/// (`PROFK_SORT_TILE=2048|1024`). Smaller tiles put the flat row's 262 144 keys on 128 or 256 SMs
+/// a pass instead of 46, but each pass still took about 11 µs (13 with 1 024) on the H200: a pass
+/// over so few keys waits on latency, not on the SMs it reaches.
 fn tile_for(items: usize) -> i32 {
     if items > SMALL_TILES_MAX {
         return 0;
     }
     match crate::bench_env::var("PROFK_SORT_TILE") {
-        Some("cub") => 0,
+        Some("2048") => 2048,
         Some("1024") => 1024,
-        _ => 2048,
+        _ => 0,
     }
 }
 
