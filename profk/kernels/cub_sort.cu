@@ -63,21 +63,23 @@ cudaError_t sort_small_tiles(int tile, void* temp, size_t& temp_bytes, const Key
 }
 }  // namespace
 
-// Sorts u64 keys (bits [0, end_bit)) of `rows` rows of `len`; one row by SmallTiles of `tile` keys
-// (2 048 or 1 024) when `tile` is not 0.
+// Sorts u64 keys of `rows` rows of `len`; one row on bits [begin_bit, end_bit) (stable), by SmallTiles
+// of `tile` keys (2 048 or 1 024) when `tile` is not 0; several rows on all bits.
 extern "C" int profk_sort_keys_u64(void* temp, size_t* temp_bytes, const uint64_t* in, uint64_t* out, int64_t rows,
-                                   int64_t len, int descending, int end_bit, int tile, cudaStream_t stream) {
+                                   int64_t len, int descending, int begin_bit, int end_bit, int tile,
+                                   cudaStream_t stream) {
   int64_t items = rows * len;
   cudaError_t e;
   if (rows == 1 && tile) {
     cub::NullType* none = nullptr;
     e = descending ? sort_small_tiles<cub::SortOrder::Descending>(tile, temp, *temp_bytes, in, out, none, none,
-                                                                  items, 0, end_bit, stream)
+                                                                  items, begin_bit, end_bit, stream)
                    : sort_small_tiles<cub::SortOrder::Ascending>(tile, temp, *temp_bytes, in, out, none, none,
-                                                                 items, 0, end_bit, stream);
+                                                                 items, begin_bit, end_bit, stream);
   } else if (rows == 1) {
-    e = descending ? cub::DeviceRadixSort::SortKeysDescending(temp, *temp_bytes, in, out, items, 0, end_bit, stream)
-                   : cub::DeviceRadixSort::SortKeys(temp, *temp_bytes, in, out, items, 0, end_bit, stream);
+    e = descending
+            ? cub::DeviceRadixSort::SortKeysDescending(temp, *temp_bytes, in, out, items, begin_bit, end_bit, stream)
+            : cub::DeviceRadixSort::SortKeys(temp, *temp_bytes, in, out, items, begin_bit, end_bit, stream);
   } else {
     e = descending ? cub::DeviceSegmentedSort::StableSortKeysDescending(temp, *temp_bytes, in, out, items, rows,
                                                                        offsets(len, 0), offsets(len, 1), stream)

@@ -532,6 +532,131 @@ __device__ void out_gather(const T* x, u64 n, u64 k, int ib, const u64* src, T* 
   }
 }
 
+// ---- Equal keys after a sort by key alone ----
+// One row's value order sorts its k composites (key above, n-1-index below) by their key bits only:
+// CUB's stable sort then runs half the passes of the whole composite. Equal keys are left in runs in
+// the order the selection wrote them; two launches put each run in descending composite order, which
+// is ascending index order.
+// - tie_runs: a thread at each run's start sorts a run of up to TIE_SHORT. A tile of TIE_TILE places
+//   that any longer run reaches is sorted whole into `tmp` by its block, and flagged.
+// - tie_merge: in flagged tiles, each element of a long run takes its place in the run from its rank
+//   among the run's pieces in `tmp`, each sorted (a binary search a piece). Nearly always no tile is
+//   flagged; the rank's cost grows with the pieces of a run, which the host bounds by bounding k.
+#define TIE_THREADS 256
+#define TIE_ITEMS 16
+#define TIE_TILE (TIE_THREADS * TIE_ITEMS)
+#define TIE_SHORT 32
+
+__device__ __forceinline__ bool same_key(u64 a, u64 b, int ib) { return (a >> ib) == (b >> ib); }
+
+// Sorts s[i, j) descending by insertion, j - i <= TIE_SHORT.
+__device__ void sort_short_run(u64* s, u64 i, u64 j) {
+  u64 run[TIE_SHORT];
+  const int len = (int)(j - i);
+  for (int m = 0; m < len; ++m) {
+    const u64 c = s[i + m];
+    int at = m;
+    for (; at > 0 && run[at - 1] < c; --at) run[at] = run[at - 1];
+    run[at] = c;
+  }
+  for (int m = 0; m < len; ++m) s[i + m] = run[m];
+}
+
+// s[0, total): one row's composites sorted by key descending. Reading a neighbour that another thread
+// is reordering is safe: the reorder keeps every key, and a tile's sort into tmp keeps each key's
+// places; only the long runs' places in tmp are read afterwards.
+extern "C" __global__ void __launch_bounds__(TIE_THREADS)
+    tie_runs(u64* s, u64* tmp, u32* tile_long, u64 total, int ib, int cb) {
+  dependent_launch_entry();
+  typedef cub::BlockRadixSort<u64, TIE_THREADS, TIE_ITEMS> Sort;
+  __shared__ typename Sort::TempStorage sort;
+  const int tid = threadIdx.x;
+  for (u64 tile = blockIdx.x; tile * TIE_TILE < total; tile += gridDim.x) {
+    const u64 t0 = tile * TIE_TILE, t1 = min(total, t0 + TIE_TILE);
+    bool reaches_long = false;
+    for (u64 i = t0 + tid; i < t1; i += TIE_THREADS) {
+      const u64 v = s[i];
+      u64 a = i;
+      if (i == t0) {
+        // The run that holds the tile's first place may have begun in the tile before.
+        while (a > 0 && i - a <= TIE_SHORT && same_key(s[a - 1], v, ib)) --a;
+      } else if (same_key(s[i - 1], v, ib)) {
+        continue;
+      }
+      u64 b = i + 1;
+      while (b < total && b - a <= TIE_SHORT && same_key(s[b], v, ib)) ++b;
+      if (b - a > TIE_SHORT)
+        reaches_long = true;
+      else if (a == i && b - i > 1)
+        sort_short_run(s, i, b);
+    }
+    const int flagged = __syncthreads_or(reaches_long);
+    if (flagged) {
+      u64 keys[TIE_ITEMS];
+#pragma unroll
+      for (int m = 0; m < TIE_ITEMS; ++m) {
+        const u64 p = t0 + (u64)tid * TIE_ITEMS + m;
+        keys[m] = p < t1 ? s[p] : 0;  // a pad equal to a composite is the same bits
+      }
+      Sort(sort).SortDescending(keys, 0, cb);
+#pragma unroll
+      for (int m = 0; m < TIE_ITEMS; ++m) {
+        const u64 p = t0 + (u64)tid * TIE_ITEMS + m;
+        if (p < t1) tmp[p] = keys[m];
+      }
+      __syncthreads();
+    }
+    if (tid == 0) tile_long[tile] = flagged;
+  }
+}
+
+// The first place of s[0, total) (keys descending) whose key is below `key`, or at most `key` when
+// `inclusive`.
+__device__ u64 key_bound(const u64* s, u64 total, u64 key, int ib, bool inclusive) {
+  u64 lo = 0, hi = total;
+  while (lo < hi) {
+    const u64 mid = lo + (hi - lo) / 2;
+    const u64 k = s[mid] >> ib;
+    if (inclusive ? k > key : k >= key)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+extern "C" __global__ void __launch_bounds__(TIE_THREADS)
+    tie_merge(u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib) {
+  dependent_launch_entry();
+  for (u64 tile = blockIdx.x; tile * TIE_TILE < total; tile += gridDim.x) {
+    if (!tile_long[tile]) continue;
+    const u64 t0 = tile * TIE_TILE, t1 = min(total, t0 + TIE_TILE);
+    for (u64 i = t0 + threadIdx.x; i < t1; i += TIE_THREADS) {
+      const u64 e = tmp[i], key = e >> ib;
+      const u64 a = key_bound(s, total, key, ib, true), b = key_bound(s, total, key, ib, false);
+      if (b - a <= TIE_SHORT) continue;
+      u64 rank = 0;
+      for (u64 j = a / TIE_TILE; j * TIE_TILE < b; ++j) {
+        const u64 lo = max(a, j * TIE_TILE), hi = min(b, (j + 1) * TIE_TILE);
+        if (j == tile) {
+          rank += i - lo;
+          continue;
+        }
+        u64 l = lo, h = hi;  // the piece's composites above e
+        while (l < h) {
+          const u64 mid = l + (h - l) / 2;
+          if (tmp[mid] > e)
+            l = mid + 1;
+          else
+            h = mid;
+        }
+        rank += l - lo;
+      }
+      s[a + rank] = e;
+    }
+  }
+}
+
 template <typename T>
 __device__ void nan_scan(const T* x, u64 total, Global* g) {
   u64 cnt = 0, first = ~0ull;

@@ -28,8 +28,8 @@ pub struct CudaBenchArgs {
     /// path.
     #[arg(long)]
     pub row_shapes: bool,
-    /// With --row-shapes, --peers or --targets: only the shapes whose label contains this text (e.g.
-    /// "masked").
+    /// Only the shapes whose label contains this text (e.g. "masked"), of the grid, --row-shapes,
+    /// --peers or --targets.
     #[arg(long)]
     pub only: Option<String>,
     /// Only the checks, no timing table.
@@ -81,7 +81,7 @@ pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
     } else if args.targets {
         profk::cuda::bench::run_targets(&dev, args.only.as_deref(), &mut table)?;
     } else {
-        profk::cuda::bench::run_grid(&dev, args.quick, dtype, &mut table)?;
+        profk::cuda::bench::run_grid(&dev, args.quick, dtype, args.only.as_deref(), &mut table)?;
     }
     println!("{table}");
     Ok(())

@@ -125,6 +125,14 @@ pub fn grid(quick: bool) -> Vec<Case> {
         Mode::Flat,
         Dist::Normal,
     ));
+    // Few distinct values: the value order's runs of equal keys span many tiles.
+    v.push(case(
+        "flat 8192x2^17 ties".into(),
+        vec![8192, 1 << 17],
+        262144,
+        Mode::Flat,
+        Dist::Uniform,
+    ));
     v.extend(masked_rows());
     v
 }
@@ -288,9 +296,15 @@ fn time_calls(
     ))
 }
 
-/// Prints the timing table; `selectors` picks the columns.
-pub fn run_grid(dev: &Device, quick: bool, dtype: DType, out: &mut String) -> Result<()> {
-    run_cases(dev, grid(quick), false, dtype, out)
+/// Prints the timing table over the grid (the cases whose label contains `only`, when given).
+pub fn run_grid(
+    dev: &Device,
+    quick: bool,
+    dtype: DType,
+    only: Option<&str>,
+    out: &mut String,
+) -> Result<()> {
+    run_cases(dev, labelled(grid(quick), only), false, dtype, out)
 }
 
 /// The shapes the peers are measured on (bench/topk_peers.sh): single rows of 2^24, 2^28 and 2^30

@@ -762,6 +762,23 @@ fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Res
     Ok(out)
 }
 
+/// Whether one row's value order sorts its composites by key alone, then puts each run of equal keys
+/// in index order (`tie_runs`): half the radix passes of the whole composite for f32 keys. Half
+/// precision keys, with few distinct values among k, keep the whole composite's sort; so does a
+/// benchmark that asks for it (`PROFK_VALUE_SORT=whole`).
+fn sort_by_key_alone(shape: &Shape, k: u64) -> bool {
+    shape.rows == 1
+        && shape.kb == 32
+        && k <= BY_KEY_MAX
+        && crate::bench_env::var("PROFK_VALUE_SORT") != Some("whole")
+}
+
+/// Places a tie tile holds (kernels/select.cu `TIE_TILE`).
+const TIE_TILE: u64 = 4096;
+/// Largest k sorted by key alone: a run of equal keys as long as k then spans at most 64 tiles, so
+/// that each of its elements ranks itself among at most 64 sorted pieces.
+const BY_KEY_MAX: u64 = 64 * TIE_TILE;
+
 /// Largest k whose per-row sort runs in one block, fused with the gather.
 const BLOCK_SORT_MAX: u64 = 4096;
 /// The ranking kernels (kernels/select.cu `rank_gather`), the larger slice first: (outputs a block
@@ -923,10 +940,31 @@ fn output(
                     c
                 }
             };
-            (
-                sort::sort_keys_u64(arena, c, rows, ku, true, shape.kb + shape.ib)?,
-                shape.ib as i32,
-            )
+            let whole = 0..shape.kb + shape.ib;
+            if !sort_by_key_alone(shape, k) {
+                (
+                    sort::sort_keys_u64_bits(arena, c, rows, ku, true, whole)?,
+                    shape.ib as i32,
+                )
+            } else {
+                let by_key = shape.ib..whole.end;
+                let sorted = sort::sort_keys_u64_bits(arena, c, rows, ku, true, by_key)?;
+                // The composites the sort read take the sorted tiles of the longest runs.
+                let tiles = total.div_ceil(TIE_TILE);
+                let tile_long = arena.alloc::<u32>(tiles as usize)?;
+                let grid = tiles.clamp(1, 4 * arena.sms as u64);
+                let (s, t, f) = (sorted.ptr, c.ptr, tile_long.ptr);
+                let ib = shape.ib as i32;
+                let cb = whole.end as i32;
+                let runs = [Arg::U64(s), Arg::U64(t), Arg::U64(f), Arg::U64(total)];
+                let mut args = runs.to_vec();
+                args.extend([Arg::I32(ib), Arg::I32(cb)]);
+                arena.launch_args(Family::Select, "tie_runs", grid, 256, &args)?;
+                let mut args = runs.to_vec();
+                args.push(Arg::I32(ib));
+                arena.launch_args(Family::Select, "tie_merge", grid, 256, &args)?;
+                (sorted, ib)
+            }
         }
         Order::Desc => {
             let by_index = sort::sort_keys_u64(arena, *slots, rows, ku, false, shape.ib)?;

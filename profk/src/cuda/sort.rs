@@ -13,6 +13,7 @@ extern "C" {
         rows: i64,
         len: i64,
         descending: i32,
+        begin_bit: i32,
         end_bit: i32,
         tile: i32,
         stream: *mut c_void,
@@ -86,20 +87,30 @@ pub fn sort_keys_u64(
     descending: bool,
     end_bit: u32,
 ) -> Result<Dev<u64>> {
+    sort_keys_u64_bits(arena, keys, rows, len, descending, 0..end_bit)
+}
+
+/// Sorts `rows` rows of `len` u64 keys into a new buffer: one row stably on `bits` alone, several
+/// rows on bits [0, bits.end).
+pub fn sort_keys_u64_bits(
+    arena: &mut Arena,
+    keys: Dev<u64>,
+    rows: usize,
+    len: usize,
+    descending: bool,
+    bits: std::ops::Range<u32>,
+) -> Result<Dev<u64>> {
     let out = arena.alloc::<u64>(rows * len)?;
     let s = arena.stream.cu_stream() as *mut c_void;
-    let (r, l, d, e) = (
-        rows as i64,
-        len as i64,
-        descending as i32,
-        end_bit.max(1) as i32,
-    );
+    let (r, l, d) = (rows as i64, len as i64, descending as i32);
+    let e = bits.end.max(bits.start + 1) as i32;
+    let b = if rows == 1 { bits.start as i32 } else { 0 };
     let (inp, outp) = (keys.ptr as *const u64, out.ptr as *mut u64);
     let tile = tile_for(rows * len);
     // SAFETY: the pointers are live workspace ranges; the temporary storage is null (the size query)
     // or of the queried size, on the same stream.
     with_temp_storage(arena, "sort", |temp, bytes| unsafe {
-        profk_sort_keys_u64(temp, bytes, inp, outp, r, l, d, e, tile, s)
+        profk_sort_keys_u64(temp, bytes, inp, outp, r, l, d, b, e, tile, s)
     })?;
     Ok(out)
 }

@@ -551,6 +551,9 @@ pub fn long_outputs(dev: &Device) -> Result<()> {
     let inputs = [
         ("normal", normal(3 * n, 30)),
         ("eight levels", small_ints(3 * n, 8, 32)),
+        // About 32 of each value a row: runs of equal keys on both sides of the longest a thread
+        // reorders alone.
+        ("2048 levels", small_ints(3 * n, 2048, 35)),
         ("masked tail", masked.repeat(3)),
     ];
     for (name, data) in &inputs {
@@ -568,6 +571,13 @@ pub fn long_outputs(dev: &Device) -> Result<()> {
                 }
             }
         }
+    }
+    // One run of equal keys over the most pieces a sort by key alone ranks among (k = 2^18), and runs
+    // of about 4 000 crossing its pieces' edges.
+    let n = 1 << 19;
+    for (name, data) in [("all equal", vec![0.5; n]), ("128 levels", small_ints(n, 128, 36))] {
+        let x = tensor(&data, &[n], DType::F32, dev)?;
+        check(&x, 1 << 18, &TopKOptions::default()).with_context(|| format!("{name}, k = 2^18"))?;
     }
     // Enough rows for a block per row: each of its block sorts (k up to 1024, 2048, 4096).
     let (rows, n) = (48, 5000);
