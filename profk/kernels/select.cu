@@ -542,8 +542,8 @@ __device__ void out_gather(const T* x, u64 n, u64 k, int ib, const u64* src, T* 
 // - tie_merge: in flagged tiles, each element of a long run takes its place in the run from its rank
 //   among the run's pieces in `tmp`, each sorted (a binary search a piece). Nearly always no tile is
 //   flagged; the rank's cost grows with the pieces of a run, which the host bounds by bounding k.
-#define TIE_THREADS 256
-#define TIE_ITEMS 16
+#define TIE_THREADS 1024
+#define TIE_ITEMS 4
 #define TIE_TILE (TIE_THREADS * TIE_ITEMS)
 #define TIE_SHORT 32
 
@@ -574,13 +574,23 @@ extern "C" __global__ void __launch_bounds__(TIE_THREADS)
   for (u64 tile = blockIdx.x; tile * TIE_TILE < total; tile += gridDim.x) {
     const u64 t0 = tile * TIE_TILE, t1 = min(total, t0 + TIE_TILE);
     bool reaches_long = false;
-    for (u64 i = t0 + tid; i < t1; i += TIE_THREADS) {
-      const u64 v = s[i];
+    // Every place's composite and the one before it, loaded together: most places start no run.
+    u64 here[TIE_ITEMS], before[TIE_ITEMS];
+#pragma unroll
+    for (int m = 0; m < TIE_ITEMS; ++m) {
+      const u64 i = t0 + (u64)m * TIE_THREADS + tid;
+      here[m] = i < t1 ? s[i] : 0;
+      before[m] = i < t1 && i > 0 ? s[i - 1] : 0;
+    }
+#pragma unroll
+    for (int m = 0; m < TIE_ITEMS; ++m) {
+      const u64 i = t0 + (u64)m * TIE_THREADS + tid, v = here[m];
+      if (i >= t1) break;
       u64 a = i;
       if (i == t0) {
         // The run that holds the tile's first place may have begun in the tile before.
         while (a > 0 && i - a <= TIE_SHORT && same_key(s[a - 1], v, ib)) --a;
-      } else if (same_key(s[i - 1], v, ib)) {
+      } else if (same_key(before[m], v, ib)) {
         continue;
       }
       u64 b = i + 1;

@@ -773,8 +773,9 @@ fn sort_by_key_alone(shape: &Shape, k: u64) -> bool {
         && crate::bench_env::var("PROFK_VALUE_SORT") != Some("whole")
 }
 
-/// Places a tie tile holds (kernels/select.cu `TIE_TILE`).
+/// Places a tie tile holds and the threads of its block (kernels/select.cu `TIE_TILE`, `TIE_THREADS`).
 const TIE_TILE: u64 = 4096;
+const TIE_THREADS: u32 = 1024;
 /// Largest k sorted by key alone: a run of equal keys as long as k then spans at most 64 tiles, so
 /// that each of its elements ranks itself among at most 64 sorted pieces.
 const BY_KEY_MAX: u64 = 64 * TIE_TILE;
@@ -952,17 +953,17 @@ fn output(
                 // The composites the sort read take the sorted tiles of the longest runs.
                 let tiles = total.div_ceil(TIE_TILE);
                 let tile_long = arena.alloc::<u32>(tiles as usize)?;
-                let grid = tiles.clamp(1, 4 * arena.sms as u64);
+                let grid = tiles.clamp(1, 2 * arena.sms as u64);
                 let (s, t, f) = (sorted.ptr, c.ptr, tile_long.ptr);
                 let ib = shape.ib as i32;
                 let cb = whole.end as i32;
                 let runs = [Arg::U64(s), Arg::U64(t), Arg::U64(f), Arg::U64(total)];
                 let mut args = runs.to_vec();
                 args.extend([Arg::I32(ib), Arg::I32(cb)]);
-                arena.launch_args(Family::Select, "tie_runs", grid, 256, &args)?;
+                arena.launch_args(Family::Select, "tie_runs", grid, TIE_THREADS, &args)?;
                 let mut args = runs.to_vec();
                 args.push(Arg::I32(ib));
-                arena.launch_args(Family::Select, "tie_merge", grid, 256, &args)?;
+                arena.launch_args(Family::Select, "tie_merge", grid, TIE_THREADS, &args)?;
                 (sorted, ib)
             }
         }

@@ -575,7 +575,10 @@ pub fn long_outputs(dev: &Device) -> Result<()> {
     // One run of equal keys over the most pieces a sort by key alone ranks among (k = 2^18), and runs
     // of about 4 000 crossing its pieces' edges.
     let n = 1 << 19;
-    for (name, data) in [("all equal", vec![0.5; n]), ("128 levels", small_ints(n, 128, 36))] {
+    for (name, data) in [
+        ("all equal", vec![0.5; n]),
+        ("128 levels", small_ints(n, 128, 36)),
+    ] {
         let x = tensor(&data, &[n], DType::F32, dev)?;
         check(&x, 1 << 18, &TopKOptions::default()).with_context(|| format!("{name}, k = 2^18"))?;
     }
