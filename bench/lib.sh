@@ -110,7 +110,7 @@ kernels() {
   shift 2
   echo "## ncu $label: kernel, grid, block, duration us" >> "$R"
   timeout 150 ncu --clock-control none --kernel-name-base function \
-    -k regex:'^(sample|block_|filter|classify|select|rank_|sort_|out_|rows_|nan_|acc_|Device|take_)' \
+    -k regex:'^(sample|block_|filter|classify|select|rank_|sort_|out_|tie_|rows_|nan_|acc_|Device|take_)' \
     --metrics gpu__time_duration.sum --csv -c "$count" "$B/profk" "$@" 2>/dev/null | python3 -c '
 import csv, sys
 rows = [r for r in csv.reader(sys.stdin) if len(r) > 5]
