@@ -539,8 +539,8 @@ __device__ void out_gather(const T* x, u64 n, u64 k, int ib, const u64* src, T* 
 // is ascending index order.
 // - tie_runs: a thread at each run's start sorts a run of up to TIE_SHORT. A tile of TIE_TILE places
 //   that any longer run reaches is sorted whole into `tmp` by its block, and flagged.
-// - tie_out: the output gather, where each element of a long run in a flagged tile takes its place in
-//   the run from its rank among the run's pieces in `tmp`, each sorted. Nearly always no tile is
+// - tie_merge: in flagged tiles, each element of a long run takes its place in the run from its rank
+//   among the run's pieces in `tmp`, each sorted (a binary search a piece). Nearly always no tile is
 //   flagged; the rank's cost grows with the pieces of a run, which the host bounds by bounding k.
 #define TIE_THREADS 1024
 #define TIE_ITEMS 4
@@ -635,110 +635,37 @@ __device__ u64 key_bound(const u64* s, u64 total, u64 key, int ib, bool inclusiv
   return lo;
 }
 
-// Values and i64 indices of one row's value order (as out_gather), each run of equal keys in place.
-// In a flagged tile, each element of a long run takes its rank in the run: its place in its own
-// piece, plus, for each other piece, loaded whole into shared memory, the count of its composites
-// above the element's (a binary search). That element is written at the run's start plus its rank;
-// every other place, final since tie_runs, at its own place.
-template <typename T>
-__device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib, const T* x, u64 n,
-                        T* vals, long long* out) {
-  __shared__ u64 piece[TIE_TILE];
-  __shared__ u64 first_piece, last_piece;
-  const int tid = threadIdx.x;
-  const u64 mask = (1ull << ib) - 1;
-  auto emit = [&](u64 at, u64 c) {
-    const u64 j = n - 1 - (c & mask);
-    vals[at] = x[j];
-    out[at] = (long long)j;
-  };
+extern "C" __global__ void __launch_bounds__(TIE_THREADS)
+    tie_merge(u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib) {
+  dependent_launch_entry();
   for (u64 tile = blockIdx.x; tile * TIE_TILE < total; tile += gridDim.x) {
+    if (!tile_long[tile]) continue;
     const u64 t0 = tile * TIE_TILE, t1 = min(total, t0 + TIE_TILE);
-    if (!tile_long[tile]) {
-      // Every place's composite, then every value, loaded before any is written.
-      u64 c[TIE_ITEMS];
-      T v[TIE_ITEMS];
-#pragma unroll
-      for (int m = 0; m < TIE_ITEMS; ++m) {
-        const u64 i = t0 + (u64)m * TIE_THREADS + tid;
-        c[m] = i < t1 ? s[i] : n - 1;  // a pad reads x[0]
-      }
-#pragma unroll
-      for (int m = 0; m < TIE_ITEMS; ++m) v[m] = x[n - 1 - (c[m] & mask)];
-#pragma unroll
-      for (int m = 0; m < TIE_ITEMS; ++m) {
-        const u64 i = t0 + (u64)m * TIE_THREADS + tid;
-        if (i < t1) {
-          vals[i] = v[m];
-          out[i] = (long long)(n - 1 - (c[m] & mask));
+    for (u64 i = t0 + threadIdx.x; i < t1; i += TIE_THREADS) {
+      const u64 e = tmp[i], key = e >> ib;
+      const u64 a = key_bound(s, total, key, ib, true), b = key_bound(s, total, key, ib, false);
+      if (b - a <= TIE_SHORT) continue;
+      u64 rank = 0;
+      for (u64 j = a / TIE_TILE; j * TIE_TILE < b; ++j) {
+        const u64 lo = max(a, j * TIE_TILE), hi = min(b, (j + 1) * TIE_TILE);
+        if (j == tile) {
+          rank += i - lo;
+          continue;
         }
-      }
-      continue;
-    }
-    if (tid == 0) {
-      first_piece = ~0ull;
-      last_piece = 0;
-    }
-    __syncthreads();
-    u64 e[TIE_ITEMS], a[TIE_ITEMS], b[TIE_ITEMS], rank[TIE_ITEMS];
-    bool in_long[TIE_ITEMS];
-#pragma unroll
-    for (int m = 0; m < TIE_ITEMS; ++m) {
-      const u64 i = t0 + (u64)m * TIE_THREADS + tid;
-      in_long[m] = false;
-      if (i >= t1) continue;
-      e[m] = tmp[i];
-      const u64 key = e[m] >> ib;
-      a[m] = key_bound(s, total, key, ib, true);
-      b[m] = key_bound(s, total, key, ib, false);
-      if (b[m] - a[m] > TIE_SHORT) {
-        in_long[m] = true;
-        rank[m] = i - max(a[m], t0);
-        atomicMin(&first_piece, a[m] / TIE_TILE);
-        atomicMax(&last_piece, (b[m] - 1) / TIE_TILE);
-      } else {
-        emit(i, s[i]);
-      }
-    }
-    __syncthreads();
-    const u64 first = first_piece, last = last_piece;
-    for (u64 j = first; j <= last; ++j) {
-      if (j == tile) continue;
-      const u64 j0 = j * TIE_TILE, j1 = min(total, j0 + TIE_TILE);
-      __syncthreads();  // the previous piece's searches are done
-      for (u64 p = j0 + tid; p < j1; p += TIE_THREADS) piece[p - j0] = tmp[p];
-      __syncthreads();
-#pragma unroll
-      for (int m = 0; m < TIE_ITEMS; ++m) {
-        if (!in_long[m]) continue;
-        u64 l = max(a[m], j0) - j0, h = min(b[m], j1);
-        h = h > j0 ? h - j0 : 0;
-        const u64 lo = l;
-        while (l < h) {  // the piece's composites above e
+        u64 l = lo, h = hi;  // the piece's composites above e
+        while (l < h) {
           const u64 mid = l + (h - l) / 2;
-          if (piece[mid] > e[m])
+          if (tmp[mid] > e)
             l = mid + 1;
           else
             h = mid;
         }
-        if (l > lo) rank[m] += l - lo;
+        rank += l - lo;
       }
+      s[a + rank] = e;
     }
-#pragma unroll
-    for (int m = 0; m < TIE_ITEMS; ++m)
-      if (in_long[m]) emit(a[m] + rank[m], e[m]);
-    __syncthreads();
   }
 }
-
-#define TIE_OUT(SUF, T)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(TIE_THREADS)                                                  \
-      tie_out_##SUF(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib, const T* x, u64 n, \
-                    T* vals, long long* out) {                                                               \
-    dependent_launch_entry();                                                                                \
-    tie_out<T>(s, tmp, tile_long, total, ib, x, n, vals, out);                                               \
-  }
-TIE_OUT(f32, float)
 
 template <typename T>
 __device__ void nan_scan(const T* x, u64 total, Global* g) {

@@ -763,7 +763,7 @@ fn sort_baseline(arena: &mut Arena, input: &Input, shape: &Shape, k: u64) -> Res
 }
 
 /// Whether one row's value order sorts its composites by key alone, then puts each run of equal keys
-/// in index order (`tie_runs`, `tie_out`): half the radix passes of the whole composite for f32 keys. Half
+/// in index order (`tie_runs`): half the radix passes of the whole composite for f32 keys. Half
 /// precision keys, with few distinct values among k, keep the whole composite's sort; so does a
 /// benchmark that asks for it (`PROFK_VALUE_SORT=whole`).
 fn sort_by_key_alone(shape: &Shape, k: u64) -> bool {
@@ -961,15 +961,10 @@ fn output(
                 let mut args = runs.to_vec();
                 args.extend([Arg::I32(ib), Arg::I32(cb)]);
                 arena.launch_args(Family::Select, "tie_runs", grid, TIE_THREADS, &args)?;
-                // The gather places the long runs' elements as it writes them.
-                let name = format!("tie_out_{}", input.suffix);
-                let launch = |vals: u64, idx: u64| {
-                    let mut args = runs.to_vec();
-                    args.extend([Arg::I32(ib), Arg::U64(input.ptr), Arg::U64(shape.n)]);
-                    args.extend([Arg::U64(vals), Arg::U64(idx)]);
-                    arena.launch_args(Family::Select, &name, grid, TIE_THREADS, &args)
-                };
-                return finish(arena, dev, dtype, total, out_shape, launch);
+                let mut args = runs.to_vec();
+                args.push(Arg::I32(ib));
+                arena.launch_args(Family::Select, "tie_merge", grid, TIE_THREADS, &args)?;
+                (sorted, ib)
             }
         }
         Order::Desc => {
