@@ -667,6 +667,112 @@ extern "C" __global__ void __launch_bounds__(TIE_THREADS)
   }
 }
 
+// tie_merge and out_gather in one launch, timed by a benchmark switch (PROFK_TIE_OUT=1): values and
+// i64 indices of one row's value order, each run of equal keys in place.
+// In a flagged tile, each element of a long run takes its rank in the run: its place in its own
+// piece, plus, for each other piece, loaded whole into shared memory, the count of its composites
+// above the element's (a binary search). That element is written at the run's start plus its rank;
+// every other place, final since tie_runs, at its own place.
+template <typename T>
+__device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib, const T* x, u64 n,
+                        T* vals, long long* out) {
+  __shared__ u64 piece[TIE_TILE];
+  __shared__ u64 first_piece, last_piece;
+  const int tid = threadIdx.x;
+  const u64 mask = (1ull << ib) - 1;
+  auto emit = [&](u64 at, u64 c) {
+    const u64 j = n - 1 - (c & mask);
+    vals[at] = x[j];
+    out[at] = (long long)j;
+  };
+  for (u64 tile = blockIdx.x; tile * TIE_TILE < total; tile += gridDim.x) {
+    const u64 t0 = tile * TIE_TILE, t1 = min(total, t0 + TIE_TILE);
+    if (!tile_long[tile]) {
+      // Every place's composite, then every value, loaded before any is written.
+      u64 c[TIE_ITEMS];
+      T v[TIE_ITEMS];
+#pragma unroll
+      for (int m = 0; m < TIE_ITEMS; ++m) {
+        const u64 i = t0 + (u64)m * TIE_THREADS + tid;
+        c[m] = i < t1 ? s[i] : n - 1;  // a pad reads x[0]
+      }
+#pragma unroll
+      for (int m = 0; m < TIE_ITEMS; ++m) v[m] = x[n - 1 - (c[m] & mask)];
+#pragma unroll
+      for (int m = 0; m < TIE_ITEMS; ++m) {
+        const u64 i = t0 + (u64)m * TIE_THREADS + tid;
+        if (i < t1) {
+          vals[i] = v[m];
+          out[i] = (long long)(n - 1 - (c[m] & mask));
+        }
+      }
+      continue;
+    }
+    if (tid == 0) {
+      first_piece = ~0ull;
+      last_piece = 0;
+    }
+    __syncthreads();
+    u64 e[TIE_ITEMS], a[TIE_ITEMS], b[TIE_ITEMS], rank[TIE_ITEMS];
+    bool in_long[TIE_ITEMS];
+#pragma unroll
+    for (int m = 0; m < TIE_ITEMS; ++m) {
+      const u64 i = t0 + (u64)m * TIE_THREADS + tid;
+      in_long[m] = false;
+      if (i >= t1) continue;
+      e[m] = tmp[i];
+      const u64 key = e[m] >> ib;
+      a[m] = key_bound(s, total, key, ib, true);
+      b[m] = key_bound(s, total, key, ib, false);
+      if (b[m] - a[m] > TIE_SHORT) {
+        in_long[m] = true;
+        rank[m] = i - max(a[m], t0);
+        atomicMin(&first_piece, a[m] / TIE_TILE);
+        atomicMax(&last_piece, (b[m] - 1) / TIE_TILE);
+      } else {
+        emit(i, s[i]);
+      }
+    }
+    __syncthreads();
+    const u64 first = first_piece, last = last_piece;
+    for (u64 j = first; j <= last; ++j) {
+      if (j == tile) continue;
+      const u64 j0 = j * TIE_TILE, j1 = min(total, j0 + TIE_TILE);
+      __syncthreads();  // the previous piece's searches are done
+      for (u64 p = j0 + tid; p < j1; p += TIE_THREADS) piece[p - j0] = tmp[p];
+      __syncthreads();
+#pragma unroll
+      for (int m = 0; m < TIE_ITEMS; ++m) {
+        if (!in_long[m]) continue;
+        u64 l = max(a[m], j0) - j0, h = min(b[m], j1);
+        h = h > j0 ? h - j0 : 0;
+        const u64 lo = l;
+        while (l < h) {  // the piece's composites above e
+          const u64 mid = l + (h - l) / 2;
+          if (piece[mid] > e[m])
+            l = mid + 1;
+          else
+            h = mid;
+        }
+        if (l > lo) rank[m] += l - lo;
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < TIE_ITEMS; ++m)
+      if (in_long[m]) emit(a[m] + rank[m], e[m]);
+    __syncthreads();
+  }
+}
+
+#define TIE_OUT(SUF, T)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(TIE_THREADS)                                                  \
+      tie_out_##SUF(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib, const T* x, u64 n, \
+                    T* vals, long long* out) {                                                               \
+    dependent_launch_entry();                                                                                \
+    tie_out<T>(s, tmp, tile_long, total, ib, x, n, vals, out);                                               \
+  }
+TIE_OUT(f32, float)
+
 template <typename T>
 __device__ void nan_scan(const T* x, u64 total, Global* g) {
   u64 cnt = 0, first = ~0ull;

@@ -961,6 +961,17 @@ fn output(
                 let mut args = runs.to_vec();
                 args.extend([Arg::I32(ib), Arg::I32(cb)]);
                 arena.launch_args(Family::Select, "tie_runs", grid, TIE_THREADS, &args)?;
+                if crate::bench_env::var("PROFK_TIE_OUT") == Some("1") {
+                    // The gather places the long runs' elements as it writes them.
+                    let name = format!("tie_out_{}", input.suffix);
+                    let launch = |vals: u64, idx: u64| {
+                        let mut args = runs.to_vec();
+                        args.extend([Arg::I32(ib), Arg::U64(input.ptr), Arg::U64(shape.n)]);
+                        args.extend([Arg::U64(vals), Arg::U64(idx)]);
+                        arena.launch_args(Family::Select, &name, grid, TIE_THREADS, &args)
+                    };
+                    return finish(arena, dev, dtype, total, out_shape, launch);
+                }
                 let mut args = runs.to_vec();
                 args.push(Arg::I32(ib));
                 arena.launch_args(Family::Select, "tie_merge", grid, TIE_THREADS, &args)?;
