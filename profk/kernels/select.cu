@@ -669,15 +669,17 @@ extern "C" __global__ void __launch_bounds__(TIE_THREADS)
 
 // tie_merge and out_gather in one launch, timed by a benchmark switch (PROFK_TIE_OUT=1): values and
 // i64 indices of one row's value order, each run of equal keys in place.
-// In a flagged tile, each element of a long run takes its rank in the run: its place in its own
-// piece, plus, for each other piece, loaded whole into shared memory, the count of its composites
-// above the element's (a binary search). That element is written at the run's start plus its rank;
-// every other place, final since tie_runs, at its own place.
+// A flagged tile's sorted copy in `tmp` is final for every run inside the tile. Only the runs that hold
+// its first and last places can cross its edges; their bounds are searched once a block. A crossing run
+// of up to TIE_SHORT is final in `s`. Each element of a longer one takes its rank in the run: its place
+// in its own piece, plus, for each other piece, loaded whole into shared memory, the count of that
+// piece's composites above it. A thread's elements are consecutive and descending, so that count only
+// grows from one to the next: a short walk, else a binary search from where the last one stopped.
 template <typename T>
 __device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib, const T* x, u64 n,
                         T* vals, long long* out) {
   __shared__ u64 piece[TIE_TILE];
-  __shared__ u64 first_piece, last_piece;
+  __shared__ u64 edge[4];  // bounds of the runs holding the tile's first and last places
   const int tid = threadIdx.x;
   const u64 mask = (1ull << ib) - 1;
   auto emit = [&](u64 at, u64 c) {
@@ -708,58 +710,81 @@ __device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 
       }
       continue;
     }
+    const u64 first_key = s[t0] >> ib, last_key = s[t1 - 1] >> ib;
     if (tid == 0) {
-      first_piece = ~0ull;
-      last_piece = 0;
+      edge[0] = key_bound(s, total, first_key, ib, true);
+      edge[1] = key_bound(s, total, first_key, ib, false);
+    } else if (tid == 32) {
+      edge[2] = key_bound(s, total, last_key, ib, true);
+      edge[3] = key_bound(s, total, last_key, ib, false);
     }
     __syncthreads();
-    u64 e[TIE_ITEMS], a[TIE_ITEMS], b[TIE_ITEMS], rank[TIE_ITEMS];
-    bool in_long[TIE_ITEMS];
+    // Runs that cross the tile's edges and are longer than TIE_SHORT: 0 the first place's, 1 the last's.
+    const u64 fa = edge[0], fb = edge[1], la = edge[2], lb = edge[3];
+    const bool first_long = (fa < t0 || fb > t1) && fb - fa > TIE_SHORT;
+    const bool last_long = first_key != last_key && lb > t1 && lb - la > TIE_SHORT;
+    u64 e[TIE_ITEMS], rank[TIE_ITEMS];
+    int run[TIE_ITEMS];  // -1 placed already, else 0 or 1 as above
 #pragma unroll
     for (int m = 0; m < TIE_ITEMS; ++m) {
-      const u64 i = t0 + (u64)m * TIE_THREADS + tid;
-      in_long[m] = false;
-      if (i >= t1) continue;
-      e[m] = tmp[i];
+      const u64 p = t0 + (u64)tid * TIE_ITEMS + m;
+      run[m] = -1;
+      if (p >= t1) continue;
+      e[m] = tmp[p];
       const u64 key = e[m] >> ib;
-      a[m] = key_bound(s, total, key, ib, true);
-      b[m] = key_bound(s, total, key, ib, false);
-      if (b[m] - a[m] > TIE_SHORT) {
-        in_long[m] = true;
-        rank[m] = i - max(a[m], t0);
-        atomicMin(&first_piece, a[m] / TIE_TILE);
-        atomicMax(&last_piece, (b[m] - 1) / TIE_TILE);
+      if (key == first_key && (fa < t0 || fb > t1)) {
+        if (first_long) {
+          run[m] = 0;
+          rank[m] = p - max(fa, t0);
+        } else {
+          emit(p, s[p]);
+        }
+      } else if (key == last_key && lb > t1) {
+        if (last_long) {
+          run[m] = 1;
+          rank[m] = p - la;
+        } else {
+          emit(p, s[p]);
+        }
       } else {
-        emit(i, s[i]);
+        emit(p, e[m]);
       }
     }
-    __syncthreads();
-    const u64 first = first_piece, last = last_piece;
-    for (u64 j = first; j <= last; ++j) {
+    // The other pieces of each long run: the first run's before the tile (and after, when it covers
+    // the tile), the last run's after.
+    const u64 j_lo = first_long ? fa / TIE_TILE : tile + 1;
+    const u64 j_hi = first_long && fb > t1 ? (fb - 1) / TIE_TILE : last_long ? (lb - 1) / TIE_TILE : tile;
+    for (u64 j = j_lo; j <= j_hi; ++j) {
       if (j == tile) continue;
-      const u64 j0 = j * TIE_TILE, j1 = min(total, j0 + TIE_TILE);
+      const int r = j < tile || !last_long ? 0 : 1;
+      const u64 ra = r ? la : fa, rb = r ? lb : fb;
+      const u64 p0 = max(ra, j * TIE_TILE), p1 = min(rb, min(total, (j + 1) * TIE_TILE));
+      const u64 len = p1 > p0 ? p1 - p0 : 0;
       __syncthreads();  // the previous piece's searches are done
-      for (u64 p = j0 + tid; p < j1; p += TIE_THREADS) piece[p - j0] = tmp[p];
+      for (u64 p = tid; p < len; p += TIE_THREADS) piece[p] = tmp[p0 + p];
       __syncthreads();
+      u64 l = 0;  // the piece's composites above this thread's last element
 #pragma unroll
       for (int m = 0; m < TIE_ITEMS; ++m) {
-        if (!in_long[m]) continue;
-        u64 l = max(a[m], j0) - j0, h = min(b[m], j1);
-        h = h > j0 ? h - j0 : 0;
-        const u64 lo = l;
-        while (l < h) {  // the piece's composites above e
-          const u64 mid = l + (h - l) / 2;
-          if (piece[mid] > e[m])
-            l = mid + 1;
-          else
-            h = mid;
+        if (run[m] != r) continue;
+        int walk = 0;
+        while (l < len && piece[l] > e[m] && walk < 4) ++l, ++walk;
+        if (walk == 4) {
+          u64 h = len;
+          while (l < h) {
+            const u64 mid = l + (h - l) / 2;
+            if (piece[mid] > e[m])
+              l = mid + 1;
+            else
+              h = mid;
+          }
         }
-        if (l > lo) rank[m] += l - lo;
+        rank[m] += l;
       }
     }
 #pragma unroll
     for (int m = 0; m < TIE_ITEMS; ++m)
-      if (in_long[m]) emit(a[m] + rank[m], e[m]);
+      if (run[m] >= 0) emit((run[m] ? la : fa) + rank[m], e[m]);
     __syncthreads();
   }
 }
