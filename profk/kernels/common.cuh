@@ -156,6 +156,30 @@ __device__ __forceinline__ void count_bin(u32* h, u32 bin) {
   if (bin != ~0u && (int)(threadIdx.x & 31) == __ffs(same) - 1) atomicAdd(&h[bin], (u32)__popc(same));
 }
 
+// The filter's histogram of one row's kept keys (filter.cuh), read by its buffer's selection
+// (select.cu `select_by_bins`): a kept key's bin is its distance d above the threshold's key, d itself
+// below 64, else 64 bins for each power of two by the six bits after the leading one. Bins keep the
+// keys' order, and a bin is never wider than 1/64 of the distances it holds, so the bin holding the
+// k-th largest holds few of the buffer's keys unless they crowd near one value.
+#define FILTER_BINS 1728
+
+__device__ __forceinline__ u32 filter_bin(u32 d) {
+  if (d < 64) return d;
+  const int e = 31 - __clz(d);
+  return (u32)(e - 5) * 64 + ((d >> (e - 6)) & 63);
+}
+
+// The smallest and largest distance of bin b.
+__device__ __forceinline__ void filter_bin_range(u32 b, u64& lo, u64& hi) {
+  if (b < 64) {
+    lo = hi = b;
+    return;
+  }
+  const int e = (int)(b / 64) + 5;
+  lo = (u64)(64 + b % 64) << (e - 6);
+  hi = lo + (1ull << (e - 6)) - 1;
+}
+
 // Read a value another block wrote with atomics, bypassing L1.
 __device__ __forceinline__ u64 ld_l2(const u64* p) { return __ldcg(p); }
 

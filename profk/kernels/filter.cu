@@ -22,8 +22,9 @@ struct FilterArgs {
   u32* lists;    // where the pass lists the rows by status (3 x rows ids; null: a launch of its own)
   u32* counts;   // and how many in each
   u64 prefetch;  // bytes of its first item a block asks L2 for before the wait (first attempts)
+  u32* bins;     // one row: FILTER_BINS counts of its kept keys by filter_bin (null: none kept)
 };
-static_assert(sizeof(FilterArgs) == 160, "FilterArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(FilterArgs) == 168, "FilterArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // While the sample's threshold is still being selected, the first attempt's blocks are already
 // resident (dependent launch) and the memory bus would idle: each asks L2 for the start of its first
@@ -48,11 +49,16 @@ __device__ void filter_body(const FilterArgs& a) {
   typedef typename O::Vec Vec;
   const int VEC = O::VEC;
   __shared__ Stage st;
+  __shared__ u32 sbins[FILTER_BINS];
   if (threadIdx.x == 0) {
     st.count = 0;
     st.valid = SCAP;
     st.kmax = 0;
   }
+  u32* const bins = a.bins;
+  u32* const own = bins ? sbins : nullptr;
+  if (bins)
+    for (u32 b = threadIdx.x; b < FILTER_BINS; b += blockDim.x) sbins[b] = 0;
   __syncthreads();
   const u64 ib_mask = a.ib >= 64 ? ~0ull : ((1ull << a.ib) - 1);
   const u64 listed = list_len(a.list, a.rows), total_items = listed * a.cpr;
@@ -85,7 +91,7 @@ __device__ void filter_body(const FilterArgs& a) {
         ++nan_c;
         nan_first = min(nan_first, r * a.n + j);
       }
-      warp_commit(st, a, r, keep, [&](u64) { return key; }, [&](int) { return j; });
+      warp_commit(st, a, r, keep, [&](u64) { return key; }, [&](int) { return j; }, own, tk);
     }
 
     const u64 cv = a.chunk / VEC;
@@ -127,14 +133,14 @@ __device__ void filter_body(const FilterArgs& a) {
       }
       warp_commit(
           st, a, r, keep, [&](u64 j) { return O::key_bits(O::raw1(row[j]), a.mag); },
-          [&](int e) { return j0 + (u64)(e / VEC) * FT * VEC + (e % VEC); });
+          [&](int e) { return j0 + (u64)(e / VEC) * FT * VEC + (e % VEC); }, own, tk);
     }
-    flush(st, a, r);
+    flush(st, a, r, own, bins);
     if (nan_c) {
       atomicAdd(&a.g->nan_count, nan_c);
       atomicMax(&a.g->nan_first, ~nan_first);  // stored inverted: zero means none
     }
-    finish_row(a, r, (u32)a.cpr, a.lists, a.counts, listed, a.rows);
+    finish_row(a, r, (u32)a.cpr, a.lists, a.counts, listed, a.rows, bins);
     __syncthreads();
     item = next_item(item, a.cpr, false);
   }

@@ -21,10 +21,20 @@ struct Stage {
 
 // Writes the staged elements to row r's buffer and raises the row's largest kept key (RowRun.max_key:
 // with the threshold it bounds the buffer's keys, so its selection skips the leading bits they share).
+// With `bins`, the block's histogram of what it kept (`sbins`, shared) is added to the row's and cleared.
 template <typename A>
-__device__ void flush(Stage& st, const A& a, u64 r) {
+__device__ void flush(Stage& st, const A& a, u64 r, u32* sbins = nullptr, u32* bins = nullptr) {
   __syncthreads();
   if (threadIdx.x == 0 && st.kmax) atomicMax(&a.run[r].max_key, st.kmax);
+  if (bins) {
+    for (u32 b = threadIdx.x; b < FILTER_BINS; b += blockDim.x) {
+      const u32 c = sbins[b];
+      if (c) {
+        atomicAdd(&bins[b], c);
+        sbins[b] = 0;
+      }
+    }
+  }
   u32 n = min(st.count, st.valid);
   if (n) {
     if (threadIdx.x == 0) st.base = atomicAdd(&a.run[r].counter, (u64)n);
@@ -49,8 +59,10 @@ __device__ void flush(Stage& st, const A& a, u64 r) {
 // Warp-aggregated compaction of one tile: an inclusive scan of the per-thread counts over the warp
 // gives every kept element its slot in one reserved range. Bit e of `keep` marks lane e of the
 // thread; index(e) gives its row-local index and key(j) its key (reloaded: the line is still cached).
+// With `sbins`, each kept key is counted in its bin above the threshold's key `tk` (filter_bin).
 template <typename A, typename KeyAt, typename IdxAt>
-__device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 keep, KeyAt key, IdxAt index) {
+__device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 keep, KeyAt key, IdxAt index,
+                                            u32* sbins = nullptr, u32 tk = 0) {
   const unsigned FULL = 0xffffffffu, lane = threadIdx.x & 31;
   u32 cnt = __popc(keep);
   if (!__any_sync(FULL, cnt)) return;
@@ -82,6 +94,7 @@ __device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 ke
       u64 j = index(e);
       u32 k = key(j);
       kmax = max(kmax, k);
+      if (sbins) atomicAdd(&sbins[filter_bin(k - tk)], 1u);
       if (direct) {
         u64 pos = gbase + o;
         if (pos < a.cap) {
@@ -102,13 +115,16 @@ __device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 ke
 // The count check k <= R <= M of row r, by the last of `arrivals` work items to reach it: records R and
 // the outcome (ok, redraw, or fallback after the last attempt) for the launches that follow. With
 // `lists`, the block that records the last of the pass's `listed` rows then lists all `rows` rows by
-// status (classify_body), so no launch of its own is needed for it.
+// status (classify_body), so no launch of its own is needed for it. An attempt that fails clears the
+// row's histogram `bins` for the next.
 template <typename A>
 __device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals, u32* lists = nullptr,
-                                           u32* counts = nullptr, u64 listed = 0, u64 rows = 0) {
-  __shared__ bool classify;
-  if (threadIdx.x == 0) classify = false;
-  if (block_any_last(&a.run[r].arrivals, arrivals) && threadIdx.x == 0) {
+                                           u32* counts = nullptr, u64 listed = 0, u64 rows = 0,
+                                           u32* bins = nullptr) {
+  __shared__ bool classify, failed;
+  if (threadIdx.x == 0) classify = failed = false;
+  const bool last = block_any_last(&a.run[r].arrivals, arrivals);
+  if (last && threadIdx.x == 0) {
     __threadfence();
     RowRun& rr = a.run[r];
     u64 R = ld_l2(&rr.counter);
@@ -118,6 +134,7 @@ __device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals, u32*
     rr.recall_fail += recall;
     rr.overflow += over;
     bool ok = a.approximate ? !recall : (!recall && !over);
+    failed = !ok;
     if (ok) {
       rr.status = ROW_OK;
     } else {
@@ -130,6 +147,11 @@ __device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals, u32*
       __threadfence();
       classify = atomicAdd(&a.g->rows_finished, 1ull) == listed - 1;
     }
+  }
+  if (bins && last) {
+    __syncthreads();
+    if (failed)
+      for (u32 b = threadIdx.x; b < FILTER_BINS; b += blockDim.x) bins[b] = 0;
   }
   if (!lists) return;
   __syncthreads();

@@ -25,8 +25,10 @@ struct SelSrc {
   const u64* lidx;
   u64 lcap;
   const RowRun* lrun;  // list length min(lrun[r].counter, lcap); null: lcap
+  u32* bins;           // a bounded one-row list: the filter's histogram (FILTER_BINS), then two counters
+  u64* edge;           // and room for the composites of one bin (BIN_EDGE_CAP)
 };
-static_assert(sizeof(SelSrc) == 56, "SelSrc: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(SelSrc) == 72, "SelSrc: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 struct SelArgs {
   SelSrc src;
@@ -36,7 +38,7 @@ struct SelArgs {
   u64* hist;
   RowList list;  // the rows taking part
 };
-static_assert(sizeof(SelArgs) == 128, "SelArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(SelArgs) == 144, "SelArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 template <typename T, bool LIST>
 struct Src {
@@ -391,6 +393,118 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
   }
 }
 
+// Composites of the bin holding the k-th largest that select_by_bins selects among: up to 16 a thread.
+#define BIN_EDGE_CAP (SEL_THREADS * 16)
+
+// Appends `c` (a composite of at most 64 bits) of every lane with `take` at the next free places of
+// `dst` (of `cap` places), counted by `fill`: one atomic a warp. Every lane of the warp calls it.
+__device__ __forceinline__ void warp_append(bool take, u64 c, u64 j, u64* fill, u64 cap, u64* dst,
+                                            u64* dst_c) {
+  const unsigned lane = threadIdx.x & 31, ballot = __ballot_sync(0xffffffffu, take);
+  if (!ballot) return;
+  const int leader = __ffs(ballot) - 1;
+  u64 base = 0;
+  if ((int)lane == leader) base = atomicAdd((unsigned long long*)fill, (u64)__popc(ballot));
+  base = __shfl_sync(0xffffffffu, base, leader);
+  const u64 pos = base + __popc(ballot & ((1u << lane) - 1));
+  if (take && pos < cap) {
+    if (dst) dst[pos] = j;
+    if (dst_c) dst_c[pos] = c;
+  }
+}
+
+// The buffer's top-k of one bounded row read off the filter's histogram of its kept keys
+// (filter_bin): every element of a bin above the one holding the k-th largest is taken in one pass
+// over the buffer, and that bin's elements, put aside, are selected by the last block to finish.
+// Every block reads the histogram and takes the same way; where that bin holds more than
+// BIN_EDGE_CAP (keys crowded near one value), or the histogram does not cover the buffer, it returns
+// false having written nothing, and the digits run as without it.
+__device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* out, RowRun* run, u64* comps) {
+  typedef cub::BlockScan<u32, SEL_THREADS> Scan;
+  constexpr int PER = (FILTER_BINS + SEL_THREADS - 1) / SEL_THREADS;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ u32 s_bin, s_above, s_count;
+  const u32* h = a.src.bins;
+  u64* const fill = (u64*)(a.src.bins + FILTER_BINS);  // the bin's composites put aside so far
+  u32* const arrived = a.src.bins + FILTER_BINS + 2;
+  const u64 total = a.src.lrun[r].counter;
+  if (total > a.src.lcap || total < k || k == 0) return false;
+  const int t = threadIdx.x;
+  if (t == 0) s_count = ~0u;  // no bin found: the histogram holds fewer than k
+  __syncthreads();
+  // Thread t sums bins FILTER_BINS-1-t*PER downwards; the scan over threads counts from the top.
+  u32 own[PER], sum = 0;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int b = FILTER_BINS - 1 - (t * PER + i);
+    own[i] = b >= 0 ? __ldcg(&h[b]) : 0;
+    sum += own[i];
+  }
+  u32 incl;
+  Scan(scan).InclusiveSum(sum, incl);
+  if (incl - sum < k && incl >= k) {
+    u32 above = incl - sum;
+    bool found = false;
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+      if (!found && above + own[i] >= k) {
+        s_bin = (u32)(FILTER_BINS - 1 - (t * PER + i));
+        s_above = above;
+        s_count = own[i];
+        found = true;
+      }
+      if (!found) above += own[i];
+    }
+  }
+  __syncthreads();
+  const u32 edge_bin = s_bin, above = s_above, edge_count = s_count;
+  if (edge_count > BIN_EDGE_CAP) return false;
+  const u32 tk = (u32)(a.sel[r].tmin >> a.ib);
+  const u64 n = a.src.n;
+  for (u64 item = blockIdx.x; item < a.cpr; item += gridDim.x) {
+    const u64 b0 = item * a.chunk, b1 = min(b0 + a.chunk, total);
+    const u64 rounds = b1 > b0 ? (b1 - b0 + SEL_THREADS - 1) / SEL_THREADS : 0;
+    for (u64 q = 0; q < rounds; ++q) {
+      const u64 j = b0 + q * SEL_THREADS + t;
+      const bool valid = j < b1;
+      const u32 key = valid ? a.src.lkeys[r * a.src.lcap + j] : 0;
+      const u32 bin = valid ? filter_bin(key - tk) : 0;
+      const bool take = valid && bin > edge_bin, aside = valid && bin == edge_bin;
+      const u64 idx = take || aside ? a.src.lidx[r * a.src.lcap + j] : 0;
+      const u64 c = (u64)composite(key, idx, n, a.ib);
+      warp_append(take, c, idx, &run[r].out_count, k, out + r * k, comps ? comps + r * k : nullptr);
+      warp_append(aside, c, idx, fill, BIN_EDGE_CAP, nullptr, a.src.edge);
+    }
+  }
+  if (!block_any_last(arrived, gridDim.x)) return true;
+  // The last block: the (k - above)-th largest of the bin's composites, whose keys share the bits
+  // above the highest one where the bin's smallest and largest keys differ.
+  u64 dlo, dhi;
+  filter_bin_range(edge_bin, dlo, dhi);
+  const u64 klo = tk + dlo, khi = min(tk + dhi, (u64)0xffffffffu);
+  const int d = klo == khi ? -1 : 63 - __clzll(klo ^ khi);
+  const int hi = d + 1 + a.ib;
+  const u64 prefix = d >= 31 ? 0 : (klo >> (d + 1)) << (d + 1 + a.ib);
+  const u64* edge = a.src.edge;
+  const u32 count = min(edge_count, (u32)BIN_EDGE_CAP);
+  const u64 cut = block_kth_with<SEL_THREADS>(
+      [&](auto f) {
+        for (u32 base = 0; base < count; base += SEL_THREADS) {
+          const u32 i = base + t;
+          f(i < count ? __ldcg(&edge[i]) : 0, i < count);
+        }
+      },
+      (u32)(k - above), min(hi, bits), prefix, true);
+  const u64 mask = a.ib >= 64 ? ~0ull : (1ull << a.ib) - 1;
+  for (u32 base = 0; base < count; base += SEL_THREADS) {
+    const u32 i = base + t;
+    const u64 c = i < count ? __ldcg(&edge[i]) : 0;
+    const bool take = i < count && c >= cut;
+    warp_append(take, c, n - 1 - (c & mask), &run[r].out_count, k, out + r * k, comps ? comps + r * k : nullptr);
+  }
+  return true;
+}
+
 template <typename T, bool LIST>
 __device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps) {
   const u64 nrows = list_len(a.list, a.rows);
@@ -404,6 +518,16 @@ __device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, R
   }
   digits_in_one_launch<T, LIST>(a, kth, bits, grid);
   compact_body<T, LIST>(a, out, k, run, comps);
+}
+
+// select_all_body, read off the filter's histogram where the source has one and it serves.
+template <typename T, bool LIST>
+__device__ void select_all_or_bins(const SelArgs& a, u64 kth, int bits, u64* out, u64 k, RowRun* run,
+                                   u64* comps) {
+  if (LIST && a.src.bins && a.src.bounded && bits <= 64 && list_len(a.list, a.rows) == 1 &&
+      select_by_bins(a, list_row(a.list, 0), k, bits, out, run, comps))
+    return;
+  select_all_body<T, LIST>(a, kth, bits, out, k, run, comps);
 }
 
 // The kth-largest composite of every listed row in one cooperative launch: its prefix in the row's
@@ -444,7 +568,7 @@ extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kle
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
       select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps) { dependent_launch_entry();   \
-    select_all_body<T, LIST>(a, kth, bits, out, k, run, comps);                                    \
+    select_all_or_bins<T, LIST>(a, kth, bits, out, k, run, comps);                                 \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
       select_kth_##SUF(SelArgs a, u64 kth, int bits) { dependent_launch_entry();                                             \
@@ -475,7 +599,7 @@ template <typename T>
 __device__ void select_all_then_dense(const SelArgs& a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps,
                                       const SelArgs& dense) {
   const bool both = list_len(a.list, a.rows) && list_len(dense.list, dense.rows);
-  select_all_body<float, true>(a, kth, bits, out, k, run, comps);
+  select_all_or_bins<float, true>(a, kth, bits, out, k, run, comps);
   if (both) cg::this_grid().sync();
   select_all_dense_apart<T>(dense, kth, bits, out, k, run, comps);
 }

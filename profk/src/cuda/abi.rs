@@ -13,6 +13,14 @@ pub const ROW_PENDING: u32 = 0;
 pub const ROW_OK: u32 = 1;
 pub const ROW_FALLBACK: u32 = 2;
 
+/// Bins of the filter's histogram of one row's kept keys (common.cuh `FILTER_BINS`).
+pub const FILTER_BINS: usize = 1728;
+/// Bytes of that histogram with the selection's two counters after it (a u64 fill, a u32 arrival
+/// count), rounded to 8.
+pub const FILTER_BINS_BYTES: usize = (FILTER_BINS + 4) * 4;
+/// Composites of one bin the buffer's selection puts aside (kernels/select.cu `BIN_EDGE_CAP`).
+pub const BIN_EDGE_CAP: usize = 256 * 16;
+
 /// `RowRun` as read back by the host.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -50,6 +58,10 @@ pub struct SelSrc {
     pub lidx: u64,
     pub lcap: u64,
     pub lrun: u64,
+    /// A bounded one-row list: the filter's histogram of its keys and two counters
+    /// ([`FILTER_BINS_BYTES`]), and room for one bin's composites ([`BIN_EDGE_CAP`]); 0: none.
+    pub bins: u64,
+    pub edge: u64,
 }
 
 #[repr(C)]
@@ -96,6 +108,8 @@ pub struct FilterArgs {
     /// Bytes of its first item each block asks L2 for before the kernel before it has finished
     /// (first attempts only; 0: none).
     pub prefetch: u64,
+    /// One row: where the pass counts its kept keys by bin (`FILTER_BINS` counts); 0: not counted.
+    pub bins: u64,
 }
 
 #[repr(C)]
@@ -200,9 +214,9 @@ const _: () = {
     use std::mem::size_of;
     assert!(size_of::<RowRun>() == ROW_RUN_BYTES);
     assert!(size_of::<RowList>() == 16);
-    assert!(size_of::<SelSrc>() == 56);
-    assert!(size_of::<SelArgs>() == 128);
-    assert!(size_of::<FilterArgs>() == 160);
+    assert!(size_of::<SelSrc>() == 72);
+    assert!(size_of::<SelArgs>() == 144);
+    assert!(size_of::<FilterArgs>() == 168);
     assert!(size_of::<AccChunk>() == 16);
     assert!(size_of::<RankListArgs>() == 128);
     assert!(size_of::<AccArgs>() == 64);

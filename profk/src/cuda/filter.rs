@@ -30,6 +30,8 @@ pub struct Pass<'a> {
     /// Where the pass lists every row by status once it has finished them all (3 x rows ids, then the
     /// 3 counts), in place of a launch of its own.
     pub lists: Option<(u64, u64)>,
+    /// One row: where the pass counts its kept keys by bin, for the buffer's selection; 0: none.
+    pub bins: u64,
 }
 
 pub fn run(
@@ -69,6 +71,7 @@ pub fn run(
         lists: p.lists.map_or(0, |l| l.0),
         counts: p.lists.map_or(0, |l| l.1),
         prefetch: (prefetch / grid).next_multiple_of(128),
+        bins: p.bins,
     };
     arena.launch_struct(
         Family::Filter,

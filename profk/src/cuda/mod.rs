@@ -298,7 +298,9 @@ fn topk_deferred_spec(
     // The record, and after it the sampled path's selection state: one zeroed range holds both.
     let record_bytes = spec.rows * ROW_RUN_BYTES + GLOBAL_BYTES;
     let state_bytes = if plan.is_some() {
-        SelState::bytes(spec.rows) + rank_list::zeroed_bytes(shape.rows)
+        SelState::bytes(spec.rows)
+            + rank_list::zeroed_bytes(shape.rows)
+            + filter_bins_bytes(shape.rows)
     } else {
         0
     };
@@ -312,6 +314,7 @@ fn topk_deferred_spec(
     );
     let sampled_state = SelState::at(record_ptr + record_bytes as u64, spec.rows);
     let rank_counts = record_ptr + (record_bytes + SelState::bytes(spec.rows)) as u64;
+    let filter_bins = rank_counts + rank_list::zeroed_bytes(shape.rows) as u64;
     arena.bytes += state_bytes;
 
     let fused = acc.filter(|_| k > 0 && shape.rows > 0 && plan.is_some());
@@ -350,7 +353,7 @@ fn topk_deferred_spec(
                     (sort_baseline(&mut arena, &input, &shape, k)?, None)
                 }
                 (Selector::Profk, Some(p), _) => {
-                    let rec = (&run, &global, &sampled_state, rank_counts);
+                    let rec = (&run, &global, &sampled_state, (rank_counts, filter_bins));
                     match profk(&mut arena, &input, &shape, k, opts, p, rec, fused)? {
                         Selected::Slots(slots, comps) => (slots, comps),
                         Selected::Sorted(sorted) => {
@@ -468,7 +471,7 @@ fn profk(
     k: u64,
     opts: &TopKOptions,
     plan: Plan,
-    (run, global, state, rank_counts): (&Dev<u8>, &Dev<u8>, &SelState, u64),
+    (run, global, state, (rank_counts, filter_bins)): (&Dev<u8>, &Dev<u8>, &SelState, (u64, u64)),
     acc: Option<&abi::AccArgs>,
 ) -> Result<Selected> {
     let rows = shape.rows as usize;
@@ -530,6 +533,19 @@ fn profk(
         true => crate::work_split::rank_list_slice(shape.rows, k, arena.sms),
         false => None,
     };
+    // One row's buffer selected by the filter's histogram of its keys, where its selection is the
+    // cooperative launch: a benchmark switch (`PROFK_FILTER_BINS=1`) until measured.
+    let by_bins = narrow
+        && shape.rows == 1
+        && listed.is_none()
+        && !block_buffer
+        && !opts.approximate
+        && acc.is_none()
+        && arena.cooperative
+        && !skip::has(skip::BUFFER)
+        && crate::bench_env::var("PROFK_FILTER_BINS") == Some("1");
+    let bin_edge = arena.alloc::<u64>(if by_bins { abi::BIN_EDGE_CAP } else { 0 })?;
+    let bins = by_bins.then_some((filter_bins, bin_edge.ptr));
     let bucket = match listed {
         Some(_) => arena.alloc::<u64>(rank_list::bucket_len(shape.rows, k, cap))?,
         None => arena.alloc::<u64>(0)?,
@@ -555,6 +571,7 @@ fn profk(
         cap: s,
         run: None,
         bounded: false,
+        bins: None,
     };
     for attempt in 1..=attempts {
         let pending = if attempt == 1 {
@@ -619,6 +636,7 @@ fn profk(
             approximate: opts.approximate,
             rows: pending,
             lists: Some((ids.ptr, counts.ptr)),
+            bins: bins.map_or(0, |b| b.0),
         };
         match acc {
             Some(a) => {
@@ -642,6 +660,7 @@ fn profk(
         run: Some(run),
         // The filter kept every element at or above the row's tmin (composites of 64 bits).
         bounded: narrow,
+        bins,
     };
     let fb = Selection {
         rows: list(attempts, ROW_FALLBACK),
@@ -694,6 +713,14 @@ fn profk(
         ok.exact(&buffer_src, &out, k, run, comps_out)?;
     }
     Ok(Selected::Slots(out, comps))
+}
+
+/// Bytes of the filter's histogram in the record: one row's, where the rows are one.
+fn filter_bins_bytes(rows: u64) -> usize {
+    match rows {
+        1 => abi::FILTER_BINS_BYTES,
+        _ => 0,
+    }
 }
 
 fn row_lists(arena: &mut Arena, rows: usize) -> Result<(Dev<u32>, Dev<u32>)> {

@@ -53,13 +53,16 @@ pub enum Source<'a> {
     Dense,
     /// Keys and row-local indices, `cap` per row; the row's length is `min(run.counter, cap)` when
     /// `run` is given, else `cap`. `bounded`: a filter's buffer whose threshold is its row's
-    /// `tmin`, so that its keys lie between that and the run's largest kept key.
+    /// `tmin`, so that its keys lie between that and the run's largest kept key. `bins`: a bounded
+    /// row's histogram of its keys by the filter and room for one bin's composites, from which
+    /// [`Selection::exact`] selects in one pass where it can.
     List {
         keys: &'a Dev<u32>,
         idx: &'a Dev<u64>,
         cap: u64,
         run: Option<&'a Dev<u8>>,
         bounded: bool,
+        bins: Option<(u64, u64)>,
     },
 }
 
@@ -73,16 +76,25 @@ pub struct Selection<'a> {
 
 impl Selection<'_> {
     fn args(&self, src: &Source, allow_done: bool) -> SelArgs {
-        let (lkeys, lidx, lcap, lrun, bounded) = match src {
-            Source::Dense => (0, 0, 0, 0, false),
+        let (lkeys, lidx, lcap, lrun, bounded, bins) = match src {
+            Source::Dense => (0, 0, 0, 0, false, None),
             Source::List {
                 keys,
                 idx,
                 cap,
                 run,
                 bounded,
-            } => (keys.ptr, idx.ptr, *cap, run.map_or(0, |r| r.ptr), *bounded),
+                bins,
+            } => (
+                keys.ptr,
+                idx.ptr,
+                *cap,
+                run.map_or(0, |r| r.ptr),
+                *bounded,
+                *bins,
+            ),
         };
+        let (bins, edge) = bins.unwrap_or((0, 0));
         let len = match src {
             Source::Dense => self.shape.n,
             Source::List { cap, .. } => *cap,
@@ -99,6 +111,8 @@ impl Selection<'_> {
                 lidx,
                 lcap,
                 lrun,
+                bins,
+                edge,
             },
             rows: self.shape.rows,
             chunk,
