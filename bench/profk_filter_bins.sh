@@ -12,8 +12,26 @@
 # beside the default: the flat targets and the grid's flat rows (normal values, and few distinct
 # values whose runs of equal keys span many tiles), the single-row targets, and Nsight Compute's
 # kernels of one flat call.
+# `short` (about 2 min): the selection tests and the check with both switches on, the check by the
+# default, then the flat targets by the default, each switch and both, and the grid's flat rows by the
+# default and both.
 . bench/lib.sh
-profk_begin bench/profk_filter_bins.sh ""
+profk_begin bench/profk_filter_bins.sh "${1:-}"
+if [ "${1:-}" = short ]; then
+  both="PROFK_FILTER_BINS=1 PROFK_TIE_OUT=1"
+  section "test selection (cuda), $both" 90 env $both "$B/selection" cuda
+  section "profk bench --device cuda --check --no-table, $both" 60 env $both "$B/profk" bench --device cuda --check --no-table
+  section "profk bench --device cuda --check --no-table" 60 "$B/profk" bench --device cuda --check --no-table
+  date -u >> "$R"
+  for setting in "PROFK_FILTER_BINS=0" "PROFK_FILTER_BINS=1" "PROFK_TIE_OUT=1" "$both"; do
+    section "profk bench --device cuda --targets --only flat, $setting" 40 env $setting "$B/profk" bench --device cuda --targets --only flat
+  done
+  for setting in "PROFK_FILTER_BINS=0" "$both"; do
+    section "profk bench --device cuda --only 'flat 8192', $setting" 60 env $setting "$B/profk" bench --device cuda --only "flat 8192"
+  done
+  date -u >> "$R"
+  exit 0
+fi
 for t in selection statistics accumulate; do section "test $t (cuda)" 150 "$B/$t" cuda; done
 section "graph capture" 60 "$B/graph_capture"
 section "profk bench --device cuda --check --no-table" 90 "$B/profk" bench --device cuda --check --no-table
