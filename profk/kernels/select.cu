@@ -25,10 +25,8 @@ struct SelSrc {
   const u64* lidx;
   u64 lcap;
   const RowRun* lrun;  // list length min(lrun[r].counter, lcap); null: lcap
-  u32* bins;           // a bounded one-row list: the filter's histogram (FILTER_BINS), then two counters
-  u64* edge;           // and room for the composites of one bin (BIN_EDGE_CAP)
 };
-static_assert(sizeof(SelSrc) == 72, "SelSrc: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(SelSrc) == 56, "SelSrc: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 struct SelArgs {
   SelSrc src;
@@ -38,7 +36,7 @@ struct SelArgs {
   u64* hist;
   RowList list;  // the rows taking part
 };
-static_assert(sizeof(SelArgs) == 144, "SelArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(SelArgs) == 128, "SelArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 template <typename T, bool LIST>
 struct Src {
@@ -418,15 +416,17 @@ __device__ __forceinline__ void warp_append(bool take, u64 c, u64 j, u64* fill, 
 // over the buffer, and that bin's elements, put aside, are selected by the last block to finish.
 // Every block reads the histogram and takes the same way; where that bin holds more than
 // BIN_EDGE_CAP (keys crowded near one value), or the histogram does not cover the buffer, it returns
-// false having written nothing, and the digits run as without it.
-__device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* out, RowRun* run, u64* comps) {
+// false having written nothing, and the digits run as without it. `bins`: the histogram (FILTER_BINS),
+// then two counters; `edge`: room for the bin's composites (BIN_EDGE_CAP).
+__device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* out, RowRun* run, u64* comps,
+                               u32* bins, u64* edge) {
   typedef cub::BlockScan<u32, SEL_THREADS> Scan;
   constexpr int PER = (FILTER_BINS + SEL_THREADS - 1) / SEL_THREADS;
   __shared__ typename Scan::TempStorage scan;
   __shared__ u32 s_bin, s_above, s_count;
-  const u32* h = a.src.bins;
-  u64* const fill = (u64*)(a.src.bins + FILTER_BINS);  // the bin's composites put aside so far
-  u32* const arrived = a.src.bins + FILTER_BINS + 2;
+  const u32* h = bins;
+  u64* const fill = (u64*)(bins + FILTER_BINS);  // the bin's composites put aside so far
+  u32* const arrived = bins + FILTER_BINS + 2;
   const u64 total = a.src.lrun[r].counter;
   if (total > a.src.lcap || total < k || k == 0) return false;
   const int t = threadIdx.x;
@@ -473,7 +473,7 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
       const u64 idx = take || aside ? a.src.lidx[r * a.src.lcap + j] : 0;
       const u64 c = (u64)composite(key, idx, n, a.ib);
       warp_append(take, c, idx, &run[r].out_count, k, out + r * k, comps ? comps + r * k : nullptr);
-      warp_append(aside, c, idx, fill, BIN_EDGE_CAP, nullptr, a.src.edge);
+      warp_append(aside, c, idx, fill, BIN_EDGE_CAP, nullptr, edge);
     }
   }
   if (!block_any_last(arrived, gridDim.x)) return true;
@@ -485,7 +485,6 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
   const int d = klo == khi ? -1 : 63 - __clzll(klo ^ khi);
   const int hi = d + 1 + a.ib;
   const u64 prefix = d >= 31 ? 0 : (klo >> (d + 1)) << (d + 1 + a.ib);
-  const u64* edge = a.src.edge;
   const u32 count = min(edge_count, (u32)BIN_EDGE_CAP);
   const u64 cut = block_kth_with<SEL_THREADS>(
       [&](auto f) {
@@ -520,12 +519,13 @@ __device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, R
   compact_body<T, LIST>(a, out, k, run, comps);
 }
 
-// select_all_body, read off the filter's histogram where the source has one and it serves.
+// select_all_body, read off the filter's histogram where a bounded list comes with one (`bins`, with
+// room `edge`: see select_by_bins) and it serves.
 template <typename T, bool LIST>
 __device__ void select_all_or_bins(const SelArgs& a, u64 kth, int bits, u64* out, u64 k, RowRun* run,
-                                   u64* comps) {
-  if (LIST && a.src.bins && a.src.bounded && bits <= 64 && list_len(a.list, a.rows) == 1 &&
-      select_by_bins(a, list_row(a.list, 0), k, bits, out, run, comps))
+                                   u64* comps, u32* bins, u64* edge) {
+  if (LIST && bins && a.src.bounded && bits <= 64 && list_len(a.list, a.rows) == 1 &&
+      select_by_bins(a, list_row(a.list, 0), k, bits, out, run, comps, bins, edge))
     return;
   select_all_body<T, LIST>(a, kth, bits, out, k, run, comps);
 }
@@ -567,8 +567,10 @@ extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kle
     compact_body<T, LIST>(a, out, k, run, comps);                                                  \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps) { dependent_launch_entry();   \
-    select_all_or_bins<T, LIST>(a, kth, bits, out, k, run, comps);                                 \
+      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps, u32* bins, \
+                       u64* edge) {                                                                \
+    dependent_launch_entry();                                                                      \
+    select_all_or_bins<T, LIST>(a, kth, bits, out, k, run, comps, bins, edge);                     \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
       select_kth_##SUF(SelArgs a, u64 kth, int bits) { dependent_launch_entry();                                             \
@@ -597,9 +599,9 @@ __device__ __noinline__ void select_all_dense_apart(const SelArgs& a, u64 kth, i
 // have rows, as they share the histogram sets. Four blocks an SM, as the buffer's launch alone has.
 template <typename T>
 __device__ void select_all_then_dense(const SelArgs& a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps,
-                                      const SelArgs& dense) {
+                                      u32* bins, u64* edge, const SelArgs& dense) {
   const bool both = list_len(a.list, a.rows) && list_len(dense.list, dense.rows);
-  select_all_or_bins<float, true>(a, kth, bits, out, k, run, comps);
+  select_all_or_bins<float, true>(a, kth, bits, out, k, run, comps, bins, edge);
   if (both) cg::this_grid().sync();
   select_all_dense_apart<T>(dense, kth, bits, out, k, run, comps);
 }
@@ -607,9 +609,9 @@ __device__ void select_all_then_dense(const SelArgs& a, u64 kth, int bits, u64* 
 #define SELECT_ALL_THEN_DENSE(SUF, T)                                                                          \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS, 4)                                                 \
       select_all_list_then_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps,       \
-                                 SelArgs dense) {                                                               \
+                                 u32* bins, u64* edge, SelArgs dense) {                                         \
     dependent_launch_entry();                                                                                  \
-    select_all_then_dense<T>(a, kth, bits, out, k, run, comps, dense);                                         \
+    select_all_then_dense<T>(a, kth, bits, out, k, run, comps, bins, edge, dense);                             \
   }
 
 SELECT_ALL_THEN_DENSE(f32, float)

@@ -58,10 +58,6 @@ pub struct SelSrc {
     pub lidx: u64,
     pub lcap: u64,
     pub lrun: u64,
-    /// A bounded one-row list: the filter's histogram of its keys and two counters
-    /// ([`FILTER_BINS_BYTES`]), and room for one bin's composites ([`BIN_EDGE_CAP`]); 0: none.
-    pub bins: u64,
-    pub edge: u64,
 }
 
 #[repr(C)]
@@ -214,8 +210,8 @@ const _: () = {
     use std::mem::size_of;
     assert!(size_of::<RowRun>() == ROW_RUN_BYTES);
     assert!(size_of::<RowList>() == 16);
-    assert!(size_of::<SelSrc>() == 72);
-    assert!(size_of::<SelArgs>() == 144);
+    assert!(size_of::<SelSrc>() == 56);
+    assert!(size_of::<SelArgs>() == 128);
     assert!(size_of::<FilterArgs>() == 168);
     assert!(size_of::<AccChunk>() == 16);
     assert!(size_of::<RankListArgs>() == 128);

@@ -66,6 +66,17 @@ pub enum Source<'a> {
     },
 }
 
+impl Source<'_> {
+    /// The histogram and the room of [`Source::List`]'s `bins`, or zeros: the cooperative selection's
+    /// `bins` and `edge` arguments.
+    fn bins(&self) -> (u64, u64) {
+        match self {
+            Source::List { bins, .. } => bins.unwrap_or((0, 0)),
+            Source::Dense => (0, 0),
+        }
+    }
+}
+
 pub struct Selection<'a> {
     pub arena: &'a Arena,
     pub input: &'a Input,
@@ -76,25 +87,17 @@ pub struct Selection<'a> {
 
 impl Selection<'_> {
     fn args(&self, src: &Source, allow_done: bool) -> SelArgs {
-        let (lkeys, lidx, lcap, lrun, bounded, bins) = match src {
-            Source::Dense => (0, 0, 0, 0, false, None),
+        let (lkeys, lidx, lcap, lrun, bounded) = match src {
+            Source::Dense => (0, 0, 0, 0, false),
             Source::List {
                 keys,
                 idx,
                 cap,
                 run,
                 bounded,
-                bins,
-            } => (
-                keys.ptr,
-                idx.ptr,
-                *cap,
-                run.map_or(0, |r| r.ptr),
-                *bounded,
-                *bins,
-            ),
+                ..
+            } => (keys.ptr, idx.ptr, *cap, run.map_or(0, |r| r.ptr), *bounded),
         };
-        let (bins, edge) = bins.unwrap_or((0, 0));
         let len = match src {
             Source::Dense => self.shape.n,
             Source::List { cap, .. } => *cap,
@@ -111,8 +114,6 @@ impl Selection<'_> {
                 lidx,
                 lcap,
                 lrun,
-                bins,
-                edge,
             },
             rows: self.shape.rows,
             chunk,
@@ -283,6 +284,7 @@ impl Selection<'_> {
             return self.compact(src, out, k, run, comps);
         }
         let comps = comps.map_or(0, |c| c.ptr);
+        let (bins, edge) = src.bins();
         let name = format!("select_all_{}", self.suffix(src));
         self.launch_cooperative(
             &name,
@@ -290,7 +292,7 @@ impl Selection<'_> {
             src,
             true,
             k,
-            &[out.ptr, k, run.ptr, comps],
+            &[out.ptr, k, run.ptr, comps, bins, edge],
             None,
         )
     }
@@ -315,7 +317,8 @@ impl Selection<'_> {
         let c = comps.map_or(0, |c| c.ptr);
         let dense_args = dense.args(&Source::Dense, true);
         let name = format!("select_all_list_then_{}", self.input.suffix);
-        let extra = [out.ptr, k, run.ptr, c];
+        let (bins, edge) = src.bins();
+        let extra = [out.ptr, k, run.ptr, c, bins, edge];
         self.launch_cooperative(&name, None, src, true, k, &extra, Some(&dense_args))
     }
 
