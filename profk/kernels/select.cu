@@ -182,12 +182,29 @@ __device__ void tmin_body(const SelArgs& a, const RowSel* ls = nullptr) {
   }
 }
 
+// Appends `j` to `dst` and `c` (the low 64 bits of a composite) to `dst_c`, either may be null, for
+// every lane with `take`, at the next free places (of `cap`), counted by `fill`: one atomic a warp.
+// Every lane of the warp calls it.
+__device__ __forceinline__ void warp_append(bool take, u64 c, u64 j, u64* fill, u64 cap, u64* dst,
+                                            u64* dst_c) {
+  const unsigned lane = threadIdx.x & 31, ballot = __ballot_sync(0xffffffffu, take);
+  if (!ballot) return;
+  const int leader = __ffs(ballot) - 1;
+  u64 base = 0;
+  if ((int)lane == leader) base = atomicAdd((unsigned long long*)fill, (u64)__popc(ballot));
+  base = __shfl_sync(0xffffffffu, base, leader);
+  const u64 pos = base + __popc(ballot & ((1u << lane) - 1));
+  if (take && pos < cap) {
+    if (dst) dst[pos] = j;
+    if (dst_c) dst_c[pos] = c;
+  }
+}
+
 // Writes the row-local index of every element at or above the row's threshold: exactly k per row; with
 // `comps`, each one's composite (of at most 64 bits) at the same place, for the output's order.
 template <typename T, bool LIST>
 __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run, u64* comps,
                              const RowSel* ls = nullptr) {
-  const unsigned lane = threadIdx.x & 31;
   const u64 nrows = list_len(a.list, a.rows);
   for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
     const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
@@ -201,19 +218,8 @@ __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run, u64
       u64 j = b0 + q * blockDim.x + threadIdx.x;
       const u128 c = j < b1 ? Src<T, LIST>::comp(a.src, r, j, a.ib, true) : 0;
       const bool take = j < b1 && c >= thr;
-      unsigned ballot = __ballot_sync(0xffffffffu, take);
-      if (!ballot) continue;
-      u64 base = 0;
-      int leader = __ffs(ballot) - 1;
-      if ((int)lane == leader) base = atomicAdd(&run[r].out_count, (u64)__popc(ballot));
-      base = __shfl_sync(0xffffffffu, base, leader);
-      if (take) {
-        u64 pos = base + __popc(ballot & ((1u << lane) - 1));
-        if (pos < k) {
-          out[r * k + pos] = Src<T, LIST>::index(a.src, r, j);
-          if (comps) comps[r * k + pos] = (u64)c;
-        }
-      }
+      const u64 idx = take ? Src<T, LIST>::index(a.src, r, j) : 0;
+      warp_append(take, (u64)c, idx, &run[r].out_count, k, out + r * k, comps ? comps + r * k : nullptr);
     }
   }
 }
@@ -393,23 +399,6 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
 
 // Composites of the bin holding the k-th largest that select_by_bins selects among: up to 16 a thread.
 #define BIN_EDGE_CAP (SEL_THREADS * 16)
-
-// Appends `c` (a composite of at most 64 bits) of every lane with `take` at the next free places of
-// `dst` (of `cap` places), counted by `fill`: one atomic a warp. Every lane of the warp calls it.
-__device__ __forceinline__ void warp_append(bool take, u64 c, u64 j, u64* fill, u64 cap, u64* dst,
-                                            u64* dst_c) {
-  const unsigned lane = threadIdx.x & 31, ballot = __ballot_sync(0xffffffffu, take);
-  if (!ballot) return;
-  const int leader = __ffs(ballot) - 1;
-  u64 base = 0;
-  if ((int)lane == leader) base = atomicAdd((unsigned long long*)fill, (u64)__popc(ballot));
-  base = __shfl_sync(0xffffffffu, base, leader);
-  const u64 pos = base + __popc(ballot & ((1u << lane) - 1));
-  if (take && pos < cap) {
-    if (dst) dst[pos] = j;
-    if (dst_c) dst_c[pos] = c;
-  }
-}
 
 // The buffer's top-k of one bounded row read off the filter's histogram of its kept keys
 // (filter_bin): every element of a bin above the one holding the k-th largest is taken in one pass
