@@ -138,7 +138,7 @@ profk_begin() {
   B=/tmp/b
   unpack .devbin/pkrows "$B"
   mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
-  { echo "# H200 device call: $1 $2"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } >"$R"
+  { echo "# device call: $1 $2"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } >"$R"
 }
 
 # profk_checks BIN-DIR: the shared CUDA test bodies (selection, rows, statistics, accumulation), the

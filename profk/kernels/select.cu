@@ -397,8 +397,11 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
   }
 }
 
-// Composites of the bin holding the k-th largest that select_by_bins selects among: up to 16 a thread.
+// Composites of the bin holding the k-th largest that select_by_bins selects among: up to 16 a thread,
+// staged in the last block's shared memory (32 KB).
 #define BIN_EDGE_CAP (SEL_THREADS * 16)
+// Keys a thread reads a round in select_by_bins' pass over the buffer.
+#define BIN_ITEMS 4
 
 // The buffer's top-k of one bounded row read off the filter's histogram of its kept keys
 // (filter_bin): every element of a bin above the one holding the k-th largest is taken in one pass
@@ -413,6 +416,7 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
   constexpr int PER = (FILTER_BINS + SEL_THREADS - 1) / SEL_THREADS;
   __shared__ typename Scan::TempStorage scan;
   __shared__ u32 s_bin, s_above, s_count;
+  __shared__ u64 s_take, s_aside;
   const u32* h = bins;
   u64* const fill = (u64*)(bins + FILTER_BINS);  // the bin's composites put aside so far
   u32* const arrived = bins + FILTER_BINS + 2;
@@ -450,45 +454,109 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
   if (edge_count > BIN_EDGE_CAP) return false;
   const u32 tk = (u32)(a.sel[r].tmin >> a.ib);
   const u64 n = a.src.n;
+  u64* const dst = out + r * k;
+  u64* const dst_c = comps ? comps + r * k : nullptr;
+  // Each round a block reads BIN_ITEMS keys a thread, all loads in flight at once, and claims room
+  // for its taken and set-aside elements with one atomic each: one counter for the whole grid.
   for (u64 item = blockIdx.x; item < a.cpr; item += gridDim.x) {
     const u64 b0 = item * a.chunk, b1 = min(b0 + a.chunk, total);
-    const u64 rounds = b1 > b0 ? (b1 - b0 + SEL_THREADS - 1) / SEL_THREADS : 0;
-    for (u64 q = 0; q < rounds; ++q) {
-      const u64 j = b0 + q * SEL_THREADS + t;
-      const bool valid = j < b1;
-      const u32 key = valid ? a.src.lkeys[r * a.src.lcap + j] : 0;
-      const u32 bin = valid ? filter_bin(key - tk) : 0;
-      const bool take = valid && bin > edge_bin, aside = valid && bin == edge_bin;
-      const u64 idx = take || aside ? a.src.lidx[r * a.src.lcap + j] : 0;
-      const u64 c = (u64)composite(key, idx, n, a.ib);
-      warp_append(take, c, idx, &run[r].out_count, k, out + r * k, comps ? comps + r * k : nullptr);
-      warp_append(aside, c, idx, fill, BIN_EDGE_CAP, nullptr, edge);
+    for (u64 base = b0; base < b1; base += SEL_THREADS * BIN_ITEMS) {
+      u32 key[BIN_ITEMS], kind[BIN_ITEMS];
+      u64 idx[BIN_ITEMS];
+#pragma unroll
+      for (int i = 0; i < BIN_ITEMS; ++i) {
+        const u64 j = base + i * SEL_THREADS + t;
+        key[i] = j < b1 ? a.src.lkeys[r * a.src.lcap + j] : 0;
+      }
+      u32 counts = 0;  // taken in the low half, set aside in the high half
+#pragma unroll
+      for (int i = 0; i < BIN_ITEMS; ++i) {
+        const u64 j = base + i * SEL_THREADS + t;
+        const u32 bin = filter_bin(key[i] - tk);
+        kind[i] = j >= b1 ? 0 : bin > edge_bin ? 1 : bin == edge_bin ? 2 : 0;
+        counts += kind[i] == 1 ? 1u : kind[i] == 2 ? 1u << 16 : 0u;
+      }
+#pragma unroll
+      for (int i = 0; i < BIN_ITEMS; ++i) {
+        const u64 j = base + i * SEL_THREADS + t;
+        idx[i] = kind[i] ? a.src.lidx[r * a.src.lcap + j] : 0;
+      }
+      u32 before, all;
+      Scan(scan).ExclusiveSum(counts, before, all);
+      if (t == 0) {
+        s_take = all & 0xffffu ? atomicAdd((unsigned long long*)&run[r].out_count, (u64)(all & 0xffffu)) : 0;
+        s_aside = all >> 16 ? atomicAdd((unsigned long long*)fill, (u64)(all >> 16)) : 0;
+      }
+      __syncthreads();
+      u64 at_take = s_take + (before & 0xffffu), at_aside = s_aside + (before >> 16);
+#pragma unroll
+      for (int i = 0; i < BIN_ITEMS; ++i) {
+        const u64 c = (u64)composite(key[i], idx[i], n, a.ib);
+        if (kind[i] == 1) {
+          if (at_take < k) {
+            dst[at_take] = idx[i];
+            if (dst_c) dst_c[at_take] = c;
+          }
+          ++at_take;
+        } else if (kind[i] == 2) {
+          if (at_aside < BIN_EDGE_CAP) edge[at_aside] = c;
+          ++at_aside;
+        }
+      }
+      __syncthreads();  // the scan's storage and the claimed bases are reused next round
     }
   }
   if (!block_any_last(arrived, gridDim.x)) return true;
-  // The last block: the (k - above)-th largest of the bin's composites, whose keys share the bits
-  // above the highest one where the bin's smallest and largest keys differ.
+  // The last block: the (k - above)-th largest of the bin's composites, staged in shared memory,
+  // whose keys share the bits above the highest one where the bin's smallest and largest keys differ.
+  __shared__ u64 staged[BIN_EDGE_CAP];
+  const u32 count = min(edge_count, (u32)BIN_EDGE_CAP);
+  constexpr int PER_THREAD = BIN_EDGE_CAP / SEL_THREADS;
+#pragma unroll 4
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const u32 e = i * SEL_THREADS + t;
+    staged[e] = e < count ? __ldcg(&edge[e]) : 0;
+  }
+  __syncthreads();
   u64 dlo, dhi;
   filter_bin_range(edge_bin, dlo, dhi);
   const u64 klo = tk + dlo, khi = min(tk + dhi, (u64)0xffffffffu);
   const int d = klo == khi ? -1 : 63 - __clzll(klo ^ khi);
   const int hi = d + 1 + a.ib;
   const u64 prefix = d >= 31 ? 0 : (klo >> (d + 1)) << (d + 1 + a.ib);
-  const u32 count = min(edge_count, (u32)BIN_EDGE_CAP);
   const u64 cut = block_kth_with<SEL_THREADS>(
       [&](auto f) {
-        for (u32 base = 0; base < count; base += SEL_THREADS) {
-          const u32 i = base + t;
-          f(i < count ? __ldcg(&edge[i]) : 0, i < count);
+#pragma unroll 4
+        for (int i = 0; i < PER_THREAD; ++i) {
+          const u32 e = i * SEL_THREADS + t;
+          f(staged[e], e < count);
         }
       },
       (u32)(k - above), min(hi, bits), prefix, true);
+  u32 mine = 0;
+#pragma unroll 1
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const u32 e = i * SEL_THREADS + t;
+    mine += e < count && staged[e] >= cut;
+  }
+  u32 before, all;
+  __syncthreads();  // block_kth_with's scan storage is its own; the bases below are not
+  Scan(scan).ExclusiveSum(mine, before, all);
+  if (t == 0) s_take = atomicAdd((unsigned long long*)&run[r].out_count, (u64)all);
+  __syncthreads();
   const u64 mask = a.ib >= 64 ? ~0ull : (1ull << a.ib) - 1;
-  for (u32 base = 0; base < count; base += SEL_THREADS) {
-    const u32 i = base + t;
-    const u64 c = i < count ? __ldcg(&edge[i]) : 0;
-    const bool take = i < count && c >= cut;
-    warp_append(take, c, n - 1 - (c & mask), &run[r].out_count, k, out + r * k, comps ? comps + r * k : nullptr);
+  u64 at = s_take + before;
+#pragma unroll 1
+  for (int i = 0; i < PER_THREAD; ++i) {
+    const u32 e = i * SEL_THREADS + t;
+    const u64 c = staged[e];
+    if (e < count && c >= cut) {
+      if (at < k) {
+        dst[at] = n - 1 - (c & mask);
+        if (dst_c) dst_c[at] = c;
+      }
+      ++at;
+    }
   }
   return true;
 }
@@ -651,12 +719,12 @@ __device__ void out_gather(const T* x, u64 n, u64 k, int ib, const u64* src, T* 
 // One row's value order sorts its k composites (key above, n-1-index below) by their key bits only:
 // CUB's stable sort then runs half the passes of the whole composite. Equal keys are left in runs in
 // the order the selection wrote them; two launches put each run in descending composite order, which
-// is ascending index order.
+// is ascending index order, and the second writes the output.
 // - tie_runs: a thread at each run's start sorts a run of up to TIE_SHORT. A tile of TIE_TILE places
 //   that any longer run reaches is sorted whole into `tmp` by its block, and flagged.
-// - tie_merge: in flagged tiles, each element of a long run takes its place in the run from its rank
-//   among the run's pieces in `tmp`, each sorted (a binary search a piece). Nearly always no tile is
-//   flagged; the rank's cost grows with the pieces of a run, which the host bounds by bounding k.
+// - tie_out: values and indices, where in flagged tiles each element of a long run is written at its
+//   rank among the run's pieces in `tmp`, each sorted. Nearly always no tile is flagged; the rank's
+//   cost grows with the pieces of a run, which the host bounds by bounding k.
 #define TIE_THREADS 1024
 #define TIE_ITEMS 4
 #define TIE_TILE (TIE_THREADS * TIE_ITEMS)
@@ -750,40 +818,7 @@ __device__ u64 key_bound(const u64* s, u64 total, u64 key, int ib, bool inclusiv
   return lo;
 }
 
-extern "C" __global__ void __launch_bounds__(TIE_THREADS)
-    tie_merge(u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib) {
-  dependent_launch_entry();
-  for (u64 tile = blockIdx.x; tile * TIE_TILE < total; tile += gridDim.x) {
-    if (!tile_long[tile]) continue;
-    const u64 t0 = tile * TIE_TILE, t1 = min(total, t0 + TIE_TILE);
-    for (u64 i = t0 + threadIdx.x; i < t1; i += TIE_THREADS) {
-      const u64 e = tmp[i], key = e >> ib;
-      const u64 a = key_bound(s, total, key, ib, true), b = key_bound(s, total, key, ib, false);
-      if (b - a <= TIE_SHORT) continue;
-      u64 rank = 0;
-      for (u64 j = a / TIE_TILE; j * TIE_TILE < b; ++j) {
-        const u64 lo = max(a, j * TIE_TILE), hi = min(b, (j + 1) * TIE_TILE);
-        if (j == tile) {
-          rank += i - lo;
-          continue;
-        }
-        u64 l = lo, h = hi;  // the piece's composites above e
-        while (l < h) {
-          const u64 mid = l + (h - l) / 2;
-          if (tmp[mid] > e)
-            l = mid + 1;
-          else
-            h = mid;
-        }
-        rank += l - lo;
-      }
-      s[a + rank] = e;
-    }
-  }
-}
-
-// tie_merge and out_gather in one launch, timed by a benchmark switch (PROFK_TIE_OUT=1): values and
-// i64 indices of one row's value order, each run of equal keys in place.
+// Values and i64 indices of one row's value order sorted by key alone, each run of equal keys in place.
 // A flagged tile's sorted copy in `tmp` is final for every run inside the tile. Only the runs that hold
 // its first and last places can cross its edges; their bounds are searched once a block. A crossing run
 // of up to TIE_SHORT is final in `s`. Each element of a longer one takes its rank in the run: its place

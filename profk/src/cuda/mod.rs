@@ -534,7 +534,7 @@ fn profk(
         false => None,
     };
     // One row's buffer selected by the filter's histogram of its keys, where its selection is the
-    // cooperative launch: a benchmark switch (`PROFK_FILTER_BINS=1`) until measured.
+    // cooperative launch (`PROFK_FILTER_BINS=0` in a benchmark keeps the digits, to time both).
     let by_bins = narrow
         && shape.rows == 1
         && listed.is_none()
@@ -543,7 +543,7 @@ fn profk(
         && acc.is_none()
         && arena.cooperative
         && !skip::has(skip::BUFFER)
-        && crate::bench_env::var("PROFK_FILTER_BINS") == Some("1");
+        && crate::bench_env::var("PROFK_FILTER_BINS") != Some("0");
     let bin_edge = arena.alloc::<u64>(if by_bins { abi::BIN_EDGE_CAP } else { 0 })?;
     let bins = by_bins.then_some((filter_bins, bin_edge.ptr));
     let bucket = match listed {
@@ -988,21 +988,15 @@ fn output(
                 let mut args = runs.to_vec();
                 args.extend([Arg::I32(ib), Arg::I32(cb)]);
                 arena.launch_args(Family::Select, "tie_runs", grid, TIE_THREADS, &args)?;
-                if crate::bench_env::var("PROFK_TIE_OUT") == Some("1") {
-                    // The gather places the long runs' elements as it writes them.
-                    let name = format!("tie_out_{}", input.suffix);
-                    let launch = |vals: u64, idx: u64| {
-                        let mut args = runs.to_vec();
-                        args.extend([Arg::I32(ib), Arg::U64(input.ptr), Arg::U64(shape.n)]);
-                        args.extend([Arg::U64(vals), Arg::U64(idx)]);
-                        arena.launch_args(Family::Select, &name, grid, TIE_THREADS, &args)
-                    };
-                    return finish(arena, dev, dtype, total, out_shape, launch);
-                }
-                let mut args = runs.to_vec();
-                args.push(Arg::I32(ib));
-                arena.launch_args(Family::Select, "tie_merge", grid, TIE_THREADS, &args)?;
-                (sorted, ib)
+                // The gather places the long runs' elements as it writes them.
+                let name = format!("tie_out_{}", input.suffix);
+                let launch = |vals: u64, idx: u64| {
+                    let mut args = runs.to_vec();
+                    args.extend([Arg::I32(ib), Arg::U64(input.ptr), Arg::U64(shape.n)]);
+                    args.extend([Arg::U64(vals), Arg::U64(idx)]);
+                    arena.launch_args(Family::Select, &name, grid, TIE_THREADS, &args)
+                };
+                return finish(arena, dev, dtype, total, out_shape, launch);
             }
         }
         Order::Desc => {
