@@ -10,7 +10,7 @@
 # flat targets and the grid's flat rows (normal values, and few distinct values whose runs of equal
 # keys span many tiles), Prof-K on the peers' single-row shapes, and Nsight Compute's kernels of one
 # flat call.
-# `short` (about 2 min): the selection tests and the check, then the flat targets and the grid's flat
+# `short` (about 1 min): the selection tests and the check, then the flat targets and the grid's flat
 # rows by each setting.
 . bench/lib.sh
 profk_begin bench/profk_filter_bins.sh "${1:-}"
