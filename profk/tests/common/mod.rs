@@ -582,6 +582,24 @@ pub fn long_outputs(dev: &Device) -> Result<()> {
         let x = tensor(&data, &[n], DType::F32, dev)?;
         check(&x, 1 << 18, &TopKOptions::default()).with_context(|| format!("{name}, k = 2^18"))?;
     }
+    // One row whose k-th largest sits inside 3 000 copies of one value: the bin of the filter's
+    // histogram that holds it is crowded with ties but small enough to be selected in one block.
+    let k = 1 << 17;
+    let mut data = normal(n, 37);
+    let mut sorted = data.clone();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    let at_kth = sorted[k - 1];
+    for i in (0..n).step_by(n / 3000).take(3000) {
+        data[i] = at_kth;
+    }
+    let x = tensor(&data, &[n], DType::F32, dev)?;
+    for order in [Order::Desc, Order::Index] {
+        let opts = TopKOptions {
+            order,
+            ..TopKOptions::default()
+        };
+        check(&x, k, &opts).with_context(|| format!("3 000 ties at the k-th, {order:?}"))?;
+    }
     // Enough rows for a block per row: each of its block sorts (k up to 1024, 2048, 4096).
     let (rows, n) = (48, 5000);
     for (name, data) in [
