@@ -457,7 +457,7 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
   u64* const dst = out + r * k;
   u64* const dst_c = comps ? comps + r * k : nullptr;
   // Each round a block reads BIN_ITEMS keys a thread, all loads in flight at once, and claims room
-  // for its taken and set-aside elements with one atomic each: one counter for the whole grid.
+  // for its taken and its set-aside elements with one atomic on each of the grid's two counters.
   for (u64 item = blockIdx.x; item < a.cpr; item += gridDim.x) {
     const u64 b0 = item * a.chunk, b1 = min(b0 + a.chunk, total);
     for (u64 base = b0; base < b1; base += SEL_THREADS * BIN_ITEMS) {
@@ -540,7 +540,7 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
     mine += e < count && staged[e] >= cut;
   }
   u32 before, all;
-  __syncthreads();  // block_kth_with's scan storage is its own; the bases below are not
+  __syncthreads();
   Scan(scan).ExclusiveSum(mine, before, all);
   if (t == 0) s_take = atomicAdd((unsigned long long*)&run[r].out_count, (u64)all);
   __syncthreads();
