@@ -97,6 +97,68 @@ __device__ Cell narrow_cell(const u32* h, int d, const Cell& x, u64 rank, u64& c
   return next;
 }
 
+// The composites a block ranks for its slice of output places.
+__device__ __forceinline__ u64* slice_slots() {
+  __shared__ u64 slots[RL_CAP];
+  return slots;
+}
+
+// Places [lo, hi) of a row from the `count` composites in the slice's slots, the row's places
+// above + [0, count) in some order: each one's place is `above` plus how many of them are larger.
+template <typename T>
+__device__ void place_slice(u32 count, u64 above, u64 n, int ib, u64 lo, u64 hi, const T* row, T* vals,
+                            long long* out) {
+  u64* const gathered = slice_slots();
+  const u32 t = threadIdx.x;
+  const u64 imask = (1ull << ib) - 1;
+  // Writes the composite of local rank p (its place above + p) where the slice holds it.
+  auto place_at = [&](u64 c, u64 p) {
+    const u64 place = above + p;
+    if (place < lo || place >= hi) return;
+    // Clamped: a composite decodes to an index of the row whatever the list holds.
+    const u64 low = c & imask, idx = low < n ? n - 1 - low : n - 1;
+    vals[place] = row[idx];
+    out[place] = (long long)idx;
+  };
+  if (count > RL_RANKED) {
+    // Many: a bitonic sort, descending (padding with zeros, which sort last; a zero composite
+    // of the list is the same composite, so where it lands does not matter).
+    if (t >= count) gathered[t] = 0;
+    __syncthreads();
+    for (u32 size = 2; size <= RL_CAP; size <<= 1) {
+      for (u32 stride = size >> 1; stride; stride >>= 1) {
+        const u32 j = t ^ stride;
+        if (j > t) {
+          const u64 x = gathered[t], y = gathered[j];
+          if ((x < y) == ((t & size) == 0)) {
+            gathered[t] = y;
+            gathered[j] = x;
+          }
+        }
+        __syncthreads();
+      }
+    }
+    if (t < count) place_at(gathered[t], t);
+    __syncthreads();
+    return;
+  }
+  // Few: each one's place by counting, PARTS lanes of a warp over their shares of the larger ones.
+  u32 parts = 32;
+  while (parts > 1 && count * parts > RL_THREADS) parts >>= 1;
+  const u32 rounds = (count * parts + RL_THREADS - 1) / RL_THREADS;
+  for (u32 q = 0; q < rounds; ++q) {
+    const u32 w = q * RL_THREADS + t, e = w / parts, part = w % parts;
+    const bool valid = e < count;
+    const u64 c = valid ? gathered[e] : 0;
+    u32 larger = 0;
+    if (valid)
+      for (u32 i = part; i < count; i += parts) larger += gathered[i] > c;
+    for (u32 o = 1; o < parts; o <<= 1) larger += __shfl_xor_sync(0xffffffffu, larger, o);
+    if (valid && part == 0) place_at(c, larger);
+  }
+  __syncthreads();
+}
+
 // Output places [lo, hi) of a row from the list `l` that holds them: its composites share their bits
 // from `shift` up (`prefix`) and `above` composites of the row are larger than all of them. Every
 // block of the grid reads the whole list, so it is short (a few bins) unless the keys pile up in one.
@@ -105,8 +167,8 @@ template <typename T>
 __device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u64 n, int ib, u64 lo, u64 hi,
                            const T* row, T* vals, long long* out) {
   __shared__ u32 h_top[RL_BINS], h_bot[RL_BINS];
-  __shared__ u64 gathered[RL_CAP];
   __shared__ u32 fill;
+  u64* const gathered = slice_slots();
   const u32 t = threadIdx.x;
   const u64 imask = (1ull << ib) - 1;
   // A buffer element's composite lies in [key << ib, key << ib | imask] until its index is read.
@@ -154,53 +216,7 @@ __device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u
     if (slot < RL_CAP) gathered[slot] = c;
   });
   __syncthreads();
-  const u32 count = min(fill, (u32)RL_CAP);
-  // Writes the composite of local rank p (its place above + p) where the slice holds it.
-  auto place_at = [&](u64 c, u64 p) {
-    const u64 place = top.above + p;
-    if (place < lo || place >= hi) return;
-    // Clamped: a composite decodes to an index of the row whatever the list holds.
-    const u64 low = c & imask, idx = low < n ? n - 1 - low : n - 1;
-    vals[place] = row[idx];
-    out[place] = (long long)idx;
-  };
-  if (count > RL_RANKED) {
-    // Many: a bitonic sort, descending (padding with zeros, which sort last; a zero composite
-    // of the list is the same composite, so where it lands does not matter).
-    if (t >= count) gathered[t] = 0;
-    __syncthreads();
-    for (u32 size = 2; size <= RL_CAP; size <<= 1) {
-      for (u32 stride = size >> 1; stride; stride >>= 1) {
-        const u32 j = t ^ stride;
-        if (j > t) {
-          const u64 x = gathered[t], y = gathered[j];
-          if ((x < y) == ((t & size) == 0)) {
-            gathered[t] = y;
-            gathered[j] = x;
-          }
-        }
-        __syncthreads();
-      }
-    }
-    if (t < count) place_at(gathered[t], t);
-    __syncthreads();
-    return;
-  }
-  // Few: each one's place by counting, PARTS lanes of a warp over their shares of the larger ones.
-  u32 parts = 32;
-  while (parts > 1 && count * parts > RL_THREADS) parts >>= 1;
-  const u32 rounds = (count * parts + RL_THREADS - 1) / RL_THREADS;
-  for (u32 q = 0; q < rounds; ++q) {
-    const u32 w = q * RL_THREADS + t, e = w / parts, part = w % parts;
-    const bool valid = e < count;
-    const u64 c = valid ? gathered[e] : 0;
-    u32 larger = 0;
-    if (valid)
-      for (u32 i = part; i < count; i += parts) larger += gathered[i] > c;
-    for (u32 o = 1; o < parts; o <<= 1) larger += __shfl_xor_sync(0xffffffffu, larger, o);
-    if (valid && part == 0) place_at(c, larger);
-  }
-  __syncthreads();
+  place_slice<T>(min(fill, (u32)RL_CAP), top.above, n, ib, lo, hi, row, vals, out);
 }
 
 struct RankListArgs {
@@ -217,8 +233,9 @@ struct RankListArgs {
   u64* bucket;       // rows x max(cap, k) composites by bin
   void* vals;
   long long* out;
+  const u32* bins;  // one row: the filter's histogram of its kept keys (filter_bin), or null
 };
-static_assert(sizeof(RankListArgs) == 128, "RankListArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(RankListArgs) == 136, "RankListArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // Row r's list, and the bits its composites share: from `shift` up, equal to `prefix`. A buffer's keys
 // lie between its threshold's key and its largest kept key; the fallback's composites are known
@@ -277,6 +294,127 @@ __device__ __forceinline__ void each_chunk(const RankListArgs& a, u64 chunks, F 
     if ((item % chunks) * RL_THREADS >= l.len) continue;
     const int d = first_digit(shift);
     f(r, j, l, d, shift - d);
+  }
+}
+
+// The keys [klo, khi] of the filter's bins that hold output places [lo, hi) of a passed row, from its
+// histogram `h` (FILTER_BINS counts by filter_bin above the threshold's key tk): `above` receives how
+// many kept keys lie in the bins above them; returns how many the bins hold (~0 where the histogram
+// does not reach hi). Every thread of the block calls it.
+__device__ u64 slice_bins(const u32* h, u32 tk, u64 lo, u64 hi, u32& klo, u32& khi, u64& above) {
+  typedef cub::BlockScan<u32, RL_THREADS> Scan;
+  constexpr int PER = (FILTER_BINS + RL_THREADS - 1) / RL_THREADS;
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ u32 s_top, s_bot;
+  __shared__ u64 s_above, s_end;
+  const int t = threadIdx.x;
+  if (t == 0) s_above = s_end = ~0ull;
+  // Thread t holds bins FILTER_BINS-1-t*PER downwards; the scan over threads counts from the top.
+  u32 own[PER], sum = 0;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int b = FILTER_BINS - 1 - (t * PER + i);
+    own[i] = b >= 0 ? __ldcg(&h[b]) : 0;
+    sum += own[i];
+  }
+  u32 incl;
+  Scan(scan).InclusiveSum(sum, incl);
+  u64 at = incl - sum;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const u32 b = (u32)(FILTER_BINS - 1 - (t * PER + i));
+    if (own[i] && at <= lo && lo < at + own[i]) {
+      s_top = b;
+      s_above = at;
+    }
+    if (own[i] && at <= hi - 1 && hi - 1 < at + own[i]) {
+      s_bot = b;
+      s_end = at + own[i];
+    }
+    at += own[i];
+  }
+  __syncthreads();
+  const u64 from = s_above, to = s_end;
+  u64 dlo, dhi, unused;
+  filter_bin_range(s_bot, dlo, unused);
+  filter_bin_range(s_top, unused, dhi);
+  __syncthreads();
+  if (from == ~0ull || to == ~0ull) return ~0ull;
+  klo = (u32)min((u64)tk + dlo, 0xffffffffull);
+  khi = (u32)min((u64)tk + dhi, 0xffffffffull);
+  above = from;
+  return to - from;
+}
+
+// Keys a thread of gather_keys loads at once, four to a load.
+#define GATHER_QUADS 4
+
+// The composites of a buffer's list whose keys lie in [klo, khi] (at most RL_CAP of them), into the
+// slice's slots: four keys a load and every load of a round in flight before any is tested, as the
+// test is a compare and the taken ones are few. Returns how many. Every thread of the block calls it.
+__device__ u32 gather_keys(const ListRow& l, u32 klo, u32 khi, u64 n, int ib) {
+  __shared__ u32 fill;
+  u64* const slots = slice_slots();
+  const u32 t = threadIdx.x;
+  if (t == 0) fill = 0;
+  __syncthreads();
+  auto take = [&](u64 j, u32 key) {
+    if (key < klo || key > khi) return;
+    const u32 slot = atomicAdd(&fill, 1u);
+    if (slot < RL_CAP) slots[slot] = (u64)key << ib | (n - 1 - l.idx[j]);
+  };
+  // A list that starts off 16-byte alignment is read a key at a time.
+  const u64 quads = ((unsigned long long)l.keys & 15) ? 0 : l.len / 4;
+  const uint4* q = (const uint4*)l.keys;
+  for (u64 base = 0; base < quads; base += (u64)RL_THREADS * GATHER_QUADS) {
+    uint4 v[GATHER_QUADS];
+#pragma unroll
+    for (int b = 0; b < GATHER_QUADS; ++b) {
+      const u64 i = base + (u64)b * RL_THREADS + t;
+      v[b] = i < quads ? __ldcg(q + i) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int b = 0; b < GATHER_QUADS; ++b) {
+      const u64 i = base + (u64)b * RL_THREADS + t;
+      if (i >= quads) continue;
+      take(4 * i, v[b].x);
+      take(4 * i + 1, v[b].y);
+      take(4 * i + 2, v[b].z);
+      take(4 * i + 3, v[b].w);
+    }
+  }
+  for (u64 j = quads * 4 + t; j < l.len; j += RL_THREADS) take(j, __ldcg(l.keys + j));
+  __syncthreads();
+  return min(fill, (u32)RL_CAP);
+}
+
+// Short lists: each block reads its row's whole list for its slice of output places, so there is no
+// count over the grid, no scatter into the bucket and no grid barrier: a plain launch. A passed row
+// with the filter's histogram gathers its slice's bins in one read of its keys; otherwise (a bin
+// crowded past RL_CAP, a fallen-back row's composites) sort_slice narrows from the bits the whole list
+// shares, a read of it a digit.
+template <typename T>
+__device__ void rank_whole(const RankListArgs& a) {
+  const u64 parts = (a.k + a.slice - 1) / a.slice;
+  for (u64 item = blockIdx.x; item < a.rows * parts; item += gridDim.x) {
+    const u64 r = item / parts, lo = (item % parts) * a.slice, hi = min(lo + a.slice, a.k);
+    const T* row = (const T*)a.x + r * a.n;
+    T* vals = (T*)a.vals + r * a.k;
+    long long* out = a.out + r * a.k;
+    u64 prefix;
+    int shift;
+    const ListRow l = row_list(a, r, prefix, shift);
+    if (a.bins && l.keys) {
+      u32 klo, khi;
+      u64 above;
+      const u32 tk = (u32)(a.sel[r].tmin >> a.ib);
+      if (slice_bins(a.bins + r * FILTER_BINS, tk, lo, hi, klo, khi, above) <= RL_CAP) {
+        const u32 count = gather_keys(l, klo, khi, a.n, a.ib);
+        place_slice<T>(count, above, a.n, a.ib, lo, hi, row, vals, out);
+        continue;
+      }
+    }
+    sort_slice<T>(l, prefix, shift, 0, a.n, a.ib, lo, hi, row, vals, out);
   }
 }
 

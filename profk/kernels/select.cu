@@ -1182,6 +1182,10 @@ OUT_KERNELS(bf16, __nv_bfloat16)
   extern "C" __global__ void __launch_bounds__(RL_THREADS) rank_lists_##SUF(RankListArgs a) { \
     dependent_launch_entry();                                                                     \
     rank_lists<T>(a);                                                                             \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(RL_THREADS) rank_whole_##SUF(RankListArgs a) { \
+    dependent_launch_entry();                                                                     \
+    rank_whole<T>(a);                                                                             \
   }
 
 RANK_LISTS(f32, float)

@@ -109,9 +109,47 @@ pub fn feistel_half_bits(n: u64) -> i32 {
     bits.div_ceil(2).max(1) as i32
 }
 
+/// What a redraw costs a call on the stream when no row needs it: its sample and pass launches, run
+/// empty (H200 stage table, 2026-12-05: 2^24 0.064 ms with them, 0.061 without; 5.4–5.6 µs under
+/// Nsight Compute).
+const REDRAW_LAUNCHES_US: f64 = 4.0;
+/// The dense fallback's time in reads of the row at the read floor: the grid's exact radix
+/// selection took 21–30 times the floor from 2^24 to 2^30 (H200, 2026-11-30, `radix ms`).
+const FALLBACK_READS: f64 = 25.0;
+/// The read floor, bytes a µs (4.41 TB/s).
+const READ_BYTES_PER_US: f64 = 4.41e6;
+
+/// Attempts the device makes before the dense fallback, for `rows` rows of `n` elements of `bytes`
+/// each whose first attempt fails with probability at most `eps` a row. A redraw's launches are
+/// queued in every call, whether or not a row failed; without them a failed row goes straight to
+/// the dense fallback. One row takes a single attempt where the fallback's expected cost is below
+/// the launches saved (2^24 f32: 0.4 µs against 4; 2^28: 6 against 4). A benchmark may fix the
+/// count (`PROFK_ATTEMPTS=1|2`). Batches keep the redraw until they are measured without it.
+pub fn device_attempts(rows: u64, n: u64, bytes: u64, eps: f64) -> u32 {
+    if let Some(a) = crate::bench_env::number("PROFK_ATTEMPTS") {
+        return a.clamp(1, 2) as u32;
+    }
+    let fallback_us = FALLBACK_READS * (n as f64 * bytes as f64) / READ_BYTES_PER_US;
+    match rows == 1 && eps * fallback_us <= REDRAW_LAUNCHES_US {
+        true => 1,
+        false => 2,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_attempt_where_the_fallback_costs_less_than_the_redraw() {
+        assert_eq!(device_attempts(1, 1 << 24, 4, 1e-3), 1);
+        assert_eq!(device_attempts(1, 1 << 26, 4, 1e-3), 1);
+        assert_eq!(device_attempts(1, 1 << 28, 4, 1e-3), 2);
+        assert_eq!(device_attempts(1, 1 << 28, 2, 1e-4), 1);
+        assert_eq!(device_attempts(1, 1 << 30, 4, 1e-3), 2);
+        assert_eq!(device_attempts(2, 1 << 20, 4, 1e-3), 2);
+        assert_eq!(device_attempts(1024, 1 << 18, 4, 1e-6), 2);
+    }
 
     #[test]
     fn long_rows_with_small_buffers_make_one_filter_item_per_block() {

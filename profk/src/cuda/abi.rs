@@ -193,6 +193,8 @@ pub struct RankListArgs {
     pub bucket: u64,
     pub vals: u64,
     pub out: u64,
+    /// One row: the filter's histogram of its kept keys (`FILTER_BINS` counts), or 0.
+    pub bins: u64,
 }
 
 // SAFETY: plain-old-data records with the C layout of their kernel-side twins.
@@ -214,7 +216,7 @@ const _: () = {
     assert!(size_of::<SelArgs>() == 128);
     assert!(size_of::<FilterArgs>() == 168);
     assert!(size_of::<AccChunk>() == 16);
-    assert!(size_of::<RankListArgs>() == 128);
+    assert!(size_of::<RankListArgs>() == 136);
     assert!(size_of::<AccArgs>() == 64);
     assert!(size_of::<AccFilterArgs>() == 152);
     assert!(size_of::<SampleArgs>() == 88);

@@ -39,10 +39,6 @@ use select::{SelState, Selection, Source};
 
 pub use launch::Arena as CallArena;
 
-/// Attempts on the device before the exact fallback: each further attempt costs a few launches even
-/// when every row has passed, so the device path redraws once.
-pub const DEVICE_ATTEMPTS: u32 = 2;
-
 /// Stages a timing variant leaves out (the results of such a call are not meaningful). Only the
 /// `bench` feature can set them: without it `has` is a constant `false` and the production paths
 /// carry no check.
@@ -546,14 +542,30 @@ fn profk(
         && crate::bench_env::var("PROFK_FILTER_BINS") != Some("0");
     let bin_edge = arena.alloc::<u64>(if by_bins { abi::BIN_EDGE_CAP } else { 0 })?;
     let bins = by_bins.then_some((filter_bins, bin_edge.ptr));
+    // One row's sorted outputs gathered by bin from its whole list: the filter counts them too.
+    let ranked_by_bins = listed.is_some()
+        && shape.rows == 1
+        && acc.is_none()
+        && rank_list::reads_whole(shape.rows, k, cap)
+        && crate::bench_env::var("PROFK_FILTER_BINS") != Some("0");
+    let counted_bins = match by_bins || ranked_by_bins {
+        true => filter_bins,
+        false => 0,
+    };
     let bucket = match listed {
         Some(_) => arena.alloc::<u64>(rank_list::bucket_len(shape.rows, k, cap))?,
         None => arena.alloc::<u64>(0)?,
     };
+    // Each further attempt costs a few launches even when every row has passed.
     let attempts = if opts.approximate || skip::has(skip::REDRAW) {
         1
     } else {
-        DEVICE_ATTEMPTS
+        crate::work_split::device_attempts(
+            shape.rows,
+            shape.n,
+            input.dtype.size_in_bytes() as u64,
+            opts.row_budget(rows),
+        )
     };
     // Row lists by status, written by every filter pass: later launches touch only their rows. An
     // attempt reads the lists of the one before while its pass writes the other pair.
@@ -636,7 +648,7 @@ fn profk(
             approximate: opts.approximate,
             rows: pending,
             lists: Some((ids.ptr, counts.ptr)),
-            bins: bins.map_or(0, |b| b.0),
+            bins: counted_bins,
         };
         match acc {
             Some(a) => {
@@ -689,7 +701,7 @@ fn profk(
                 shape,
                 shape_k,
                 &lists,
-                rank_counts,
+                (rank_counts, if ranked_by_bins { filter_bins } else { 0 }),
                 &bucket,
                 ptrs,
             )?;

@@ -1,6 +1,7 @@
 //! The sorted top-k of few rows straight from their lists (kernels/rank_list.cuh): each passed row's
-//! buffer, each fallen-back row's k composites. One cooperative launch in place of the buffer's
-//! radix selection and the ranking of its k outputs.
+//! buffer, each fallen-back row's k composites. One launch in place of the buffer's radix selection
+//! and the ranking of its k outputs: cooperative where the lists are counted and scattered over the
+//! grid, plain where each block reads its row's whole list ([`reads_whole`]).
 use super::abi::RankListArgs;
 use super::filter::Buffer;
 use super::launch::{Arena, Dev, Params};
@@ -22,9 +23,31 @@ pub fn zeroed_bytes(rows: u64) -> usize {
     }
 }
 
-/// Composites the launch sorts by bin for `rows` rows of k outputs from buffers of `cap`.
+/// Composites the launch sorts by bin for `rows` rows of k outputs from buffers of `cap` (none where
+/// it reads the lists whole).
 pub fn bucket_len(rows: u64, k: u64, cap: u64) -> usize {
-    (rows * cap.max(k)) as usize
+    match reads_whole(rows, k, cap) {
+        true => 0,
+        false => (rows * cap.max(k)) as usize,
+    }
+}
+
+/// Longest list that every block of its row reads whole: once, to gather its slice's bins of the
+/// filter's histogram. At 2^24 (k = 8192, M = 38 929) the 128 blocks read about 10 MB from L2,
+/// against two grid barriers, the count and the scatter it saves.
+pub const WHOLE_MAX_LIST: u64 = 1 << 16;
+
+/// Whether each block reads its row's whole list (a plain launch, kernel `rank_whole`, and the
+/// filter counts the row's kept keys by bin for it) rather than the grid counting and scattering the
+/// lists by their first digit (a cooperative launch with two grid barriers): one row whose list, its
+/// buffer or the fallback's k composites, is at most [`WHOLE_MAX_LIST`]. A benchmark may set
+/// `PROFK_RANK_WHOLE=0|1` to take either on any shape.
+pub fn reads_whole(rows: u64, k: u64, cap: u64) -> bool {
+    match crate::bench_env::var("PROFK_RANK_WHOLE") {
+        Some("0") => false,
+        Some("1") => true,
+        _ => rows == 1 && cap.max(k) <= WHOLE_MAX_LIST,
+    }
 }
 
 /// Where the rows' lists lie: the filter's buffer with each row's record (`RowRun`: length, status,
@@ -38,8 +61,9 @@ pub struct Lists<'a> {
 
 /// Writes the k largest of every row, values descending, into `vals` and `idx` (k a row): from the
 /// buffer where the row passed, from the fallback's composites where it fell back. `counts`:
-/// [`zeroed_bytes`] zeroed bytes; `bucket`: [`bucket_len`] composites. A cooperative launch: the
-/// caller checks that the arena allows one.
+/// [`zeroed_bytes`] zeroed bytes; `bucket`: [`bucket_len`] composites; `bins`: one row's histogram
+/// of its kept keys where the filter counted it (else 0). A cooperative launch unless it
+/// [`reads_whole`]: the caller checks that the arena allows one.
 #[allow(clippy::too_many_arguments)]
 pub fn launch(
     arena: &Arena,
@@ -47,7 +71,7 @@ pub fn launch(
     shape: &Shape,
     (k, slice): (u64, u64),
     lists: &Lists,
-    counts: u64,
+    (counts, bins): (u64, u64),
     bucket: &Dev<u64>,
     (vals, idx): (u64, u64),
 ) -> Result<()> {
@@ -70,15 +94,22 @@ pub fn launch(
         bucket: bucket.ptr,
         vals,
         out: idx,
+        bins,
     };
+    let mut p = Params::default();
+    p.push(&args);
+    if reads_whole(shape.rows, k, cap) {
+        let f = arena.func(Family::Select, &format!("rank_whole_{}", input.suffix))?;
+        let grid = (shape.rows * k.div_ceil(slice)).max(1);
+        // SAFETY: RankListArgs is the kernel's parameter; every range it names is live for the call.
+        return unsafe { arena.launch(&f, grid, THREADS, &p, false) };
+    }
     let f = arena.func(Family::Select, &format!("rank_lists_{}", input.suffix))?;
     // Every block of a cooperative launch must be resident at once.
     let per_sm = arena.blocks_per_sm(&f, THREADS)?.max(1);
     let items =
         (shape.rows * cap.max(k).div_ceil(THREADS as u64)).max(shape.rows * k.div_ceil(slice));
     let grid = items.clamp(1, u64::from(per_sm * arena.sms));
-    let mut p = Params::default();
-    p.push(&args);
     // SAFETY: RankListArgs is the kernel's parameter; the grid fits the device at its occupancy, and
     // every range it names is live for the call.
     unsafe { arena.launch(&f, grid, THREADS, &p, true) }

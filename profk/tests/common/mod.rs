@@ -632,6 +632,20 @@ pub fn forced_redraws_and_fallback(dev: &Device) -> Result<()> {
     let s = &got.stats;
     ensure!(s.fell_back && s.fallbacks == 2 && s.attempts >= 2, "{s:?}");
     ensure!(s.recall_failures + s.overflows == s.total_attempts, "{s:?}");
+    // One row falls back too, however many attempts its device takes first; its sorted outputs
+    // come from the fallback's composites, few or more than one block gathers at once.
+    let one = tensor(&normal(n, 23), &[n], DType::F32, dev)?;
+    for k in [50, 3000] {
+        for order in [Order::Desc, Order::Index] {
+            let opts = TopKOptions {
+                order,
+                ..TopKOptions::default()
+            };
+            let got = check_with_plan(&one, k, &opts, (64, 8, 10))?;
+            let s = &got.stats;
+            ensure!(s.fell_back && s.fallbacks == 1, "k={k} {order:?}: {s:?}");
+        }
+    }
     // The largest of 16 samples as threshold with k = 1000 of 20000 and capacity 2000: an attempt
     // succeeds with probability about 1/4, so redraws are common.
     let mut redrawn = 0;
