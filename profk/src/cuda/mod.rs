@@ -3,8 +3,9 @@
 //!
 //! One call queues its whole pipeline on candle's stream with no host synchronization in between:
 //! sample, threshold, filter with the k <= R <= M check evaluated on the device, one redraw for the
-//! rows that failed (their kernels skip every row that passed), the exact top-k of each buffer, an exact
-//! radix selection for the rows that failed twice, and a sort of the k per row (for few rows in the
+//! rows that failed (their kernels skip every row that passed; one row skips it where the fallback
+//! costs less, see `work_split::device_attempts`), the exact top-k of each buffer, an exact radix
+//! selection for the rows that failed every attempt, and a sort of the k per row (for few rows in the
 //! values-descending order, the buffer's top-k and its sort are one launch, `rank_list`). [`topk_deferred`]
 //! returns the outputs and a [`DeviceStatus`] without waiting; [`crate::topk`] reads the status once at
 //! the end to report NaN errors and fill [`SelectStats`].
