@@ -169,6 +169,20 @@ __device__ __forceinline__ u32 filter_bin(u32 d) {
   return (u32)(e - 5) * 64 + ((d >> (e - 6)) & 63);
 }
 
+// Thread t's PER bins of a histogram `h` of FILTER_BINS, from bin FILTER_BINS-1-t*PER downwards, into
+// `own`; returns their sum, so that a scan of the sums over the threads counts from the top bin down.
+template <int PER>
+__device__ __forceinline__ u32 bins_from_top(const u32* h, u32 (&own)[PER]) {
+  u32 sum = 0;
+#pragma unroll
+  for (int i = 0; i < PER; ++i) {
+    const int b = FILTER_BINS - 1 - ((int)threadIdx.x * PER + i);
+    own[i] = b >= 0 ? __ldcg(&h[b]) : 0;
+    sum += own[i];
+  }
+  return sum;
+}
+
 // The smallest and largest distance of bin b.
 __device__ __forceinline__ void filter_bin_range(u32 b, u64& lo, u64& hi) {
   if (b < 64) {

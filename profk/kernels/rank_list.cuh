@@ -309,14 +309,8 @@ __device__ u64 slice_bins(const u32* h, u32 tk, u64 lo, u64 hi, u32& klo, u32& k
   __shared__ u64 s_above, s_end;
   const int t = threadIdx.x;
   if (t == 0) s_above = s_end = ~0ull;
-  // Thread t holds bins FILTER_BINS-1-t*PER downwards; the scan over threads counts from the top.
-  u32 own[PER], sum = 0;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int b = FILTER_BINS - 1 - (t * PER + i);
-    own[i] = b >= 0 ? __ldcg(&h[b]) : 0;
-    sum += own[i];
-  }
+  u32 own[PER];
+  const u32 sum = bins_from_top(h, own);
   u32 incl;
   Scan(scan).InclusiveSum(sum, incl);
   u64 at = incl - sum;

@@ -425,14 +425,8 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
   const int t = threadIdx.x;
   if (t == 0) s_count = ~0u;  // no bin found: the histogram holds fewer than k
   __syncthreads();
-  // Thread t sums bins FILTER_BINS-1-t*PER downwards; the scan over threads counts from the top.
-  u32 own[PER], sum = 0;
-#pragma unroll
-  for (int i = 0; i < PER; ++i) {
-    const int b = FILTER_BINS - 1 - (t * PER + i);
-    own[i] = b >= 0 ? __ldcg(&h[b]) : 0;
-    sum += own[i];
-  }
+  u32 own[PER];
+  const u32 sum = bins_from_top(h, own);
   u32 incl;
   Scan(scan).InclusiveSum(sum, incl);
   if (incl - sum < k && incl >= k) {
