@@ -1,4 +1,4 @@
-// The sorted top-k of few rows straight from the lists that hold it, in one cooperative launch: a
+// The sorted top-k of few rows straight from the lists that hold it, in one launch: a
 // filter's buffer (k <= R <= M elements at or above the row's threshold) or the fallback's k
 // composites. It replaces the buffer's radix selection (a grid barrier per digit) and the ranking of its
 // k outputs.
@@ -10,7 +10,9 @@
 // slice [lo, hi) of output places reads the bins that hold those places: at most RL_CAP composites
 // (else it narrows them further, a digit per read, see sort_slice) gathered into shared memory, each
 // one's place is how many composites lie above them plus how many gathered ones are larger.
-// Composites are distinct, so every place in [lo, hi) is written once.
+// Composites are distinct, so every place in [lo, hi) is written once. One row with a short list takes
+// a plain launch instead (rank_whole): each block finds its places' bins in the filter's histogram and
+// gathers them from the whole list itself.
 #pragma once
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
