@@ -530,25 +530,23 @@ fn profk(
         true => crate::work_split::rank_list_slice(shape.rows, k, arena.sms),
         false => None,
     };
-    // One row's buffer selected by the filter's histogram of its keys, where its selection is the
-    // cooperative launch (`PROFK_FILTER_BINS=0` in a benchmark keeps the digits, to time both).
-    let by_bins = narrow
-        && shape.rows == 1
+    // One row's pass may count its kept keys by bin for what follows it (`PROFK_FILTER_BINS=0` in a
+    // benchmark keeps the paths that do without, to time both).
+    let one_row_bins =
+        shape.rows == 1 && acc.is_none() && crate::bench_env::var("PROFK_FILTER_BINS") != Some("0");
+    // Its buffer selected by the histogram, where its selection is the cooperative launch.
+    let by_bins = one_row_bins
+        && narrow
         && listed.is_none()
         && !block_buffer
         && !opts.approximate
-        && acc.is_none()
         && arena.cooperative
-        && !skip::has(skip::BUFFER)
-        && crate::bench_env::var("PROFK_FILTER_BINS") != Some("0");
+        && !skip::has(skip::BUFFER);
     let bin_edge = arena.alloc::<u64>(if by_bins { abi::BIN_EDGE_CAP } else { 0 })?;
     let bins = by_bins.then_some((filter_bins, bin_edge.ptr));
-    // One row's sorted outputs gathered by bin from its whole list: the filter counts them too.
-    let ranked_by_bins = listed.is_some()
-        && shape.rows == 1
-        && acc.is_none()
-        && rank_list::reads_whole(shape.rows, k, cap)
-        && crate::bench_env::var("PROFK_FILTER_BINS") != Some("0");
+    // Its sorted outputs gathered by bin from its whole list.
+    let ranked_by_bins =
+        one_row_bins && listed.is_some() && rank_list::reads_whole(shape.rows, k, cap);
     let counted_bins = match by_bins || ranked_by_bins {
         true => filter_bins,
         false => 0,
