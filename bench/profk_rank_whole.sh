@@ -3,7 +3,7 @@
 # `rank_whole`, a plain launch) against the count and scatter over the grid it replaces
 # (PROFK_RANK_WHOLE=0), and of one attempt for one row where the dense fallback costs less than the
 # redraw's launches (work_split::device_attempts) against two (PROFK_ATTEMPTS=2). One device call of
-# about 5 min, from the repository root with .devbin/pkrows (bench/profk_rows_pack.sh) carried:
+# about 2.5 min, from the repository root with .devbin/pkrows (bench/profk_rows_pack.sh) carried:
 #   bash bench/profk_rank_whole.sh
 # The CUDA tests and every selector against the CPU path on the new defaults, the selection tests
 # and the check again with the whole-list ranking on every shape it may serve (PROFK_RANK_WHOLE=1)
