@@ -105,6 +105,13 @@ __device__ void filter_body(const FilterArgs& a) {
         buf[u] = v < v1 ? __ldcs(&vrow[v]) : Vec{};
       }
       const u64 j0 = head + (vb + threadIdx.x) * VEC;
+      // The threshold plus an opaque zero (n < 2^63) drawn from every load of the round: no test can
+      // run before the last load is issued. The compiler otherwise tested the first load's elements
+      // before it issued the other three, and every round waited on memory twice.
+      u32 loaded = 0;
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) loaded ^= O::raw(buf[u], 0);
+      const float tf_all = __uint_as_float(__float_as_uint(tf) + (loaded & (u32)(a.n >> 63)));
       // Candidate test in the value domain, one comparison per element; candidates (rare) get the
       // exact composite test and the NaN count from their reloaded bits.
       u32 cand = 0;
@@ -115,7 +122,7 @@ __device__ void filter_body(const FilterArgs& a) {
         for (int q = 0; q < VEC; ++q) {
           float v = O::value(buf[u], q);
           if (a.mag) v = fabsf(v);
-          if (valid && !(v < tf)) cand |= 1u << (u * VEC + q);
+          if (valid && !(v < tf_all)) cand |= 1u << (u * VEC + q);
         }
       }
       u32 keep = 0;
