@@ -167,12 +167,12 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
   // while this one is processed and publishes it at the end (two slots: a slot is rewritten only after
   // the barrier that follows every thread's read of it).
   __shared__ u64 next[2];
-  if (threadIdx.x == 0) next[0] = atomicAdd(&a.g->next_chunk, 1ull);
+  if (threadIdx.x == 0) next[0] = atomicAdd(&a.g->next_item, 1ull);
   __syncthreads();
   u32 slot = 0;
   for (u64 c = next[0]; c < a.acc.nchunks;) {
     u64 fetched = 0;
-    if (threadIdx.x == 0) fetched = atomicAdd(&a.g->next_chunk, 1ull);
+    if (threadIdx.x == 0) fetched = atomicAdd(&a.g->next_item, 1ull);
     const ChunkPtrs p = chunk_ptrs(a.acc, c);
     // Without a gradient (validated: no velocity either) the chunk is only read: acc = r, unwritten.
     const bool add = p.g != nullptr;

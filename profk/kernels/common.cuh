@@ -49,7 +49,7 @@ static_assert(sizeof(RowRun) == 48, "RowRun: the size its Rust mirror (src/cuda/
 struct Global {
   u64 nan_count;
   u64 nan_first;
-  u64 next_chunk;     // work counter of the fused accumulation pass
+  u64 next_item;      // work counter of a launch that deals its items (accumulation pass, row kernel)
   u64 rows_finished;  // rows whose filter outcome is recorded, this attempt (filter.cuh)
 };
 static_assert(sizeof(Global) == 32, "Global: the size its Rust mirror (src/cuda/abi.rs) asserts");

@@ -14,10 +14,13 @@
 // attention scores, activations). Its pass 1 counts only the elements at or above the guess (the rest
 // of the row costs no atomic) and keeps them in shared memory; their exact count checks the guess (at
 // least k, so the k-th largest is among them, and no more than the buffer). A row that passes is
-// selected from what pass 1 kept and is read once; a row that does not is read again into the full
-// histogram and goes on as above, so the result is exact either way and only the cost depends on the
-// guess. The guess is the key at a rank a margin above k, interpolated inside a histogram bin; a
-// block's first row takes it from a sample of the row.
+// selected from what pass 1 kept and is read once. A guess that kept too many still counted every
+// element from it up, so the cut is known and one more read compacts the row; a guess that kept too
+// few is lowered and a second read adds the elements between the two; past that the row is read into
+// the full histogram and goes on as above. The result is exact either way and only the cost depends
+// on the guess. The guess is the key at a rank a margin above k, interpolated inside a histogram bin;
+// a block's first row takes it from a sample of the row. Rows after the first go to the blocks from
+// the call's counter, so that a block slowed by a missed guess takes fewer.
 //
 // Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory, one
 // launch, output written by the same block when k <= FUSED_MAX_K (index order from a bitmap of the
@@ -217,15 +220,17 @@ __device__ __forceinline__ bool warp_slots(u32 cnt, u32& fill, u32& slot) {
 // elements fail the test, so it costs a compare against the guess bin's lower bound (as compact_pass
 // does) and a count; the slots are drawn once a round for all of a lane's elements, and keys are
 // computed for the kept ones only. The guess's bin counts only its elements at or above the guess.
+// With `resume`, the warps' slices go on from warp_kept (a second pass below an earlier guess).
 template <typename T, typename Keeps>
 __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib, u32* h, u64* kept, u32* warp_kept,
-                                              u32* kept_total, u32* kept_most, Keeps keeps) {
+                                              u32* kept_total, u32* kept_most, bool resume, Keeps keeps) {
   typedef typename Ops<T>::Vec Vec;
   const u32 V = Ops<T>::VEC;
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
   const u32 t = threadIdx.x, lane = t & 31, warp = t / 32;
   u64* mine = kept + warp * WARP_KEPT;
-  u32 fill = 0, slot = 0;
+  const u32 before = resume ? warp_kept[warp] : 0u;
+  u32 fill = before, slot = 0;
   auto keep = [&](u32 j, u32 raw) {
     const u32 key = Ops<T>::key_bits(raw, mag);
     atomicAdd(&h[key >> SHIFT], 1u);
@@ -284,25 +289,31 @@ __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib
   }
   if (lane == 0) {
     warp_kept[warp] = fill;
-    atomicAdd(kept_total, fill);
+    atomicAdd(kept_total, fill - before);
     atomicMax(kept_most, fill);
   }
 }
 
+// With `below` (not NO_GUESS), the elements from the guess up to `below` only, added to what a pass
+// with the guess `below` kept.
 template <typename T>
-__device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u32 guess, u32* h, u64* kept,
-                                           u32* warp_kept, u32* kept_total, u32* kept_most) {
+__device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u32 guess, u32 below, u32* h,
+                                           u64* kept, u32* warp_kept, u32* kept_total, u32* kept_most) {
   // !(x < lo) holds exactly when key(x) >= guess; a bound on a NaN bit pattern (keys of NaN and above
-  // +inf) takes the key test.
+  // +inf), and the rare pass below an earlier guess, take the key test.
   const float lo = key_value<T>(guess, mag);
-  if (lo == lo) {
-    guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most, [&](u32 raw) {
+  if (lo == lo && below == NO_GUESS) {
+    guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most, false, [&](u32 raw) {
       const float x = Ops<T>::from_bits(raw);
       return !((mag ? fabsf(x) : x) < lo);
     });
   } else {
-    guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most,
-                  [&](u32 raw) { return Ops<T>::key_bits(raw, mag) >= guess; });
+    // NaN keys are the largest (NO_GUESS): no bound above them unless one is given.
+    const u64 end = below == NO_GUESS ? 1ull << 32 : below;
+    guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most, below != NO_GUESS, [&](u32 raw) {
+      const u32 key = Ops<T>::key_bits(raw, mag);
+      return key >= guess && key < end;
+    });
   }
 }
 
@@ -382,11 +393,12 @@ __device__ __forceinline__ bool overflows(const Cut& c, u64 k, u32 cap) {
 // Pass 2 over p[0..len) (row indices from `base`, rows of n): the higher bins' slots into o through
 // the counter out_fill (their composites with `comps`, else their indices), the threshold bin's
 // composites into cand through cand_fill (cap slots). Most warps hold neither and skip the votes; with
-// `chunk_max` (from pass 1), chunks below the threshold bin are not read at all.
+// `chunk_max` (from pass 1), chunks below the threshold bin are not read at all. Keys below `floor`
+// count nowhere (pass 1 counted from a guess up).
 template <typename T>
 __device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 n, int mag, int ib, bool comps,
                                              const Cut& cut, u64 k, u64* o, u32* out_fill, u64* cand,
-                                             u32* cand_fill, u32 cap, const u32* chunk_max) {
+                                             u32* cand_fill, u32 cap, const u32* chunk_max, u32 floor) {
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
   const bool whole = whole_bin(cut, k);
   const u32 take_from = whole ? cut.bin : cut.bin + 1;
@@ -396,7 +408,7 @@ __device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 
   // The bin's bounds as values: !(x < lo) holds exactly when key(x) >= bin << SHIFT, so one compare
   // per element decides (x by magnitude when `mag`). Bounds that fall on NaN bit patterns (the bins of
   // NaN and above +inf) take the key test instead.
-  const float lo = key_value<T>(cut.bin << SHIFT, mag);
+  const float lo = key_value<T>(max(cut.bin << SHIFT, floor), mag);
   const float hi = cut.bin + 1 < ROWS_BINS ? key_value<T>((cut.bin + 1) << SHIFT, mag) : __int_as_float(0x7fffffff);
   auto emit = [&](u32 j, u32 raw, bool take, bool keep) {
     if (__any_sync(0xffffffffu, take || keep)) {
@@ -422,7 +434,8 @@ __device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 
     visit_row<true>(
         p, len,
         [&](u32 j, u32 raw, bool valid) {
-          const u32 bin = Ops<T>::key_bits(raw, mag) >> SHIFT;
+          const u32 key = Ops<T>::key_bits(raw, mag), bin = key >> SHIFT;
+          valid = valid && key >= floor;
           emit(j, raw, valid && bin >= take_from, valid && bin == keep_bin);
         },
         enter, left);
@@ -710,6 +723,9 @@ __device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag
 #define OUT_DESC 1
 #define OUT_UNSORTED 2
 #define OUT_NONE 4
+// Rows go to the blocks in a fixed order (block b takes rows b, b + grid, ...) instead of from the
+// call's counter: a benchmark's comparison.
+#define ROWS_STATIC 8
 
 // The value of a selected element from its composite: its key inverted where the key says which value
 // it was (every key but a zero's, which both zeros share, and a NaN's; by magnitude the sign is lost),
@@ -873,7 +889,10 @@ __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag
 }
 
 // One block per row, every row finished by its block (a threshold bin over the buffer by the dense
-// selection). With `vals`, the block also writes the row's sorted output (k <= FUSED_MAX_K).
+// selection). With `vals`, the block also writes the row's sorted output (k <= FUSED_MAX_K). A block
+// starts on row blockIdx.x and takes each further row from the call's counter once it has read the
+// row before: in a fixed order every block took its share of rows, and the call waited on the few
+// whose first guess had missed (the SMs sat idle a quarter of its time).
 template <typename T>
 __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out,
                           RowRun* run, Global* g, T* vals, long long* idx_out, int flags) {
@@ -891,34 +910,51 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
   // a read of rows x k words.
   __shared__ u64 s_slots[SMEM_SLOTS];
   __shared__ u32 chunk_max[ROWS_CHUNKS];
+  __shared__ u64 s_next;
   const u32 t = threadIdx.x;
   // A block that writes the output keeps each slot's composite: its value then comes from its key,
   // not from a read of the row (which has most likely left L2 by then).
   const bool comps = vals != nullptr;
   u32 guess = NO_GUESS;
-  for (u64 r = blockIdx.x; r < rows; r += gridDim.x) {
+  const bool dealt = !(flags & ROWS_STATIC);
+  bool first = true;
+  for (u64 r = blockIdx.x; r < rows; first = false) {
     const T* row = x + r * n;
     zero_hist(sm.p1.hist);
     if (t == 0) s_out = s_cand = s_kept = s_kept_most = 0;
     __syncthreads();
-    // With a carried bin the row is read once when the bins from it up hold the top k and fit the
-    // buffer (their exact count says so); otherwise the full histogram takes a read of its own.
-    bool read_once = false;
-    if (r == blockIdx.x) {
+    // With a guess the row is read once when the elements from it up hold the top k and fit the
+    // buffer (their exact count says so). A guess that kept k or more but overflowed the buffer still
+    // counted every element from it up: the cut lies among them, and one more read compacts the row.
+    // A guess that fell short of k is lowered, and a second read adds the elements between the two.
+    // Otherwise the full histogram takes a read of its own, then the compaction another.
+    bool read_once = false, from_guess = false;
+    if (first) {
       guess = sample_guess(row, n, k, mag, sm.p1.hist);
       zero_hist(sm.p1.hist);
       __syncthreads();
     }
     if (guess != NO_GUESS) {
-      guess_pass(row, n, mag, ib, guess, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
+      guess_pass(row, n, mag, ib, guess, NO_GUESS, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
       __syncthreads();
-      read_once = s_kept >= k && s_kept_most <= WARP_KEPT;
-      if (!read_once) {
+      if (s_kept < k) {
+        const u32 in_bin = sm.p1.hist[guess >> (Ops<T>::KB - ROWS_BITS)];
+        const u32 lower = next_guess<T>(in_bin, Cut{}, k, true, guess, s_kept);
+        __syncthreads();
+        if (lower < guess) {
+          guess_pass(row, n, mag, ib, lower, guess, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
+          __syncthreads();
+          guess = lower;
+        }
+      }
+      from_guess = s_kept >= k;
+      read_once = from_guess && s_kept_most <= WARP_KEPT;
+      if (!from_guess) {
         zero_hist(sm.p1.hist);
         __syncthreads();
       }
     }
-    if (!read_once) {
+    if (!from_guess) {
       hist_pass(row, n, mag, sm.p1.hist, chunk_max);
       __syncthreads();
     }
@@ -926,8 +962,20 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     // Read before find_cut's barrier: select_kept overwrites the histogram.
     const u32 guess_bin_count = guess == NO_GUESS ? 0u : sm.p1.hist[guess >> (Ops<T>::KB - ROWS_BITS)];
     Cut at_rank;
-    const Cut cut = find_cut(sm.p1.hist, k, guess_rank(k), &at_rank);
-    guess = next_guess<T>(guess_bin_count, at_rank, k, read_once, guess, read_once ? s_kept : n);
+    Cut cut = find_cut(sm.p1.hist, k, guess_rank(k), &at_rank);
+    // Keys below it count nowhere in the histogram.
+    const u32 floor = from_guess ? guess : 0u;
+    if (from_guess && !read_once && overflows(cut, k, ROWS_CAP)) {
+      // Ties past the candidate buffer in the threshold bin: the dense selection reads the full
+      // histogram's cut.
+      zero_hist(sm.p1.hist);
+      __syncthreads();
+      hist_pass(row, n, mag, sm.p1.hist, chunk_max);
+      __syncthreads();
+      cut = find_cut(sm.p1.hist, k, guess_rank(k), &at_rank);
+      from_guess = false;
+    }
+    guess = next_guess<T>(guess_bin_count, at_rank, k, from_guess, guess, from_guess ? s_kept : n);
     if (nans) report_nan(row, n, r, nans, g);
     u64* o = vals && k <= SMEM_SLOTS ? s_slots : out + r * k;
     // A threshold bin of at most ROWS_THREADS elements (they lie at the start of sm) is selected with
@@ -941,20 +989,26 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     } else if (dense) {
       select_dense(row, n, cut, k, mag, ib, comps, o, &s_out);
     } else {
-      compact_pass(row, n, 0, n, mag, ib, comps, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP, chunk_max);
+      compact_pass(row, n, 0, n, mag, ib, comps, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP,
+                   from_guess ? nullptr : chunk_max, from_guess ? floor : 0u);
       __syncthreads();
       if (!whole_bin(cut, k))
         select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, comps, o, &s_out, scratch);
     }
+    // The next row, asked for once this one is read: its atomic's latency passes under the output.
+    u64 next = r + gridDim.x;
+    if (t == 0 && dealt) next = gridDim.x + atomicAdd(&g->next_item, 1ull);
     __syncthreads();
     if (vals) write_sorted(row, n, k, mag, ib, flags, o, sm.cand, vals + r * k, idx_out + r * k);
     if (t == 0) {
+      s_next = next;
       // The dense selection keeps its status for the call's record; `attempts` counts reads of the
       // row before its selection (1: the carried bin held).
       run[r].status = dense ? ROW_FALLBACK : ROW_OK;
       run[r].attempts = read_once ? 1 : 2;
     }
     __syncthreads();
+    r = s_next;
   }
 }
 
@@ -1009,7 +1063,7 @@ __device__ void rows_split_compact(const T* x, u64 n, u64 rows, u64 part, u32 pa
     u64* o = out + r * k;
     u64* rc = cand + r * SPLIT_CAP;
     compact_pass(x + r * n + from, len, from, n, mag, ib, false, cut, k, o, &s.out_fill, rc, &s.cand_fill,
-                 SPLIT_CAP, nullptr);
+                 SPLIT_CAP, nullptr, 0);
     if (block_any_last(&s.arrived_compact, parts)) {
       if (!whole_bin(cut, k))
         select_in_bin<Ops<T>::KB>([&](u32 j) { return __ldcg(rc + j); }, cut, k, n, ib, false, o, &s.out_fill);

@@ -5,8 +5,8 @@ use candle_core::cuda::cudarc::driver::DeviceRepr;
 pub const ROW_SEL_BYTES: usize = 48;
 /// Bytes of `RowRun` (counter, R, output fill, status, attempts, failure counts of one row).
 pub const ROW_RUN_BYTES: usize = 48;
-/// Bytes of `Global` (NaN count, inverted first NaN index, the fused pass's work counter, the rows
-/// a filter pass has finished).
+/// Bytes of `Global` (NaN count, inverted first NaN index, the work counter of a launch that deals its
+/// items, the rows a filter pass has finished).
 pub const GLOBAL_BYTES: usize = 32;
 
 pub const ROW_PENDING: u32 = 0;

@@ -123,21 +123,27 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
     Ok(out)
 }
 
-/// Output stages a benchmark leaves out of the one-block kernel (`PROFK_ROWS_OUTPUT=unsorted|none`;
-/// kernels/rows.cu `OUT_UNSORTED`, `OUT_NONE`): the results are then not meaningful.
-fn output_skips() -> i32 {
-    match crate::bench_env::var("PROFK_ROWS_OUTPUT") {
+/// Benchmark flags of the one-block kernel: output stages left out (`PROFK_ROWS_OUTPUT=unsorted|none`;
+/// kernels/rows.cu `OUT_UNSORTED`, `OUT_NONE`: the results are then not meaningful), and rows in a
+/// fixed order instead of dealt from the call's counter (`PROFK_ROWS_DEAL=0`, `ROWS_STATIC`).
+fn bench_flags() -> i32 {
+    let output = match crate::bench_env::var("PROFK_ROWS_OUTPUT") {
         Some("unsorted") => 2,
         Some("none") => 4,
         _ => 0,
-    }
+    };
+    let order = match crate::bench_env::var("PROFK_ROWS_DEAL") {
+        Some("0") => 8,
+        _ => 0,
+    };
+    output | order
 }
 
 /// One block per row, one launch (`rows_topk`).
 fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> Result<()> {
     let (input, shape) = (call.input, call.shape);
     let sorted = call.sorted.unwrap_or(((0, 0), false));
-    let flags = i32::from(sorted.1) | output_skips();
+    let flags = i32::from(sorted.1) | bench_flags();
     arena.launch_args(
         Family::Rows,
         &format!("rows_topk_{}", input.suffix),
