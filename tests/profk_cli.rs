@@ -85,6 +85,15 @@ fn select_round_trip() -> Result<()> {
     let out = candle_core::safetensors::load(&output, &Device::Cpu)?;
     ensure!(out["indices"].to_vec1::<i64>()? == vec![1, 2]);
     ensure!(out["values"].to_vec1::<f64>()? == vec![9.0, 4.0]);
+    // --stats says what the selector did: one row, selected exactly (too short to sample).
+    let run = profk_ok(&[
+        "select", "--input", i, "--tensor", "v", "--k", "2", "--output", o, "--stats",
+    ])?;
+    let said = String::from_utf8_lossy(&run.stdout);
+    ensure!(
+        said.contains("rows: 1,") && said.contains("exact_rows: 1,"),
+        "{said}"
+    );
     Ok(())
 }
 

@@ -904,6 +904,8 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     u64 cand[ROWS_CAP];
   } sm;
   __shared__ u32 s_out, s_cand, s_kept, s_kept_most;
+  // Reads of the row (thread 0 counts them): the call's record keeps them per row.
+  __shared__ u32 s_reads;
   __shared__ u32 warp_kept[ROWS_THREADS / 32];
   // With the sorted output written here and k <= SMEM_SLOTS, the row's slots stay in shared memory
   // (`out` is then unused): they are read back at once, and in global memory they cost a write and
@@ -921,7 +923,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
   for (u64 r = blockIdx.x; r < rows; first = false) {
     const T* row = x + r * n;
     zero_hist(sm.p1.hist);
-    if (t == 0) s_out = s_cand = s_kept = s_kept_most = 0;
+    if (t == 0) s_out = s_cand = s_kept = s_kept_most = s_reads = 0;
     __syncthreads();
     // With a guess the row is read once when the elements from it up hold the top k and fit the
     // buffer (their exact count says so). A guess that kept k or more but overflowed the buffer still
@@ -936,6 +938,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     }
     if (guess != NO_GUESS) {
       guess_pass(row, n, mag, ib, guess, NO_GUESS, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
+      if (t == 0) ++s_reads;
       __syncthreads();
       if (s_kept < k) {
         const u32 in_bin = sm.p1.hist[guess >> (Ops<T>::KB - ROWS_BITS)];
@@ -943,6 +946,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
         __syncthreads();
         if (lower < guess) {
           guess_pass(row, n, mag, ib, lower, guess, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
+          if (t == 0) ++s_reads;
           __syncthreads();
           guess = lower;
         }
@@ -956,6 +960,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     }
     if (!from_guess) {
       hist_pass(row, n, mag, sm.p1.hist, chunk_max);
+      if (t == 0) ++s_reads;
       __syncthreads();
     }
     const u32 nans = count_nan ? sm.p1.hist[NAN_BIN] : 0;
@@ -971,6 +976,7 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
       zero_hist(sm.p1.hist);
       __syncthreads();
       hist_pass(row, n, mag, sm.p1.hist, chunk_max);
+      if (t == 0) ++s_reads;
       __syncthreads();
       cut = find_cut(sm.p1.hist, k, guess_rank(k), &at_rank);
       from_guess = false;
@@ -988,9 +994,11 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
                               &s_cand, scratch);
     } else if (dense) {
       select_dense(row, n, cut, k, mag, ib, comps, o, &s_out);
+      if (t == 0) ++s_reads;
     } else {
       compact_pass(row, n, 0, n, mag, ib, comps, cut, k, o, &s_out, sm.cand, &s_cand, ROWS_CAP,
                    from_guess ? nullptr : chunk_max, from_guess ? floor : 0u);
+      if (t == 0) ++s_reads;
       __syncthreads();
       if (!whole_bin(cut, k))
         select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, comps, o, &s_out, scratch);
@@ -1002,10 +1010,10 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     if (vals) write_sorted(row, n, k, mag, ib, flags, o, sm.cand, vals + r * k, idx_out + r * k);
     if (t == 0) {
       s_next = next;
-      // The dense selection keeps its status for the call's record; `attempts` counts reads of the
-      // row before its selection (1: the carried bin held).
+      // The dense selection keeps its status for the call's record; `attempts` counts the row's reads
+      // (1: its guess held; the dense selection's count as one).
       run[r].status = dense ? ROW_FALLBACK : ROW_OK;
-      run[r].attempts = read_once ? 1 : 2;
+      run[r].attempts = s_reads;
     }
     __syncthreads();
     r = s_next;

@@ -259,6 +259,14 @@ pub fn carried_thresholds(dev: &Device) -> Result<()> {
                 "{dtype:?}: {} of {rows} rows read once",
                 got.stats.read_once
             );
+            // A row is read once to four times: guess, lowered guess, full histogram, compaction.
+            let s = &got.stats;
+            ensure!(
+                s.row_reads > rows as u64 && (2..=4).contains(&s.row_reads_most),
+                "{dtype:?}: {} reads of {rows} rows, at most {}",
+                s.row_reads,
+                s.row_reads_most
+            );
         }
     }
     let (rows, n) = (1100, 1500);

@@ -37,6 +37,9 @@ pub struct SelectArgs {
     /// Safetensors file to write "values" (input dtype) and "indices" (i64) to.
     #[arg(long)]
     pub output: PathBuf,
+    /// Print what the selector did (attempts, rows read once, reads of the rows, times) to stdout.
+    #[arg(long)]
+    pub stats: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
@@ -106,6 +109,9 @@ pub fn run(args: SelectArgs) -> anyhow::Result<()> {
             x.dims()
         )
     })?;
+    if args.stats {
+        println!("{:#?}", out.stats);
+    }
     let tensors = HashMap::from([
         ("values".to_string(), out.values.to_device(&Device::Cpu)?),
         ("indices".to_string(), out.indices.to_device(&Device::Cpu)?),

@@ -154,9 +154,11 @@ impl DeviceStatus {
             // SAFETY: RowRun is plain old data of exactly ROW_RUN_BYTES bytes.
             let r: RowRun = unsafe { std::ptr::read_unaligned(chunk.as_ptr() as *const RowRun) };
             if self.plan.is_none() {
-                // The row kernel's rows read once, and those that went to the dense selection.
+                // The row kernel's reads of each row, and the rows that went to the dense selection.
                 stats.exact_rows += 1;
                 stats.read_once += u64::from(r.attempts == 1);
+                stats.row_reads += u64::from(r.attempts);
+                stats.row_reads_most = stats.row_reads_most.max(r.attempts);
                 if r.status == ROW_FALLBACK {
                     stats.fell_back = true;
                     stats.fallbacks += 1;

@@ -52,9 +52,15 @@ pub struct SelectStats {
     pub overflows: u64,
     /// Rows that fell back.
     pub fallbacks: u64,
-    /// Rows the CUDA histogram selection read once: the threshold bin its block carried from the
-    /// row before held (every other row of that path is read twice).
+    /// Rows the CUDA histogram selection read once: the guess its block carried from the row before
+    /// (or drew from a sample of the row) held.
     pub read_once: u64,
+    /// Reads of the rows by the CUDA histogram selection's one-block kernel, summed over rows: one
+    /// where the guess held, two where a second read completed it, three or four past that (a dense
+    /// selection counts as one).
+    pub row_reads: u64,
+    /// Most reads of one row by that kernel.
+    pub row_reads_most: u32,
     pub time_sample: Duration,
     pub time_filter: Duration,
     pub time_select: Duration,
