@@ -572,10 +572,16 @@ __device__ void report_nan(const T* row, u64 n, u64 r, u32 nans, Global* g) {
   }
 }
 
-// The rank a guess aims at for k: a margin of half k, at least 64, above k (rows differ). No guess is
-// made when it passes three quarters of the kept buffer (a warp may hold more than its share).
-__device__ __forceinline__ u64 guess_rank(u64 k) { return k + max(k / 2, 64ull); }
+// The rank a guess aims at for k: a margin above k of half k (rows differ), at least 64, and at most
+// half the way from k to GUESS_SAFE: a warp's slice overflows near there (each holds its share of the
+// kept elements, give or take), and a guess interpolated inside a bin misses its rank by a part of
+// that bin either way. No guess is made when the rank passes three quarters of the kept buffer.
 #define GUESS_BUDGET (CARRY_CAP / 4 * 3)
+#define GUESS_SAFE (CARRY_CAP / 8 * 7)
+__device__ __forceinline__ u64 guess_rank(u64 k) {
+  const u64 room = k < GUESS_SAFE ? (GUESS_SAFE - k) / 2 : 0;
+  return k + max(min(k / 2, room), 64ull);
+}
 
 // The key at which a histogram reaches `rank` elements from the top (it counts the keys from `floor`
 // up, at least `rank` of them; c is its cut at `rank`), interpolated inside the bin that reaches it: a
