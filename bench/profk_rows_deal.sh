@@ -24,22 +24,14 @@ for round in 1 2; do
     done
   done
 done
-python3 - <<'PY'
-import json, struct, numpy as np
-x = np.random.default_rng(0).standard_normal((1024, 1 << 18), dtype=np.float32)
-d = x.tobytes()
-h = json.dumps({"x": {"dtype": "F32", "shape": [1024, 1 << 18], "data_offsets": [0, len(d)]}}).encode()
-h += b" " * (-len(h) % 8)
-with open("/tmp/rows.st", "wb") as f:
-    f.write(struct.pack("<Q", len(h))); f.write(h); f.write(d)
-PY
+python3 bench/rows_inputs.py /tmp
 for k in 64 1024; do
   for run in "/tmp/old/profk" "$B/profk PROFK_ROWS_DEAL=0" "$B/profk"; do
     set -- $run
     echo "## ncu 1024x2^18 k = $k, $run" >> "$R"
     env ${2:-PROFK_NONE=1} timeout 120 ncu --clock-control none -k regex:rows_ -c 1 \
       --metrics gpu__time_duration.sum,sm__cycles_active.avg,sm__cycles_active.min,sm__cycles_active.max \
-      "$1" select --device cuda --k $k --input /tmp/rows.st --tensor x --output /tmp/o.st 2>&1 |
+      "$1" select --device cuda --k $k --input /tmp/rows-F32.st --tensor x --output /tmp/o.st 2>&1 |
       grep -E "duration|cycles" >> "$R"
   done
 done

@@ -21,23 +21,7 @@ for round in 1 2; do
     done
   done
 done
-python3 - <<'PY'
-import json, struct, numpy as np
-def write(path, x, dtype):
-    if dtype == "BF16":
-        d = (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
-    elif dtype == "F16":
-        d = x.astype(np.float16).tobytes()
-    else:
-        d = x.tobytes()
-    h = json.dumps({"x": {"dtype": dtype, "shape": list(x.shape), "data_offsets": [0, len(d)]}}).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h))); f.write(h); f.write(d)
-x = np.random.default_rng(0).standard_normal((1024, 1 << 18), dtype=np.float32)
-for dt in ("F32", "BF16", "F16"):
-    write(f"/tmp/rows-{dt}.st", x, dt)
-PY
+python3 bench/rows_inputs.py /tmp
 for dt in F32 BF16 F16; do
   for bin in /tmp/old "$B"; do
     echo "## profk select --stats, rows-$dt k = 1024, $bin (three calls)" >> "$R"

@@ -10,26 +10,7 @@
 profk_begin bench/profk_rows_reads.sh "${1:-}"
 profk_checks "$B"
 date -u >> "$R"
-python3 - <<'PY'
-import json, struct, numpy as np
-def write(path, x, dtype):
-    if dtype == "BF16":
-        d = (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
-    elif dtype == "F16":
-        d = x.astype(np.float16).tobytes()
-    else:
-        d = x.tobytes()
-    h = json.dumps({"x": {"dtype": dtype, "shape": list(x.shape), "data_offsets": [0, len(d)]}}).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h))); f.write(h); f.write(d)
-x = np.random.default_rng(0).standard_normal((1024, 1 << 18), dtype=np.float32)
-for dt in ("F32", "BF16", "F16"):
-    write(f"/tmp/rows-{dt}.st", x, dt)
-m = np.random.default_rng(1).standard_normal((8192, 32768), dtype=np.float32)
-m[:, 16384:] = -np.inf
-write("/tmp/masked-F32.st", m, "F32")
-PY
+python3 bench/rows_inputs.py /tmp
 for input in rows-F32:64 rows-F32:1024 rows-BF16:64 rows-BF16:1024 rows-F16:64 rows-F16:1024 masked-F32:64 masked-F32:512; do
   file=${input%%:*} k=${input##*:}
   echo "## profk select --stats, $file k = $k (three calls)" >> "$R"
