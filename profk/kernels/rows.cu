@@ -898,7 +898,7 @@ __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag
 // selection). With `vals`, the block also writes the row's sorted output (k <= FUSED_MAX_K). A block
 // starts on row blockIdx.x and takes each further row from the call's counter once it has read the
 // row before: in a fixed order every block took its share of rows, and the call waited on the few
-// whose first guess had missed (the SMs sat idle a quarter of its time).
+// whose rows had taken a second read (the SMs sat idle a quarter of its time).
 template <typename T>
 __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out,
                           RowRun* run, Global* g, T* vals, long long* idx_out, int flags) {
