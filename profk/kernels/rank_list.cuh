@@ -37,12 +37,16 @@ struct Cell {
   u64 above;
 };
 
-// One row's list: a buffer's keys and indices, or composites (keys null).
+// One row's list: a buffer's keys and indices, composites (keys null), or, for a row that fell back
+// where no fallback launch ran, the input row itself (`dense`: keys of its elements by `mag`, each
+// element's index its place).
 struct ListRow {
   const u32* keys;
   const u64* idx;
   const u64* comps;
   u64 len;
+  const void* dense = nullptr;
+  int mag = 0;
 };
 
 // Whether a composite in [c0, c1] may lie in the cell (it does when c0 == c1 or the cell's shift is at
@@ -53,14 +57,18 @@ __device__ __forceinline__ bool may_hold(const Cell& x, u64 c0, u64 c1) {
 
 // Calls f(j, valid, raw) for every element of the list, RL_BATCH loads a thread in flight before any
 // is used; every thread runs the same rounds (f may use warp votes). raw: the key, or the composite.
-template <typename F>
+template <typename T, typename F>
 __device__ __forceinline__ void each_element(const ListRow& l, F f) {
+  const T* const dense = (const T*)l.dense;
   for (u64 base = 0; base < l.len; base += (u64)RL_THREADS * RL_BATCH) {
     u64 v[RL_BATCH];
 #pragma unroll
     for (int b = 0; b < RL_BATCH; ++b) {
       const u64 j = base + (u64)b * RL_THREADS + threadIdx.x;
-      v[b] = j >= l.len ? 0 : l.keys ? (u64)__ldcg(l.keys + j) : __ldcg(l.comps + j);
+      v[b] = j >= l.len ? 0
+             : l.keys   ? (u64)__ldcg(l.keys + j)
+             : l.comps  ? __ldcg(l.comps + j)
+                        : (u64)Ops<T>::key(dense[j], l.mag);
     }
 #pragma unroll
     for (int b = 0; b < RL_BATCH; ++b) {
@@ -173,12 +181,13 @@ __device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u
   u64* const gathered = slice_slots();
   const u32 t = threadIdx.x;
   const u64 imask = (1ull << ib) - 1;
-  // A buffer element's composite lies in [key << ib, key << ib | imask] until its index is read.
+  // A buffer's or the input's element's composite lies in [key << ib, key << ib | imask] until its
+  // index is read (the input's is its place).
   auto bounds = [&](u64 raw, u64& c0, u64& c1) {
-    c0 = l.keys ? raw << ib : raw;
-    c1 = l.keys ? c0 | imask : raw;
+    c0 = l.comps ? raw : raw << ib;
+    c1 = l.comps ? raw : c0 | imask;
   };
-  auto exact = [&](u64 j, u64 c0) { return l.keys ? c0 | (n - 1 - l.idx[j]) : c0; };
+  auto exact = [&](u64 j, u64 c0) { return l.comps ? c0 : c0 | (n - 1 - (l.keys ? l.idx[j] : j)); };
   Cell top = {prefix, shift, above}, bot = top;
   u64 between = l.len;
   // Cells of shift 0 are single composites: then between is hi - lo, unless the list was not distinct.
@@ -187,7 +196,7 @@ __device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u
     const int dt = min(RL_DIGIT, top.shift), db = min(RL_DIGIT, bot.shift);
     for (u32 i = t; i < RL_BINS; i += RL_THREADS) h_top[i] = h_bot[i] = 0;
     __syncthreads();
-    each_element(l, [&](u64 j, bool valid, u64 raw) {
+    each_element<T>(l, [&](u64 j, bool valid, u64 raw) {
       u64 c0, c1;
       bounds(raw, c0, c1);
       const bool mt = valid && may_hold(top, c0, c1), mb = valid && !one && may_hold(bot, c0, c1);
@@ -208,7 +217,7 @@ __device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u
   }
   if (t == 0) fill = 0;
   __syncthreads();
-  each_element(l, [&](u64 j, bool valid, u64 raw) {
+  each_element<T>(l, [&](u64 j, bool valid, u64 raw) {
     u64 c0, c1;
     bounds(raw, c0, c1);
     if (!valid || bits_from(c1, bot.shift) < bot.prefix || bits_from(c0, top.shift) > top.prefix) return;
@@ -236,16 +245,23 @@ struct RankListArgs {
   void* vals;
   long long* out;
   const u32* bins;  // one row: the filter's histogram of its kept keys (filter_bin), or null
+  int mag;          // keys by magnitude (a fallen-back row's keys are read from the input)
+  int pad;
 };
-static_assert(sizeof(RankListArgs) == 136, "RankListArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(RankListArgs) == 144, "RankListArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // Row r's list, and the bits its composites share: from `shift` up, equal to `prefix`. A buffer's keys
-// lie between its threshold's key and its largest kept key; the fallback's composites are known
-// only to fit tb bits.
+// lie between its threshold's key and its largest kept key; the fallback's composites, and a
+// fallen-back row's input where no fallback launch wrote them (comps null), are known only to fit
+// tb bits.
+template <typename T>
 __device__ ListRow row_list(const RankListArgs& a, u64 r, u64& prefix, int& shift) {
   prefix = 0;
   shift = a.tb;
-  if (a.run[r].status != ROW_OK) return {nullptr, nullptr, a.comps + r * a.k, a.k};
+  if (a.run[r].status != ROW_OK) {
+    if (a.comps) return {nullptr, nullptr, a.comps + r * a.k, a.k};
+    return {nullptr, nullptr, nullptr, a.n, (const T*)a.x + r * a.n, a.mag};
+  }
   const u64 counter = a.run[r].counter;
   const u32 lo_key = (u32)(a.sel[r].tmin >> a.ib), hi_key = a.run[r].max_key;
   if (hi_key >= lo_key) {
@@ -286,13 +302,13 @@ __device__ __forceinline__ int first_digit(int shift) { return min(RL_DIGIT, shi
 // Calls f(r, j, l, d, low) for this block's chunks of RL_THREADS elements of the rows' lists: row r,
 // this thread's element j (past the list in its last chunk), the list l and its first digit (d bits
 // at `low`). Every thread of the block calls it.
-template <typename F>
+template <typename T, typename F>
 __device__ __forceinline__ void each_chunk(const RankListArgs& a, u64 chunks, F f) {
   for (u64 item = blockIdx.x; item < a.rows * chunks; item += gridDim.x) {
     const u64 r = item / chunks, j = (item % chunks) * RL_THREADS + threadIdx.x;
     u64 prefix;
     int shift;
-    const ListRow l = row_list(a, r, prefix, shift);
+    const ListRow l = row_list<T>(a, r, prefix, shift);
     if ((item % chunks) * RL_THREADS >= l.len) continue;
     const int d = first_digit(shift);
     f(r, j, l, d, shift - d);
@@ -388,7 +404,9 @@ __device__ u32 gather_keys(const ListRow& l, u32 klo, u32 khi, u64 n, int ib) {
 // count over the grid, no scatter into the bucket and no grid barrier: a plain launch. A passed row
 // with the filter's histogram gathers its slice's bins in one read of its keys; otherwise (a bin
 // crowded past RL_CAP, a fallen-back row's composites) sort_slice narrows from the bits the whole list
-// shares, a read of it a digit.
+// shares, a read of it a digit. Where no fallback launch ran (comps null), a fallen-back row's list is
+// its input: each block narrows its slice over the whole row, a few reads of it. That costs
+// milliseconds, and the plan makes it rare enough to cost less than the launch it saves.
 template <typename T>
 __device__ void rank_whole(const RankListArgs& a) {
   const u64 parts = (a.k + a.slice - 1) / a.slice;
@@ -399,7 +417,7 @@ __device__ void rank_whole(const RankListArgs& a) {
     long long* out = a.out + r * a.k;
     u64 prefix;
     int shift;
-    const ListRow l = row_list(a, r, prefix, shift);
+    const ListRow l = row_list<T>(a, r, prefix, shift);
     if (a.bins && l.keys) {
       u32 klo, khi;
       u64 above;
@@ -414,6 +432,7 @@ __device__ void rank_whole(const RankListArgs& a) {
   }
 }
 
+// The fallen-back rows' composites come from the fallback launch here: comps is never null.
 template <typename T>
 __device__ void rank_lists(const RankListArgs& a) {
   namespace cg = cooperative_groups;
@@ -434,7 +453,7 @@ __device__ void rank_lists(const RankListArgs& a) {
     for (u32 i = t; i < RL_BINS; i += RL_THREADS) h[i] = 0;
     __syncthreads();
   };
-  each_chunk(a, chunks, [&](u64 r, u64 j, const ListRow& l, int d, int low) {
+  each_chunk<T>(a, chunks, [&](u64 r, u64 j, const ListRow& l, int d, int low) {
     if (counted != r) {
       flush();
       counted = r;
@@ -451,7 +470,7 @@ __device__ void rank_lists(const RankListArgs& a) {
   // The bins down to the cut, scattered by bin into the bucket array.
   u64 bins_of = ~0ull;
   u32 cut = 0;
-  each_chunk(a, chunks, [&](u64 r, u64 j, const ListRow& l, int d, int low) {
+  each_chunk<T>(a, chunks, [&](u64 r, u64 j, const ListRow& l, int d, int low) {
     if (bins_of != r) {
       __syncthreads();
       cut = row_bins(a, r, count, above);
@@ -485,7 +504,7 @@ __device__ void rank_lists(const RankListArgs& a) {
     const u64 r = item / parts, lo = (item % parts) * a.slice, hi = min(lo + a.slice, a.k);
     u64 prefix;
     int shift;
-    row_list(a, r, prefix, shift);
+    row_list<T>(a, r, prefix, shift);
     if (bins_of != r) {
       __syncthreads();
       row_bins(a, r, count, above);

@@ -12,6 +12,7 @@ test_device!(common::{
     shapes_and_views,
     random_sweep,
     forced_redraws_and_fallback,
+    fallen_back_rows,
     sorted_from_buffers,
     long_outputs,
     gather,

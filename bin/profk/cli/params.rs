@@ -131,6 +131,12 @@ fn run_device(args: &ParamsArgs, device: PlanDevice) -> anyhow::Result<()> {
                 args.sms
             );
         }
+        // A row that fails on this path costs more than on others, so its plan takes part of the budget.
+        (Some(p), None) if p.eps < row_eps => print_table(
+            &p,
+            "exact (Theorem 4) for the sample size of this path, on part of the budget: a row that \
+             fails every attempt is ranked from its input inside the output launch",
+        ),
         (Some(p), None) => print_table(&p, "exact (Theorem 4) for the sample size of this path"),
         (None, None) => {
             println!("n              {n}");

@@ -195,6 +195,9 @@ pub struct RankListArgs {
     pub out: u64,
     /// One row: the filter's histogram of its kept keys (`FILTER_BINS` counts), or 0.
     pub bins: u64,
+    /// Keys by magnitude: a fallen-back row without the fallback's composites is read from the input.
+    pub mag: i32,
+    pub pad: i32,
 }
 
 // SAFETY: plain-old-data records with the C layout of their kernel-side twins.
@@ -216,7 +219,7 @@ const _: () = {
     assert!(size_of::<SelArgs>() == 128);
     assert!(size_of::<FilterArgs>() == 168);
     assert!(size_of::<AccChunk>() == 16);
-    assert!(size_of::<RankListArgs>() == 136);
+    assert!(size_of::<RankListArgs>() == 144);
     assert!(size_of::<AccArgs>() == 64);
     assert!(size_of::<AccFilterArgs>() == 152);
     assert!(size_of::<SampleArgs>() == 88);

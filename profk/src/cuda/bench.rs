@@ -640,6 +640,13 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             let t = time_calls(&xs, c.k, &index, 20, plan, false)?;
             row(&name, (t.0, t.3, t.4));
         }
+        // What a row that fails every attempt costs, on the path its plan takes (the same
+        // capacity): the smallest sampled element as threshold overflows every buffer.
+        if let (1, Some(g)) = (sel_rows, gpu) {
+            let failing = Plan { t: g.sample, ..g };
+            let t = time_calls(&xs, c.k, &opts, 5, Some(failing), false)?;
+            row("every attempt failed (t = S)", (t.0, t.3, t.4));
+        }
     }
     Ok(())
 }

@@ -1,12 +1,15 @@
 //! The sorted top-k of few rows straight from their lists (kernels/rank_list.cuh): each passed row's
 //! buffer, each fallen-back row's k composites. One launch in place of the buffer's radix selection
 //! and the ranking of its k outputs: cooperative where the lists are counted and scattered over the
-//! grid, plain where each block reads its row's whole list ([`reads_whole`]).
+//! grid, plain where each block reads its row's whole list ([`reads_whole`]). The plain launch also
+//! ranks a fallen-back row from its input, so that no fallback launch comes before it
+//! ([`folds_fallback`]).
 use super::abi::RankListArgs;
 use super::filter::Buffer;
 use super::launch::{Arena, Dev, Params};
 use super::module::Family;
 use super::{Input, Shape};
+use crate::select::GPU_WHOLE_LIST_MAX;
 use crate::work_split::RANK_LIST_MAX_ROWS;
 use crate::Result;
 
@@ -32,26 +35,32 @@ pub fn bucket_len(rows: u64, k: u64, cap: u64) -> usize {
     }
 }
 
-/// Longest list that every block of its row reads whole: once, to gather its slice's bins of the
-/// filter's histogram. At 2^24 (k = 8192, M = 38 929) the 128 blocks read about 10 MB from L2,
-/// against two grid barriers, the count and the scatter it saves.
-pub const WHOLE_MAX_LIST: u64 = 1 << 16;
-
 /// Whether each block reads its row's whole list (a plain launch, kernel `rank_whole`, and the
 /// filter counts the row's kept keys by bin for it) rather than the grid counting and scattering the
 /// lists by their first digit (a cooperative launch with two grid barriers): one row whose list, its
-/// buffer or the fallback's k composites, is at most [`WHOLE_MAX_LIST`]. A benchmark may set
+/// buffer or k, is at most [`GPU_WHOLE_LIST_MAX`]. Each block reads it once, to gather its slice's
+/// bins of the filter's histogram: at 2^24 (k = 8192, M = 53 254) the 128 blocks read about 14 MB
+/// from L2, against two grid barriers, the count and the scatter it saves. A benchmark may set
 /// `PROFK_RANK_WHOLE=0|1` to take either on any shape.
 pub fn reads_whole(rows: u64, k: u64, cap: u64) -> bool {
     match crate::bench_env::var("PROFK_RANK_WHOLE") {
         Some("0") => false,
         Some("1") => true,
-        _ => rows == 1 && cap.max(k) <= WHOLE_MAX_LIST,
+        _ => rows == 1 && cap.max(k) <= GPU_WHOLE_LIST_MAX,
     }
 }
 
+/// Whether the launch ranks a fallen-back row from its input (the plain launch, [`reads_whole`]):
+/// then no fallback launch comes before it, and its composites are not read. A failed row costs a
+/// few reads of the input in every block, milliseconds, which the plan makes rare
+/// ([`crate::select::GPU_WHOLE_LIST_EPS_SHARE`]); every other call saves the fallback's launch.
+pub fn folds_fallback(rows: u64, k: u64, cap: u64) -> bool {
+    reads_whole(rows, k, cap)
+}
+
 /// Where the rows' lists lie: the filter's buffer with each row's record (`RowRun`: length, status,
-/// largest kept key) and threshold (`RowSel.tmin`), and the fallback's composites (k a row).
+/// largest kept key) and threshold (`RowSel.tmin`), and the fallback's composites (k a row; unread
+/// where the launch [`folds_fallback`]).
 pub struct Lists<'a> {
     pub buffer: &'a Buffer,
     pub run: &'a Dev<u8>,
@@ -60,7 +69,8 @@ pub struct Lists<'a> {
 }
 
 /// Writes the k largest of every row, values descending, into `vals` and `idx` (k a row): from the
-/// buffer where the row passed, from the fallback's composites where it fell back. `counts`:
+/// buffer where the row passed, from the fallback's composites (or the input, where the launch
+/// [`folds_fallback`]) where it fell back. `counts`:
 /// [`zeroed_bytes`] zeroed bytes; `bucket`: [`bucket_len`] composites; `bins`: one row's histogram
 /// of its kept keys where the filter counted it (else 0). A cooperative launch unless it
 /// [`reads_whole`]: the caller checks that the arena allows one.
@@ -76,6 +86,7 @@ pub fn launch(
     (vals, idx): (u64, u64),
 ) -> Result<()> {
     let cap = lists.buffer.cap;
+    let whole = reads_whole(shape.rows, k, cap);
     let args = RankListArgs {
         x: input.ptr,
         n: shape.n,
@@ -89,16 +100,23 @@ pub fn launch(
         cap,
         run: lists.run.ptr,
         sel: lists.sel.ptr,
-        comps: lists.comps.ptr,
+        // Null: a fallen-back row is read from the input.
+        comps: if folds_fallback(shape.rows, k, cap) {
+            0
+        } else {
+            lists.comps.ptr
+        },
         counts,
         bucket: bucket.ptr,
         vals,
         out: idx,
         bins,
+        mag: input.mag as i32,
+        pad: 0,
     };
     let mut p = Params::default();
     p.push(&args);
-    if reads_whole(shape.rows, k, cap) {
+    if whole {
         let f = arena.func(Family::Select, &format!("rank_whole_{}", input.suffix))?;
         let grid = (shape.rows * k.div_ceil(slice)).max(1);
         // SAFETY: RankListArgs is the kernel's parameter; every range it names is live for the call.

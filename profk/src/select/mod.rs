@@ -190,11 +190,34 @@ pub fn gpu_plan_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<
     Ok(gpu_params_for(n, k, eps, rows)?.map(Plan::from))
 }
 
+/// Longest list (buffer capacity, or k) of one row whose sorted outputs every block of the output
+/// launch reads whole (`rank_whole`): a plain launch that also ranks a row that failed every
+/// attempt, from its input, so that no fallback launch is queued.
+pub const GPU_WHOLE_LIST_MAX: u64 = 1 << 16;
+/// The share of the budget that plans one row whose list is read whole. Its failed row is ranked
+/// inside the output launch by a few reads of the input row in every block, milliseconds, where
+/// the fallback launch queued in every other call costs a few µs. A hundredth of the budget keeps
+/// the expected cost far below that (2^24 f32 at k = 8192: Pr(failure) 8.6e-6 against 7.5e-4, for
+/// t = 24 instead of 20 and about a fifth more kept elements).
+pub const GPU_WHOLE_LIST_EPS_SHARE: f64 = 0.01;
+
 /// The parameters, with their exact failure probabilities, of the plan the CUDA path takes for
 /// `rows` rows of `n` with budget `eps` per row: among the default sample size, [`GPU_FUSED_SAMPLE`]
 /// and a few larger sizes for a single row or smaller ones for several (at most n/64), the exact
-/// parameters of least [`gpu_cost`]; `None` when exact selection is cheaper.
+/// parameters of least [`gpu_cost`]; `None` when exact selection is cheaper. One row whose list is
+/// read whole is planned with [`GPU_WHOLE_LIST_EPS_SHARE`] of the budget.
 pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<params::Params>> {
+    let plan = gpu_params_within(n, k, eps, rows)?;
+    match plan {
+        Some(p) if rows == 1 && p.capacity.max(k as u64) <= GPU_WHOLE_LIST_MAX => {
+            gpu_params_within(n, k, eps * GPU_WHOLE_LIST_EPS_SHARE, rows)
+        }
+        _ => Ok(plan),
+    }
+}
+
+/// [`gpu_params_for`] with the whole budget `eps`.
+fn gpu_params_within(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<params::Params>> {
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
     }
@@ -477,6 +500,14 @@ mod tests {
         let gpu = gpu_plan_for(1 << 24, 8192, eps, 1).unwrap().unwrap();
         assert!(default.sample > GPU_FUSED_SAMPLE);
         assert_eq!(gpu.sample, GPU_FUSED_SAMPLE);
+        // Its list is read whole, so a hundredth of the budget plans it: a larger threshold rank.
+        let within = gpu_params_within(1 << 24, 8192, eps, 1).unwrap().unwrap();
+        let strict = gpu_params_for(1 << 24, 8192, eps, 1).unwrap().unwrap();
+        assert!(within.capacity <= GPU_WHOLE_LIST_MAX && strict.capacity <= GPU_WHOLE_LIST_MAX);
+        assert!(
+            strict.t > within.t
+                && strict.p_recall_fail + strict.p_overflow <= eps * GPU_WHOLE_LIST_EPS_SHARE
+        );
         // A large single-row k: a larger sample keeps far fewer candidates.
         let n = 1_557_611_200;
         let gpu = gpu_plan_for(n, n / 1000, eps, 1).unwrap().unwrap();

@@ -740,6 +740,72 @@ pub fn sorted_from_buffers(dev: &Device) -> Result<()> {
     Ok(())
 }
 
+/// Rows that fail every attempt (a capacity below k), on both paths that rank them: one row, whose
+/// list its output launch reads whole and so ranks from the input itself (no fallback launch), and
+/// two rows (the fallback's composites). Keys that spread, pile up in a few levels or one value, end
+/// in -inf, hold NaN and ±inf or both zeros, by value and by magnitude, in every dtype, with k from
+/// 2 to n - 1.
+pub fn fallen_back_rows(dev: &Device) -> Result<()> {
+    let n = 50_000;
+    let inf = f64::INFINITY;
+    let mut spiky = normal(n, 51);
+    for (i, v) in spiky.iter_mut().enumerate() {
+        if i % 5 == 0 {
+            *v = f64::NAN;
+        } else if i % 9 == 0 {
+            *v = inf;
+        } else if i % 2 == 0 {
+            *v = -inf;
+        }
+    }
+    let rows = [
+        ("normal", normal(n, 50)),
+        ("eight levels", small_ints(n, 8, 52)),
+        ("all equal", vec![-1.5; n]),
+        (
+            "half -inf",
+            (0..n).map(|i| if i < n / 2 { 1.0 } else { -inf }).collect(),
+        ),
+        ("nan, inf and -inf", spiky),
+        (
+            "zeros of both signs",
+            (0..n)
+                .map(|i| if i % 3 == 0 { -0.0 } else { 0.0 })
+                .collect(),
+        ),
+    ];
+    let nan_largest = TopKOptions {
+        nan: NanPolicy::Largest,
+        ..TopKOptions::default()
+    };
+    let magnitude = TopKOptions {
+        by_magnitude: true,
+        ..nan_largest.clone()
+    };
+    for (name, row) in &rows {
+        for dtype in dtypes(dev) {
+            for count in [1usize, 2] {
+                let x = tensor(&row.repeat(count), &[count, n], dtype, dev)?;
+                for k in [2, 37, 3000, n - 1] {
+                    for opts in [&nan_largest, &magnitude] {
+                        let what =
+                            || format!("'{name}', {count} rows, {dtype:?}, k = {k}, {opts:?}");
+                        let got = check_with_plan(&x, k, opts, (1024, 4, k as u64 - 1))
+                            .with_context(what)?;
+                        let s = &got.stats;
+                        ensure!(
+                            s.fell_back && s.fallbacks == count as u64,
+                            "{}: {s:?}",
+                            what()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `topk_gather`: the gathered rows match the indices; shapes are validated with clear errors.
 pub fn gather(dev: &Device) -> Result<()> {
     let inf = f64::INFINITY;
