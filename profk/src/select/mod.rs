@@ -210,10 +210,20 @@ pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Optio
     let plan = gpu_params_within(n, k, eps, rows)?;
     match plan {
         Some(p) if rows == 1 && p.capacity.max(k as u64) <= GPU_WHOLE_LIST_MAX => {
-            gpu_params_within(n, k, eps * GPU_WHOLE_LIST_EPS_SHARE, rows)
+            gpu_params_within(n, k, eps * whole_list_eps_share(), rows)
         }
         _ => Ok(plan),
     }
+}
+
+/// [`GPU_WHOLE_LIST_EPS_SHARE`], or the inverse of `PROFK_WHOLE_LIST_EPS_DIV` where a benchmark sets
+/// it (1: the whole budget), to time what the stricter plan costs.
+fn whole_list_eps_share() -> f64 {
+    #[cfg(feature = "bench")]
+    if let Some(div) = crate::bench_env::number("PROFK_WHOLE_LIST_EPS_DIV") {
+        return 1.0 / div.max(1) as f64;
+    }
+    GPU_WHOLE_LIST_EPS_SHARE
 }
 
 /// [`gpu_params_for`] with the whole budget `eps`.
