@@ -675,15 +675,12 @@ pub fn forced_redraws_and_fallback(dev: &Device) -> Result<()> {
     Ok(())
 }
 
-/// Buffers of tens of thousands whose top-k is sorted straight from them (few rows, values
-/// descending): lists whose keys spread over many digits, share a handful of keys (the order then
-/// comes from the index bits), are all equal or end in -inf, with NaN largest and by magnitude, on one
-/// row and on two, in every dtype; outputs short for one block's slice, and long enough for slices of
-/// 512.
-pub fn sorted_from_buffers(dev: &Device) -> Result<()> {
-    let n = 100_000;
+/// Rows of n whose top lists are hard to order: keys that spread over many digits, pile up in eight
+/// levels or one value (the order then comes from the index bits), end in -inf, hold NaN and ±inf,
+/// or zeros of both signs (one key).
+pub fn adversarial_lists(n: usize, seed: u64) -> Vec<(&'static str, Vec<f64>)> {
     let inf = f64::INFINITY;
-    let mut spiky = normal(n, 41);
+    let mut spiky = normal(n, seed + 1);
     for (i, v) in spiky.iter_mut().enumerate() {
         if i % 7 == 0 {
             *v = f64::NAN;
@@ -693,16 +690,26 @@ pub fn sorted_from_buffers(dev: &Device) -> Result<()> {
             *v = -inf;
         }
     }
-    let rows = [
-        ("normal", normal(n, 40)),
-        ("eight levels", small_ints(n, 8, 42)),
+    vec![
+        ("normal", normal(n, seed)),
+        ("eight levels", small_ints(n, 8, seed + 2)),
         ("all equal", vec![0.75; n]),
         (
             "half -inf",
             (0..n).map(|i| if i < n / 2 { -inf } else { 1.0 }).collect(),
         ),
         ("nan, inf and -inf", spiky),
-    ];
+        (
+            "zeros of both signs",
+            (0..n)
+                .map(|i| if i % 3 == 0 { -0.0 } else { 0.0 })
+                .collect(),
+        ),
+    ]
+}
+
+/// NaN largest, by value and by magnitude.
+pub fn by_value_and_magnitude() -> [TopKOptions; 2] {
     let nan_largest = TopKOptions {
         nan: NanPolicy::Largest,
         ..TopKOptions::default()
@@ -711,6 +718,16 @@ pub fn sorted_from_buffers(dev: &Device) -> Result<()> {
         by_magnitude: true,
         ..nan_largest.clone()
     };
+    [nan_largest, magnitude]
+}
+
+/// Buffers of tens of thousands whose top-k is sorted straight from them (few rows, values
+/// descending): the rows of [`adversarial_lists`], with NaN largest and by magnitude, on one row and
+/// on two, in every dtype; outputs short for one block's slice, and long enough for slices of 512.
+pub fn sorted_from_buffers(dev: &Device) -> Result<()> {
+    let n = 100_000;
+    let rows = adversarial_lists(n, 40);
+    let [nan_largest, magnitude] = by_value_and_magnitude();
     for (name, row) in &rows {
         for dtype in dtypes(dev) {
             for count in [1usize, 2] {
@@ -742,46 +759,12 @@ pub fn sorted_from_buffers(dev: &Device) -> Result<()> {
 
 /// Rows that fail every attempt (a capacity below k), on both paths that rank them: one row, whose
 /// list its output launch reads whole and so ranks from the input itself (no fallback launch), and
-/// two rows (the fallback's composites). Keys that spread, pile up in a few levels or one value, end
-/// in -inf, hold NaN and ±inf or both zeros, by value and by magnitude, in every dtype, with k from
-/// 2 to n - 1.
+/// two rows (the fallback's composites). The rows of [`adversarial_lists`], by value and by
+/// magnitude, in every dtype, with k from 2 to n - 1.
 pub fn fallen_back_rows(dev: &Device) -> Result<()> {
     let n = 50_000;
-    let inf = f64::INFINITY;
-    let mut spiky = normal(n, 51);
-    for (i, v) in spiky.iter_mut().enumerate() {
-        if i % 5 == 0 {
-            *v = f64::NAN;
-        } else if i % 9 == 0 {
-            *v = inf;
-        } else if i % 2 == 0 {
-            *v = -inf;
-        }
-    }
-    let rows = [
-        ("normal", normal(n, 50)),
-        ("eight levels", small_ints(n, 8, 52)),
-        ("all equal", vec![-1.5; n]),
-        (
-            "half -inf",
-            (0..n).map(|i| if i < n / 2 { 1.0 } else { -inf }).collect(),
-        ),
-        ("nan, inf and -inf", spiky),
-        (
-            "zeros of both signs",
-            (0..n)
-                .map(|i| if i % 3 == 0 { -0.0 } else { 0.0 })
-                .collect(),
-        ),
-    ];
-    let nan_largest = TopKOptions {
-        nan: NanPolicy::Largest,
-        ..TopKOptions::default()
-    };
-    let magnitude = TopKOptions {
-        by_magnitude: true,
-        ..nan_largest.clone()
-    };
+    let rows = adversarial_lists(n, 50);
+    let [nan_largest, magnitude] = by_value_and_magnitude();
     for (name, row) in &rows {
         for dtype in dtypes(dev) {
             for count in [1usize, 2] {
