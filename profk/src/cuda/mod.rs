@@ -682,9 +682,9 @@ fn profk(
     let comps_out = comps.as_ref();
     let fallback = !skip::has(skip::FALLBACK);
     if let (Some(slice), Some(comps)) = (listed, comps_out) {
-        // The fallback's composites first: its rows' lists. A launch that ranks a fallen-back row
-        // from its input needs none.
-        if fallback && !rank_list::folds_fallback(shape.rows, k, cap) {
+        // The fallback's composites first: its rows' lists. The launch that reads each row's whole
+        // list ranks a fallen-back row from its input and needs none.
+        if fallback && !rank_list::reads_whole(shape.rows, k, cap) {
             fb.exact(&Source::Dense, &out, k, run, Some(comps))?;
         }
         let sorted = Outputs::alloc(arena_ro, input.dtype, shape.rows * k)?;

@@ -2,14 +2,12 @@
 //! buffer, each fallen-back row's k composites. One launch in place of the buffer's radix selection
 //! and the ranking of its k outputs: cooperative where the lists are counted and scattered over the
 //! grid, plain where each block reads its row's whole list ([`reads_whole`]). The plain launch also
-//! ranks a fallen-back row from its input, so that no fallback launch comes before it
-//! ([`folds_fallback`]).
+//! ranks a fallen-back row from its input, so that no fallback launch comes before it.
 use super::abi::RankListArgs;
 use super::filter::Buffer;
 use super::launch::{Arena, Dev, Params};
 use super::module::Family;
 use super::{Input, Shape};
-use crate::select::GPU_WHOLE_LIST_MAX;
 use crate::work_split::RANK_LIST_MAX_ROWS;
 use crate::Result;
 
@@ -38,29 +36,24 @@ pub fn bucket_len(rows: u64, k: u64, cap: u64) -> usize {
 /// Whether each block reads its row's whole list (a plain launch, kernel `rank_whole`, and the
 /// filter counts the row's kept keys by bin for it) rather than the grid counting and scattering the
 /// lists by their first digit (a cooperative launch with two grid barriers): one row whose list, its
-/// buffer or k, is at most [`GPU_WHOLE_LIST_MAX`]. Each block reads it once, to gather its slice's
-/// bins of the filter's histogram: at 2^24 (k = 8192, M = 53 254) the 128 blocks read about 14 MB
-/// from L2, against two grid barriers, the count and the scatter it saves. A benchmark may set
+/// buffer or k, is short ([`crate::select::gpu_whole_list`]). Each block reads it once, to gather its
+/// slice's bins of the filter's histogram: at 2^24 (k = 8192, M = 53 254) the 128 blocks read about
+/// 14 MB from L2, against two grid barriers, the count and the scatter it saves. The plain launch
+/// also ranks a fallen-back row from its input (a few reads of it in every block, milliseconds,
+/// which the plan makes rare: [`crate::select::GPU_WHOLE_LIST_EPS_SHARE`]), so no fallback launch
+/// comes before it and the fallback's composites are not read. A benchmark may set
 /// `PROFK_RANK_WHOLE=0|1` to take either on any shape.
 pub fn reads_whole(rows: u64, k: u64, cap: u64) -> bool {
     match crate::bench_env::var("PROFK_RANK_WHOLE") {
         Some("0") => false,
         Some("1") => true,
-        _ => rows == 1 && cap.max(k) <= GPU_WHOLE_LIST_MAX,
+        _ => crate::select::gpu_whole_list(rows, k, cap),
     }
-}
-
-/// Whether the launch ranks a fallen-back row from its input (the plain launch, [`reads_whole`]):
-/// then no fallback launch comes before it, and its composites are not read. A failed row costs a
-/// few reads of the input in every block, milliseconds, which the plan makes rare
-/// ([`crate::select::GPU_WHOLE_LIST_EPS_SHARE`]); every other call saves the fallback's launch.
-pub fn folds_fallback(rows: u64, k: u64, cap: u64) -> bool {
-    reads_whole(rows, k, cap)
 }
 
 /// Where the rows' lists lie: the filter's buffer with each row's record (`RowRun`: length, status,
 /// largest kept key) and threshold (`RowSel.tmin`), and the fallback's composites (k a row; unread
-/// where the launch [`folds_fallback`]).
+/// where the launch [`reads_whole`]).
 pub struct Lists<'a> {
     pub buffer: &'a Buffer,
     pub run: &'a Dev<u8>,
@@ -70,7 +63,7 @@ pub struct Lists<'a> {
 
 /// Writes the k largest of every row, values descending, into `vals` and `idx` (k a row): from the
 /// buffer where the row passed, from the fallback's composites (or the input, where the launch
-/// [`folds_fallback`]) where it fell back. `counts`:
+/// [`reads_whole`]) where it fell back. `counts`:
 /// [`zeroed_bytes`] zeroed bytes; `bucket`: [`bucket_len`] composites; `bins`: one row's histogram
 /// of its kept keys where the filter counted it (else 0). A cooperative launch unless it
 /// [`reads_whole`]: the caller checks that the arena allows one.
@@ -101,11 +94,7 @@ pub fn launch(
         run: lists.run.ptr,
         sel: lists.sel.ptr,
         // Null: a fallen-back row is read from the input.
-        comps: if folds_fallback(shape.rows, k, cap) {
-            0
-        } else {
-            lists.comps.ptr
-        },
+        comps: if whole { 0 } else { lists.comps.ptr },
         counts,
         bucket: bucket.ptr,
         vals,

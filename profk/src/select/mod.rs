@@ -194,6 +194,12 @@ pub fn gpu_plan_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<
 /// launch reads whole (`rank_whole`): a plain launch that also ranks a row that failed every
 /// attempt, from its input, so that no fallback launch is queued.
 pub const GPU_WHOLE_LIST_MAX: u64 = 1 << 16;
+
+/// Whether the CUDA path reads the whole list of each row of a call of `rows` rows of k outputs
+/// from buffers of `cap` (see [`GPU_WHOLE_LIST_MAX`]): one row whose list is at most that long.
+pub fn gpu_whole_list(rows: u64, k: u64, cap: u64) -> bool {
+    rows == 1 && cap.max(k) <= GPU_WHOLE_LIST_MAX
+}
 /// The share of the budget that plans one row whose list is read whole. Its failed row is ranked
 /// inside the output launch by a few reads of the input row in every block, milliseconds, where
 /// the fallback launch queued in every other call costs a few µs. A hundredth of the budget keeps
@@ -209,7 +215,7 @@ pub const GPU_WHOLE_LIST_EPS_SHARE: f64 = 0.01;
 pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<params::Params>> {
     let plan = gpu_params_within(n, k, eps, rows)?;
     match plan {
-        Some(p) if rows == 1 && p.capacity.max(k as u64) <= GPU_WHOLE_LIST_MAX => {
+        Some(p) if gpu_whole_list(rows as u64, k as u64, p.capacity) => {
             gpu_params_within(n, k, eps * whole_list_eps_share(), rows)
         }
         _ => Ok(plan),
