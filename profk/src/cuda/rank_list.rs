@@ -37,8 +37,8 @@ pub fn bucket_len(rows: u64, k: u64, cap: u64) -> usize {
 /// filter counts the row's kept keys by bin for it) rather than the grid counting and scattering the
 /// lists by their first digit (a cooperative launch with two grid barriers): one row whose list, its
 /// buffer or k, is short ([`crate::select::gpu_whole_list`]). Each block reads it once, to gather its
-/// slice's bins of the filter's histogram: at 2^24 (k = 8192, M = 53 254) the 128 blocks read about
-/// 14 MB from L2, against two grid barriers, the count and the scatter it saves. The plain launch
+/// slice's bins of the filter's histogram: at 2^24 (k = 8192, about 24 600 kept) the 128 blocks read
+/// about 13 MB from L2, against two grid barriers, the count and the scatter it saves. The plain launch
 /// also ranks a fallen-back row from its input (a few reads of it in every block, milliseconds,
 /// which the plan makes rare: [`crate::select::GPU_WHOLE_LIST_EPS_SHARE`]), so no fallback launch
 /// comes before it and the fallback's composites are not read. A benchmark may set
