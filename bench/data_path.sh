@@ -4,9 +4,9 @@
 # fly, BatchTopK and Matryoshka at (n, B) in {(2^16, 4096), (2^17, 8192)}, d = 1600, k = 32, TF32, and the
 # crosscoder over layers 12/24/36. Each run's whole-run tokens/s (tokens / wall seconds of the command, and
 # from the loop's start), stall-free step ms and data-wait share come from its metrics.jsonl
-# (bench/data_path.py prints the table). Binaries: .devbin/data/*.xz (bench/data_path_pack.sh).
+# (bench/data_path.py prints the table). Binaries: .devbin/data_path/*.xz (bench/pack.sh data_path).
 #   DP_TOKENS   tokens to extract (default 5242880 = 20 shards of 262144)
-#   DP_PACK     the packed binaries (default .devbin/data)
+#   DP_PACK     the packed binaries (default .devbin/data_path)
 #   DP_ONLY     a space-separated subset of: extract warm shards (or one of shards-16 shards-17) profile otf
 #               matryoshka crosscoder mixing
 #   DP_STEPS_16 / DP_STEPS_17 / DP_STEPS_OTF   steps of the (2^16, 4096) and (2^17, 8192) runs from shards and
@@ -26,7 +26,7 @@ ONLY=${DP_ONLY:-extract shards profile otf matryoshka crosscoder mixing}
 mkdir -p "$LOG" "$WORK"
 . bench/lib.sh
 export SAE_CHECKPOINT_EVERY=${DP_CHECKPOINT_EVERY:-2000}
-unpack "${DP_PACK:-.devbin/data}" "$BIN"
+unpack "${DP_PACK:-.devbin/data_path}" "$BIN"
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/device.txt" 2>&1
 nproc >>"$LOG/device.txt"; df -h "$WORK" >>"$LOG/device.txt"

@@ -1,5 +1,5 @@
-# Sourced by the bench/*_final.sh scripts on the GPU machine, from the repository root (where the test
-# binaries find the workspace's fixtures: runtime::workspace_file; SPARSETRAIN_ROOT overrides it).
+# Sourced by the bench/WORKLOAD.sh run scripts on the GPU machine, from the repository root (where the
+# test binaries find the workspace's fixtures: runtime::workspace_file; SPARSETRAIN_ROOT overrides it).
 # Each script sets LOG (its log folder) first.
 
 # unpack SRC DEST: every SRC/*.xz decompressed into DEST, executable.
@@ -53,7 +53,7 @@ ef_overhead_table() {
   grep -q '^| torch' "$2" || tail -3 "$2"
 }
 
-# begin NAME PACKED: the start of every *_final.sh: LOG=$OUT/NAME (created), the packed binaries of
+# begin NAME PACKED: the start of a run script: LOG=$OUT/NAME (created), the packed binaries of
 # the folder PACKED unpacked into B, START and GPU (name, driver) set.
 begin() {
   LOG=${OUT:-/tmp/out}/$1
@@ -130,14 +130,13 @@ for r in rows[1:]:
 print("| sum |", "|", "|", f"{total:.1f}", "|")' >> "$R"
 }
 
-# profk_begin SCRIPT MODE: the start of the bench/profk_*_final.sh scripts: R=$OUT/r.txt (headed by
-# the call, the GPU and the date), B=/tmp/b with the packed .devbin/pkrows unpacked, and the profk CLI
-# where bench/topk_peers.sh looks for it (.devbin/pk).
+# profk_begin SCRIPT MODE: the start of bench/profk.sh: R=$OUT/r.txt (headed by the call, the GPU and
+# the date) and B=/tmp/b with the packed .devbin/profk unpacked (bench/peers/topk_peers.sh finds the
+# profk CLI there too).
 profk_begin() {
   R=${OUT:-/tmp/out}/r.txt
   B=/tmp/b
-  unpack .devbin/pkrows "$B"
-  mkdir -p .devbin/pk && cp .devbin/pkrows/profk.xz .devbin/pk/
+  unpack .devbin/profk "$B"
   { echo "# device call: $1 $2"; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; date -u; } >"$R"
 }
 

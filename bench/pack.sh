@@ -1,11 +1,17 @@
-# Sourced by the bench/*_pack.sh scripts (run here, on the machine without a GPU, from the repository
-# root): builds CUDA executables and packs them, stripped and xz'd, into a git-ignored folder that a
-# device call carries.
-#   pack DEST "CARGO BUILD FLAGS" PACKAGE/TARGET[=NAME] ...
-# Each PACKAGE/TARGET is an integration test, a binary or an example of that package by its name, or
-# PACKAGE/lib for its library's unit tests, packed as DEST/NAME.xz (NAME defaults to TARGET). The
-# build goes to $CARGO_TARGET_DIR (default target-gpu) with the pinned CUDA toolchain
-# (tools/cuda-toolchain.sh), release, `--features cuda,bench`.
+#!/usr/bin/env bash
+# Builds the CUDA executables one GPU benchmark runs and packs them, stripped and xz'd, into
+# .devbin/WORKLOAD/ (git-ignored), which the device call carries. Run on the machine without a GPU,
+# from the repository root (seconds when up to date):
+#   bash bench/pack.sh WORKLOAD...
+# WORKLOAD is the name of its run script, bench/WORKLOAD.sh: activations, attention_train,
+# layer_norm_train, linear_train, data_path (also for checkpoint_time.sh and mixing.sh), gradsparse,
+# profk, sae, sae_matryoshka. The build goes to $CARGO_TARGET_DIR (default target-gpu) with the pinned
+# CUDA toolchain (tools/cuda-toolchain.sh), release, `--features cuda,bench`.
+set -euo pipefail
+
+# pack DEST "CARGO BUILD FLAGS" PACKAGE/TARGET[=NAME] ...: each PACKAGE/TARGET is an integration test,
+# a binary or an example of that package by its name, or PACKAGE/lib for its library's unit tests,
+# packed as DEST/NAME.xz (NAME defaults to TARGET).
 pack() {
   local dest=$1 flags=$2
   shift 2
@@ -21,3 +27,51 @@ pack() {
       echo "packed $dest/$name.xz ($(du -h "$dest/$name.xz" | cut -f1))"
     done
 }
+
+[ $# -gt 0 ] || { sed -n 2,9p "$0" >&2; exit 2; }
+for workload in "$@"; do
+  dest=.devbin/$workload
+  case $workload in
+  activations)
+    pack "$dest" "-p gpt2 -p activations --bins --tests --examples" \
+      activations/extract activations/forward_bench gpt2/ops gpt2/gpt2 activations/shards ;;
+  attention_train)
+    pack "$dest" "-p gpt2 -p activations --test train_attention --example attention_train_bench" \
+      gpt2/train_attention activations/attention_train_bench ;;
+  layer_norm_train)
+    pack "$dest" "-p gpt2 -p activations --test train_layer_norm --example layer_norm_train_bench" \
+      gpt2/train_layer_norm activations/layer_norm_train_bench ;;
+  linear_train)
+    pack "$dest" "-p gpt2 -p activations --tests --examples" \
+      gpt2/ops gpt2/train_linear activations/linear_train_bench ;;
+  data_path)
+    pack "$dest" "-p sparsetrain -p activations -p sae --bins --tests --examples" \
+      sparsetrain/train-sae sparsetrain/finetune sparsetrain/extract activations/hash_rate \
+      activations/shards activations/prefetch sae/shard_stream ;;
+  gradsparse)
+    # The accumulate tests, the gradsparse unit tests, the benchmark.
+    pack "$dest" "-p profk -p gradsparse --bins --tests" \
+      profk/accumulate gradsparse/lib=gradsparse_lib gradsparse/finetune-bench ;;
+  profk)
+    # profk's CUDA tests by name (its params test reads the profk binary of the root package), then
+    # the profk CLI.
+    pack "$dest" "-p profk --test selection --test rows --test statistics --test accumulate --test graph_capture" \
+      profk/selection profk/rows profk/statistics profk/accumulate profk/graph_capture
+    pack "$dest" "-p sparsetrain --bin profk" sparsetrain/profk ;;
+  sae)
+    pack "$dest" "-p sae --bins --tests" sae/sparse_ops sae/sae-bench ;;
+  sae_matryoshka)
+    # The Matryoshka / crosscoder / aux-k reference tests, the pair-kernel tests, the benchmark; and
+    # dictionary_learning's release wheel (dictionary-learning 0.1.0, pure Python, installed there
+    # without its dependencies) into .whl/ (git-ignored: carry it too).
+    pack "$dest" "-p sae --bins --tests" sae/matryoshka sae/sparse_ops sae/sae-bench
+    mkdir -p .whl
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
+      dictionary-learning==0.1.0
+    ls -l .whl ;;
+  *)
+    echo "bench/pack.sh: unknown workload '$workload'" >&2
+    sed -n 6,8p "$0" >&2
+    exit 2 ;;
+  esac
+done

@@ -10,8 +10,8 @@
 #
 # SAE_PRECISIONS (default tf32) adds bf16 / f32 rows on both sides; SAE_SHAPES overrides the shapes.
 #
-# SAE_M_PACK (default .devbin/sae-m) is where the packed binaries are; sparse_ops runs if packed.
-# The binaries come prebuilt in .devbin/sae-m/ and the wheel in .whl/ (bash bench/sae_matryoshka_pack.sh);
+# SAE_M_PACK (default .devbin/sae_matryoshka) is where the packed binaries are; sparse_ops runs if packed.
+# The binaries come prebuilt in .devbin/sae_matryoshka/ and the wheel in .whl/ (bash bench/pack.sh sae_matryoshka);
 # carry both.
 set -uo pipefail
 export CUDA_CACHE_MAXSIZE=${CUDA_CACHE_MAXSIZE:-4294967296}
@@ -20,7 +20,7 @@ LOG=$OUT/sae-m
 BIN=/tmp/sae-m-bin
 mkdir -p "$LOG"
 . bench/lib.sh
-unpack "${SAE_M_PACK:-.devbin/sae-m}" "$BIN"
+unpack "${SAE_M_PACK:-.devbin/sae_matryoshka}" "$BIN"
 SHAPES=${SAE_SHAPES:-65536x4096,131072x8192}
 PRECISIONS=${SAE_PRECISIONS:-tf32}
 START=$(date +%s)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hugging Face transformers peer of `extract`: GPT-2 residual-stream activations, tokens/s.
 
-Same shapes as bench/activations_final.sh: a GPT-2-shaped model with random weights, sdpa
+Same shapes as bench/activations.sh: a GPT-2-shaped model with random weights, sdpa
 attention, batch of B contexts x T tokens, run through the first L blocks (the stream after
 block L-1, i.e. blocks.L.hook_resid_pre; L = n_layer runs everything and applies ln_f), the
 activations copied to host memory each batch (as extraction must). Nothing is written to disk.

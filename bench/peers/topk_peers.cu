@@ -14,7 +14,7 @@
 //   topk_peers --peer flashinfer|flashinfer_det|cub --shape LABEL --rows R --n N --k K
 //              --dtype f32|bf16|f16 [--masked] [--reps 15] [--limit 120]
 //
-// Built by bench/build_topk_peers.sh, run case by case by bench/topk_peers.sh.
+// Built by bench/peers/build_topk_peers.sh, run case by case by bench/peers/topk_peers.sh.
 #define CUB_DISABLE_TOPK_UNSUPPORTED_ARCH_ASSERT
 #include <cuda/__execution/determinism.h>
 #include <cuda/__execution/output_ordering.h>

@@ -6,7 +6,7 @@ device memory of one call. Prints a markdown table (stdout) in the columns of pr
 
     python3 bench/peers/torch_topk.py [--quick | --targets] [--dtype f32|f16|bf16]
 
-With --case, one case of bench/topk_peers.sh instead, with the flags of bench/peers/topk_peers.cu,
+With --case, one case of bench/peers/topk_peers.sh instead, with the flags of bench/peers/topk_peers.cu,
 checked against a sort of every row, as one JSON line (also on failure):
 
     python3 bench/peers/torch_topk.py --case --shape LABEL --rows R --n N --k K --dtype D [--masked]

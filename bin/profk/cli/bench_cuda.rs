@@ -20,7 +20,7 @@ pub struct CudaBenchArgs {
     /// SAE), in both output orders.
     #[arg(long)]
     pub targets: bool,
-    /// Time only Prof-K on the shapes of the peer comparison (bench/topk_peers.sh).
+    /// Time only Prof-K on the shapes of the peer comparison (bench/peers/topk_peers.sh).
     #[arg(long)]
     pub peers: bool,
     /// Time only the row-wise shapes (1024x2^18, 128x2^20, masked 8192x32768, then few rows of 2^20

@@ -307,7 +307,7 @@ pub fn run_grid(
     run_cases(dev, labelled(grid(quick), only), false, dtype, out)
 }
 
-/// The shapes the peers are measured on (bench/topk_peers.sh): single rows of 2^24, 2^28 and 2^30
+/// The shapes the peers are measured on (bench/peers/topk_peers.sh): single rows of 2^24, 2^28 and 2^30
 /// at k = 8192, the batched and masked rows, and the flat 8192x2^17 selection.
 pub fn peer_cases() -> Vec<Case> {
     const LABELS: [&str; 8] = [

@@ -10,9 +10,9 @@ pub const ONE_BLOCK_MAX_N: u64 = 1 << 15;
 /// keeps what lies above it in shared memory and reads most rows once. With the guess a whole
 /// histogram bin, 1024 x 2^18 at k = 64 already ran faster than sampled (H200, 2026-12-02, `profk
 /// bench --device cuda --row-shapes`: f32 0.476 ms against 0.682, bf16 0.493 against 0.521;
-/// docs/perf/logs/2026-12-02-h200-profk-carried-bin.txt), but at k = 1024 a bin's elements no longer
-/// fit and each row was read twice (f32 1.021 ms against 0.907 sampled); docs/perf.md has the key
-/// guess's figures.
+/// log 2026-12-02-h200-profk-carried-bin.txt, docs/perf/logs/ at commit 0107786), but at k = 1024
+/// a bin's elements no longer fit and each row was read twice (f32 1.021 ms against 0.907 sampled);
+/// docs/perf/profk-cuda.md has the key guess's figures.
 pub const ONE_BLOCK_LONG_MAX_N: u64 = 1 << 18;
 pub const ONE_BLOCK_LONG_K_SHIFT: u32 = 8;
 /// Rows this short take one block each even when they are few: one block reads such a row in about
