@@ -160,7 +160,7 @@ const GPU_LARGER_SAMPLES: [u64; 2] = [1 << 16, 1 << 18];
 /// so the CPU rule's n/32 costs more than the larger buffer a smaller sample needs (H200,
 /// 2026-12-02, an A/B of sample sizes in one call: 128x2^20 f32 k = 1024 0.335 ms with S = 16384,
 /// 0.295 with 4096; 1024x2^18 k = 1024 0.912 with S = 8192, 0.832 with 2048; FlashInfer beside the
-/// final rule in docs/perf.md).
+/// final rule in docs/perf.md at commit 0107786).
 const GPU_ROW_SAMPLES: [u64; 3] = [1 << 11, 1 << 12, 1 << 13];
 
 /// Cost of a plan on the GPU, in buffer elements (measured on the H200, 2026-11-30: a buffer element
