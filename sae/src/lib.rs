@@ -16,7 +16,6 @@ pub mod features;
 pub mod heldout;
 pub mod init;
 pub mod memory;
-pub mod metrics;
 pub mod model;
 pub mod nested;
 pub mod optim;
