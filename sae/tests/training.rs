@@ -124,10 +124,31 @@ fn training_reduces_loss_and_exports_saelens_layout() {
     ] {
         assert!(records.contains(key), "metrics.jsonl lacks {key}");
     }
-    let aux_ran = records.lines().any(|l| {
-        let v: serde_json::Value = serde_json::from_str(l).unwrap();
-        v["metrics"]["aux_loss"].as_f64().is_some_and(|a| a > 0.0)
-    });
+    let parsed: Vec<serde_json::Value> = records
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let train_mse: Vec<f64> = parsed
+        .iter()
+        .filter(|v| v["kind"] == "train")
+        .filter_map(|v| v["metrics"]["mse"].as_f64())
+        .collect();
+    // The means of the first and last three logged steps, so that one noisy step decides nothing
+    // (the MSE falls about sevenfold over the 60 steps).
+    assert!(train_mse.len() >= 10, "{} train records", train_mse.len());
+    let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len() as f64;
+    let (first, last) = (
+        mean(&train_mse[..3]),
+        mean(&train_mse[train_mse.len() - 3..]),
+    );
+    assert!(
+        last < 0.5 * first,
+        "the training loss did not fall: MSE {first} over the first three logged steps, {last} over \
+         the last three"
+    );
+    let aux_ran = parsed
+        .iter()
+        .any(|v| v["metrics"]["aux_loss"].as_f64().is_some_and(|a| a > 0.0));
     assert!(
         aux_ran,
         "no step had dead latents, so the aux-k loss never ran"
