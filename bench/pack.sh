@@ -28,7 +28,8 @@ pack() {
     done
 }
 
-[ $# -gt 0 ] || { sed -n 2,9p "$0" >&2; exit 2; }
+WORKLOADS="activations attention_train layer_norm_train linear_train data_path gradsparse profk sae sae_matryoshka"
+[ $# -gt 0 ] || { echo "usage: bash bench/pack.sh WORKLOAD... ($WORKLOADS)" >&2; exit 2; }
 for workload in "$@"; do
   dest=.devbin/$workload
   case $workload in
@@ -70,8 +71,7 @@ for workload in "$@"; do
       dictionary-learning==0.1.0
     ls -l .whl ;;
   *)
-    echo "bench/pack.sh: unknown workload '$workload'" >&2
-    sed -n 6,8p "$0" >&2
+    echo "bench/pack.sh: unknown workload '$workload' (one of: $WORKLOADS)" >&2
     exit 2 ;;
   esac
 done
