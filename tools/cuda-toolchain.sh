@@ -7,16 +7,22 @@
 #   tools/cuda-toolchain.sh cargo build --release --features cuda --bin profk
 #   tools/cuda-toolchain.sh env                                                      # print the env
 #
-# The wheels (~620 MB) go to $CUDA_PIP_PREFIX (default ~/.cache/sparsetrain/cuda-13.0) on first use.
+# The wheels (~620 MB, and ~200 MB of NCCL) go to $CUDA_PIP_PREFIX (default
+# ~/.cache/sparsetrain/cuda-13.0) on first use.
 # Pins: CUDA 13.0 to match the H200's driver 580; PTX from a newer nvcc does not load on that driver.
 # The stubs (libcuda, libcublas, libcublasLt) satisfy the link only: their file names lack the
-# soname, so at run time the GPU machine's real libraries are loaded.
+# soname, so at run time the GPU machine's real libraries are loaded. NCCL is the real library, on
+# LD_LIBRARY_PATH for the commands run through this script.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PREFIX=${CUDA_PIP_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/sparsetrain/cuda-13.0}
 CU=$PREFIX/site/nvidia/cu13
 WHEELS="nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-runtime==13.0.96
         nvidia-cuda-cccl==13.0.85 nvidia-cuda-nvrtc==13.0.88 nvidia-curand==10.4.0.35"
+# NCCL 2.30, the version of cudarc's default NCCL bindings (the `cuda` feature of `collective`).
+NCCL_WHEEL="nvidia-nccl-cu13==2.30.7"
+# A target of its own: pip --target does not add to an existing nvidia/ directory.
+NCCL=$PREFIX/nccl/nvidia/nccl
 
 die() { echo "cuda-toolchain: $*" >&2; exit 1; }
 command -v g++ >/dev/null || die "needs g++ (Debian: apt-get install -y g++)"
@@ -29,6 +35,13 @@ if [ ! -x "$CU/bin/nvcc" ]; then
     die "pip could not install the CUDA wheels"
 fi
 [ -x "$CU/bin/nvcc" ] || die "no nvcc under $CU/bin after the install"
+if [ ! -e "$NCCL/lib/libnccl.so.2" ]; then
+  echo "cuda-toolchain: installing $NCCL_WHEEL into $PREFIX" >&2
+  python3 -m pip install -q --disable-pip-version-check --no-deps --target "$PREFIX/nccl" "$NCCL_WHEEL" ||
+    die "pip could not install $NCCL_WHEEL"
+fi
+[ -e "$NCCL/lib/libnccl.so.2" ] || die "no libnccl.so.2 under $NCCL/lib after the install"
+ln -sf libnccl.so.2 "$NCCL/lib/libnccl.so"
 # Unversioned names the linker looks for (-lcudart -lnvrtc -lcurand).
 for l in cudart.so.13 nvrtc.so.13 curand.so.10; do ln -sf "lib$l" "$CU/lib/lib${l%.so.*}.so"; done
 
@@ -61,10 +74,11 @@ stub libcublasLt.so.13 libcublasLt.so cublaslt
 export PATH="$CU/bin:$PATH" NVCC="$CU/bin/nvcc" CUDA_HOME="$CU" CUDA_PATH="$CU" \
   CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90} CUDARC_CUDA_VERSION=13000 \
   CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)} \
-  LIBRARY_PATH="$CU/lib:$CU/lib/stubs${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  LIBRARY_PATH="$CU/lib:$CU/lib/stubs:$NCCL/lib${LIBRARY_PATH:+:$LIBRARY_PATH}" \
+  LD_LIBRARY_PATH="$NCCL/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 [ $# -gt 0 ] || die "usage: tools/cuda-toolchain.sh <command> [args...] (e.g. cargo check --features cuda)"
 if [ "$1" = env ]; then
-  env | grep -E '^(NVCC|CUDA_|CUDARC_|CUDAFORGE_|LIBRARY_PATH|PATH)='
+  env | grep -E '^(NVCC|CUDA_|CUDARC_|CUDAFORGE_|LIBRARY_PATH|LD_LIBRARY_PATH|PATH)='
   exit 0
 fi
 exec "$@"

@@ -14,6 +14,7 @@ pub mod error;
 pub mod options;
 pub mod params;
 pub mod select;
+pub mod sharded;
 mod work_split;
 
 pub use accumulate::{accumulate, topk_accumulate, Accumulation, FlatSpans};

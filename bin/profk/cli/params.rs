@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use profk::params::{self, Params};
+use profk::sharded::{self, WireBudget};
 use profk::{Mode, TopKOptions};
 
 #[derive(clap::Args)]
@@ -35,6 +36,10 @@ pub struct ParamsArgs {
     /// decides between the histogram selection and sampling.
     #[arg(long, default_value_t = 132, requires = "device")]
     sms: u32,
+    /// The sharded selection's plan over this many ranks (one pooled sample of all n, Theorem 4 at
+    /// the default sample size), with the bytes each call puts on the wire for f32 scores.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), conflicts_with_all = ["sample", "fast", "device"])]
+    ranks: Option<u64>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -58,6 +63,9 @@ impl PlanDevice {
 pub fn run(args: ParamsArgs) -> anyhow::Result<()> {
     if let Some(device) = args.device {
         return run_device(&args, device);
+    }
+    if let Some(ranks) = args.ranks {
+        return run_sharded(&args, ranks);
     }
     let params = if args.fast {
         params::fast(args.n, args.k, args.eps, args.sample)?
@@ -146,6 +154,70 @@ fn run_device(args: &ParamsArgs, device: PlanDevice) -> anyhow::Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// Bytes of one f32 score on the wire.
+const F32_BYTES: u64 = 4;
+
+/// The sharded plan over `ranks` ranks and its bytes on the wire per call.
+fn run_sharded(args: &ParamsArgs, ranks: u64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.k <= args.n,
+        "--k {} exceeds the --n {} elements",
+        args.k,
+        args.n
+    );
+    let plan = sharded::params_for(args.n, args.k, args.eps)?;
+    let wire = plan.map(|p| WireBudget::new(&p, ranks, F32_BYTES));
+    if args.json {
+        let shown = serde_json::json!({ "ranks": ranks, "plan": plan, "wire_f32": wire });
+        println!("{shown}");
+        return Ok(());
+    }
+    let (Some(p), Some(w)) = (plan, wire) else {
+        println!("ranks          {ranks}");
+        println!("n              {}", args.n);
+        println!("k              {}", args.k);
+        println!(
+            "plan           no sampling (k = 0 or k close to n): each rank sends its exact local \
+             top-k, at most {} candidates of {} B",
+            args.k.saturating_mul(ranks).min(args.n),
+            sharded::candidate_bytes(F32_BYTES as usize)
+        );
+        return Ok(());
+    };
+    print_table(&p, "exact (Theorem 4), sharded: one pooled sample of all n");
+    let fail = p.p_recall_fail + p.p_overflow;
+    println!("ranks          {ranks}");
+    println!(
+        "               the ranks draw the same S global indices (the single-device draw for the \
+         seed),\n               so the gathered sample is one uniform sample of all n: R, Pr(R < k), \
+         Pr(R > M)\n               and the redraw rule are those of one rank, whatever the sharding"
+    );
+    println!(
+        "wire per attempt, f32 scores (an index and a value per candidate: {} B):",
+        sharded::candidate_bytes(4)
+    );
+    println!(
+        "  sample       {} B gathered ({} values + a {}-byte block description per rank)",
+        w.sample_gathered,
+        p.sample,
+        w.sample_gathered - p.sample * F32_BYTES
+    );
+    println!(
+        "  counts       {} B all-reduced per rank (R and the NaN count)",
+        w.counts
+    );
+    println!(
+        "  candidates   {} B gathered at the expected R, {} B at most (R = M)",
+        w.candidates_expected, w.candidates_max
+    );
+    println!(
+        "  per call     {} B gathered on every rank; {} B sent per rank on average",
+        w.gathered_expected, w.sent_per_rank
+    );
+    println!("  expected attempts {:.6}", 1.0 / (1.0 - fail));
     Ok(())
 }
 

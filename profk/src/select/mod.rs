@@ -8,7 +8,7 @@
 mod baselines;
 pub(crate) mod cpu;
 pub mod histogram;
-mod key;
+pub(crate) mod key;
 
 use crate::params::{self, Method};
 use crate::{Error, Mode, Result, TopKOptions};

@@ -1,12 +1,12 @@
 //! The CPU path: reads the tensor's storage in place, runs every row (in parallel when there are many)
 //! and assembles values and indices.
 
-mod filter;
+pub(crate) mod filter;
 pub(crate) mod plan;
 mod profk;
 mod radix;
 pub(crate) mod rank;
-mod sample;
+pub(crate) mod sample;
 
 use super::baselines::{self, Baseline};
 use super::key::Element;
@@ -193,7 +193,7 @@ pub(crate) fn first_attempts(x: &Tensor, plan: Plan, seed: u64) -> Result<Vec<u6
 }
 
 /// Exact selection without sampling: pairs for short rows, radix histograms (memory O(k)) for long ones.
-fn exact<T: Element, const MAG: bool>(row: &[T], k: usize, order: Order) -> Vec<u64> {
+pub(crate) fn exact<T: Element, const MAG: bool>(row: &[T], k: usize, order: Order) -> Vec<u64> {
     if k == 0 {
         Vec::new()
     } else if row.len() <= PAIRS_MAX_N {
