@@ -8,13 +8,16 @@
 #   SAELENS=sae-lens==6.54.12 PRESENT="torch==2.11.0 numpy==2.5.2 safetensors==0.8.0 transformers==5.17.0" \
 #     tools/saelens_wheels.sh
 #
-# A requirement published only as source is built into a wheel here (pure Python ones only). The list of
-# what was taken and why is written to .whl/REQUIREMENTS.txt.
+# INSTALLED="pandas pyarrow ..." names further packages the target already has (any version): they are
+# neither fetched nor followed, which keeps .whl/ small enough to carry (the GPU image's list is in
+# docs/saelens.md). A requirement published only as source is built into a wheel here (pure Python ones
+# only). The list of what was taken and why is written to .whl/REQUIREMENTS.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SAELENS="${SAELENS:-sae-lens==6.54.12}"
 export PRESENT="${PRESENT:-torch==2.11.0 numpy==2.5.2 safetensors==0.8.0 transformers==5.17.0}"
 export PYVER="${PYVER:-3.12}"
+export INSTALLED="${INSTALLED:-}"
 mkdir -p .whl
 exec python3 - <<'PY'
 import json, os, subprocess, sys, tempfile
@@ -27,6 +30,8 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 PY = os.environ["PYVER"]
+# Further packages known to be on the target machine, by name: neither fetched nor followed.
+ASSUMED = {canonicalize_name(n) for n in os.environ.get("INSTALLED", "").split()}
 OUT = Path(".whl")
 PLATFORM = [f"manylinux_2_{n}_x86_64" for n in range(17, 40)] + ["manylinux2014_x86_64", "manylinux1_x86_64", "any"]
 TARGET = ["--python-version", PY, "--implementation", "cp", "--only-binary=:all:"] + [
@@ -75,6 +80,9 @@ def closure(roots, installed=None):
         req, by = queue.pop(0)
         name = canonicalize_name(req.name)
         specs[name] = specs.get(name, SpecifierSet()) & req.specifier
+        if name in ASSUMED:
+            found[name] = (None, specs[name], by, True)
+            continue
         if installed is not None and name in installed:
             found[name] = (installed[name][0], specs[name], by, True)
             continue
@@ -90,6 +98,8 @@ present = closure(os.environ["PRESENT"].split())
 needed = closure([os.environ["SAELENS"]], installed=present)
 lines = []
 for name, (version, spec, by, wheel) in sorted(needed.items()):
+    if name in ASSUMED:
+        continue
     if name in present:
         if Version(version) not in spec:
             print(f"warning: {by} wants {name}{spec}; taken as installed ({name} {version} from PRESENT)",
