@@ -6,6 +6,7 @@ use candle_core::{Device, Tensor};
 use sae::checkpoint::Exported;
 use sae::config::Arch;
 use sae::features::{build, FeatureOptions, HeldoutContexts, InferenceSae, Unembedding};
+use std::collections::BTreeSet;
 
 const D: usize = 8;
 const T: usize = 12;
@@ -265,7 +266,8 @@ fn reference_effects(
         .collect();
     effects.sort_by(|a, b| {
         let o = a.1.total_cmp(&b.1);
-        if largest { o.reverse() } else { o }.then(a.0.cmp(&b.0))
+        let o = if largest { o.reverse() } else { o };
+        o.then(a.0.cmp(&b.0))
     });
     effects.truncate(keep);
     effects
@@ -505,13 +507,13 @@ fn the_neuronpedia_export_has_saedashboards_shape() {
     let features = batch["features"].as_array().unwrap();
     assert_eq!(features.len(), f.latents.len());
     for (feature, latent) in features.iter().zip(&f.latents) {
-        let keys: std::collections::BTreeSet<&str> = feature
+        let keys: BTreeSet<&str> = feature
             .as_object()
             .unwrap()
             .keys()
             .map(String::as_str)
             .collect();
-        assert_eq!(keys, NP_FEATURE_KEYS.into_iter().collect());
+        assert_eq!(keys, NP_FEATURE_KEYS.into_iter().collect::<BTreeSet<_>>());
         assert_eq!(feature["feature_index"], latent.index);
         assert_eq!(feature["frac_nonzero"], latent.density);
         assert_eq!(feature["n_prompts_total"], 6);
@@ -532,9 +534,11 @@ fn the_neuronpedia_export_has_saedashboards_shape() {
         let quantile_samples: usize = latent.quantiles.iter().map(|q| q.examples.len()).sum();
         assert_eq!(acts.len(), latent.examples.len() + quantile_samples);
         for (i, a) in acts.iter().enumerate() {
-            let keys: std::collections::BTreeSet<&str> =
-                a.as_object().unwrap().keys().map(String::as_str).collect();
-            assert_eq!(keys, NP_ACTIVATION_KEYS.into_iter().collect());
+            let keys: BTreeSet<&str> = a.as_object().unwrap().keys().map(String::as_str).collect();
+            assert_eq!(
+                keys,
+                NP_ACTIVATION_KEYS.into_iter().collect::<BTreeSet<_>>()
+            );
             assert_eq!(
                 a["tokens"].as_array().unwrap().len(),
                 a["values"].as_array().unwrap().len()
