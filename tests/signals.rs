@@ -97,12 +97,14 @@ fn wait_output(child: Child) -> Output {
 fn result_bytes(run: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let last = run.join("checkpoints").join(format!("step-{STEPS:08}"));
-    for dir in [run.join("sae"), last] {
+    // A synthetic run's SAE id is `sae`.
+    for dir in [run.join("sae").join("sae"), last] {
         let mut names: Vec<_> = std::fs::read_dir(&dir)
             .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
             .map(|e| e.unwrap().path())
             .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
             .collect();
+        assert!(!names.is_empty(), "{}: no tensors", dir.display());
         names.sort();
         for p in names {
             out.push((p.display().to_string(), std::fs::read(&p).unwrap()));

@@ -382,6 +382,11 @@ impl Gpt2 {
         self.wte.device()
     }
 
+    /// The token embedding [vocab, d_model]; tied, its transpose is the unembedding.
+    pub fn token_embedding(&self) -> &Tensor {
+        &self.wte
+    }
+
     /// All weights under their Hugging Face names, in a stable order.
     pub fn named_tensors(&self) -> Vec<(String, Tensor)> {
         let mut out = vec![

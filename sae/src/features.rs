@@ -1,7 +1,9 @@
 //! Feature dashboards (`RUN/features.json`, docs/features.md): the SAE as saved (SAELens' JumpReLU
 //! inference) encodes held-out contexts streamed through the model; every latent's density is counted
-//! and its top-activating contexts kept in a bounded heap; then a sample of latents across the density
-//! range gets its top contexts re-encoded as token windows with per-token activations.
+//! and its top-activating contexts kept in a bounded heap. A sample of latents across the density range,
+//! and any latent asked for by index, then gets a second pass ([`sampling`]: activation histogram,
+//! contexts sampled per activation interval, top windows) and its output-token effects
+//! ([`output_tokens`]).
 use crate::checkpoint::{fold_scales, read_saelens, Exported};
 use crate::config::{Arch, Config, DataConfig};
 use crate::model::Sae;
@@ -10,10 +12,18 @@ use activations::corpus::{Contexts, Corpus, Split};
 use activations::tokenizer::END_OF_TEXT;
 use activations::{Gpt2, Gpt2Tokenizer, HookPoint};
 use candle_core::{DType, Device, Tensor};
-use eval::report::features::{DensityHistogram, Example, FeatureDashboards, LatentDashboard};
+use eval::report::features::{
+    DensityHistogram, Example, FeatureDashboards, LatentDashboard, QuantileGroup,
+};
+pub use output_tokens::Unembedding;
+use output_tokens::{output_effects, OutputEffects};
+use sampling::Window;
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::path::Path;
+
+mod output_tokens;
+mod sampling;
 
 /// How many latents, examples and tokens a dashboard build takes.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +39,16 @@ pub struct FeatureOptions {
     pub max_tokens: usize,
     /// Histogram bins per decade of density.
     pub bins_per_decade: usize,
+    /// Latents whose dashboards are built in addition to the sample.
+    pub requested: Vec<usize>,
+    /// Equal-width intervals of a latent's activation range that contexts are sampled from, and the
+    /// contexts kept per interval.
+    pub quantile_bins: usize,
+    pub quantile_examples: usize,
+    /// Bins of the per-latent activation and logit-effect histograms.
+    pub histogram_bins: usize,
+    /// Promoted and suppressed output tokens kept per latent.
+    pub output_tokens: usize,
 }
 
 impl Default for FeatureOptions {
@@ -40,6 +60,11 @@ impl Default for FeatureOptions {
             after: 6,
             max_tokens: 1 << 15,
             bins_per_decade: 4,
+            requested: Vec::new(),
+            quantile_bins: 10,
+            quantile_examples: 5,
+            histogram_bins: 32,
+            output_tokens: 10,
         }
     }
 }
@@ -79,7 +104,9 @@ impl InferenceSae {
     }
 
     /// From an SAE saved in SAELens' layout (`RUN/sae/` or a checkpoint folder).
+    /// A run's `RUN/sae/` names its one SAE folder.
     pub fn from_saelens(dir: &Path, device: &Device) -> Result<Self> {
+        let dir = &crate::hub::find_sae(dir)?;
         let (cfg, tensors) = read_saelens(dir)?;
         let bad = |msg: String| Error::Checkpoint {
             path: dir.to_path_buf(),
@@ -297,13 +324,15 @@ fn contexts_per_batch(context_len: usize, n: usize) -> usize {
     ((1usize << 24) / (context_len * n).max(1)).clamp(1, 64)
 }
 
-/// Builds the dashboards: densities of every latent and the top examples of a sample across the
-/// density range, from at most `opts.max_tokens` held-out tokens.
+/// Builds the dashboards: densities of every latent, then for a sample across the density range and
+/// the latents `opts.requested` their top and interval-sampled examples, activation histogram and
+/// output-token effects, from at most `opts.max_tokens` held-out tokens.
 pub fn build(
     sae: &InferenceSae,
     data: &HeldoutContexts,
     tokenizer: &Gpt2Tokenizer,
     hook_names: &[String],
+    unembedding: &Unembedding,
     opts: &FeatureOptions,
 ) -> Result<FeatureDashboards> {
     let t = data.context_len;
@@ -314,6 +343,12 @@ pub fn build(
         )));
     }
     let n = sae.n;
+    if let Some(bad) = opts.requested.iter().find(|&&l| l >= n) {
+        return Err(Error::Data(format!(
+            "latent {bad} was asked for, but the SAE has {n} latents (0..{})",
+            n - 1
+        )));
+    }
     let device = sae.weights.w_enc.device().clone();
     let n_contexts = data.len().min(opts.max_tokens.div_ceil(t)).max(1);
     let per_batch = contexts_per_batch(t, n);
@@ -373,13 +408,26 @@ pub fn build(
         .collect();
     let histogram = histogram(&densities, opts.bins_per_decade);
 
-    // The sample: evenly spaced ranks of the alive latents by density, densest first.
-    let mut alive: Vec<usize> = (0..n).filter(|&i| counts[i] > 0).collect();
-    alive.sort_by(|&a, &b| counts[b].cmp(&counts[a]).then(a.cmp(&b)));
-    let ranks = sample_ranks(alive.len(), opts.latents);
-    let chosen: Vec<(usize, usize)> = ranks.iter().map(|&r| (alive[r], r)).collect();
+    // Every latent by density, densest first (ties: the lower index), so the dead ones come last; the
+    // sample takes evenly spaced ranks of the alive ones, the requested latents follow it.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| counts[b].cmp(&counts[a]).then(a.cmp(&b)));
+    let mut rank = vec![0; n];
+    for (r, &latent) in order.iter().enumerate() {
+        rank[latent] = r;
+    }
+    let alive = counts.iter().filter(|&&c| c > 0).count();
+    let mut chosen: Vec<(usize, bool)> = sample_ranks(alive, opts.latents)
+        .into_iter()
+        .map(|r| (order[r], false))
+        .collect();
+    for &latent in &opts.requested {
+        if !chosen.iter().any(|c| c.0 == latent) {
+            chosen.push((latent, true));
+        }
+    }
 
-    // Pass 2: per-token activations of the chosen latents in their top contexts.
+    // Pass 2: the chosen latents' activations over every context, their top windows and samples.
     let mut hits: Vec<Vec<Hit>> = Vec::with_capacity(chosen.len());
     let mut top: Vec<Option<TopHits>> = top.into_iter().map(Some).collect();
     for &(latent, _) in &chosen {
@@ -387,47 +435,92 @@ pub fn build(
     }
     drop(top);
     let columns: Vec<u32> = chosen.iter().map(|c| c.0 as u32).collect();
-    let windows = example_windows(sae, data, &columns, &hits, opts, &device)?;
+    let samples = sampling::sample(sae, data, n_contexts, &columns, &hits, opts, &device)?;
+    let latents: Vec<usize> = chosen.iter().map(|c| c.0).collect();
+    let (mut effects, output_tokens_missing): (Vec<Option<OutputEffects>>, _) = match unembedding {
+        Unembedding::Tied(wte) => (
+            output_effects(
+                sae,
+                wte,
+                &latents,
+                opts.output_tokens,
+                opts.histogram_bins,
+                tokenizer,
+            )?
+            .into_iter()
+            .map(Some)
+            .collect(),
+            None,
+        ),
+        Unembedding::Missing(why) => (Vec::new(), Some(why.clone())),
+    };
+    effects.resize_with(chosen.len(), || None);
     let norms = if sae.layers > 1 {
         Some(sae.decoder_norms()?)
     } else {
         None
     };
+    let example = |w: Window| -> Result<Example> {
+        let ids = &data.context(w.context)[w.start..w.start + w.values.len()];
+        Ok(Example {
+            tokens: ids
+                .iter()
+                .map(|&id| tokenizer.decode(&[id]))
+                .collect::<activations::Result<_>>()?,
+            activations: w.values,
+            token_ids: ids.to_vec(),
+            context: w.context,
+            start: w.start,
+            focus: w.focus,
+        })
+    };
     let latents = chosen
         .iter()
-        .zip(windows)
-        .map(|(&(latent, rank), windows)| {
-            let mut examples = windows
+        .zip(samples)
+        .zip(effects)
+        .map(|((&(latent, requested), samples), effects)| {
+            let mut examples = samples
+                .top
                 .into_iter()
-                .map(|(context, start, activations)| {
-                    let ids = &data.context(context)[start..start + activations.len()];
-                    Ok(Example {
-                        tokens: ids
-                            .iter()
-                            .map(|&id| tokenizer.decode(&[id]))
-                            .collect::<activations::Result<_>>()?,
-                        activations,
-                        token_ids: ids.to_vec(),
-                        context,
-                        start,
-                    })
-                })
+                .map(&example)
                 .collect::<Result<Vec<_>>>()?;
             examples.sort_by(|a, b| {
                 b.max_activation()
                     .total_cmp(&a.max_activation())
                     .then(a.context.cmp(&b.context))
             });
+            let quantiles = samples
+                .intervals
+                .into_iter()
+                .map(|i| {
+                    Ok(QuantileGroup {
+                        lower: i.lower,
+                        upper: i.upper,
+                        count: i.count,
+                        examples: i.samples.into_iter().map(&example).collect::<Result<_>>()?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let (promoted, suppressed, logit_histogram) = match effects {
+                Some(e) => (e.promoted, e.suppressed, Some(e.histogram)),
+                None => (Vec::new(), Vec::new(), None),
+            };
             Ok(LatentDashboard {
                 index: latent,
                 density: densities[latent],
-                density_rank: rank,
+                density_rank: rank[latent],
+                requested,
                 group: sae.group_of(latent),
                 decoder_norm_by_layer: norms
                     .as_ref()
                     .map(|n| n[latent].clone())
                     .unwrap_or_default(),
                 examples,
+                activation_histogram: samples.histogram,
+                quantiles,
+                promoted,
+                suppressed,
+                logit_histogram,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -437,8 +530,11 @@ pub fn build(
         n_latents: n,
         n_tokens,
         n_contexts: n_contexts as u64,
+        context_len: t,
         histogram,
+        dead_latents: (0..n).filter(|&i| counts[i] == 0).collect(),
         latents,
+        output_tokens_missing,
     })
 }
 
@@ -456,67 +552,6 @@ fn sample_ranks(alive: usize, want: usize) -> Vec<usize> {
             ranks
         }
     }
-}
-
-/// A hit's context, the start of its window and the activations over that window.
-type Window = (usize, usize, Vec<f32>);
-
-/// For each chosen latent (a column of W_enc) and each of its hits, its [`Window`].
-fn example_windows(
-    sae: &InferenceSae,
-    data: &HeldoutContexts,
-    columns: &[u32],
-    hits: &[Vec<Hit>],
-    opts: &FeatureOptions,
-    device: &Device,
-) -> Result<Vec<Vec<Window>>> {
-    let t = data.context_len;
-    let mut wanted: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
-    for (j, latent_hits) in hits.iter().enumerate() {
-        for (slot, hit) in latent_hits.iter().enumerate() {
-            wanted.entry(hit.context).or_default().push((j, slot));
-        }
-    }
-    let mut out: Vec<Vec<(usize, usize, Vec<f32>)>> = hits
-        .iter()
-        .map(|h| vec![(0, 0, Vec::new()); h.len()])
-        .collect();
-    if columns.is_empty() || wanted.is_empty() {
-        return Ok(out);
-    }
-    let idx = Tensor::from_vec(columns.to_vec(), columns.len(), device)?;
-    let w = &sae.weights;
-    let w_enc = w.w_enc.index_select(&idx, 1)?;
-    let b_enc = w.b_enc.index_select(&idx, 0)?;
-    let thr = w.threshold.index_select(&idx, 0)?;
-    let contexts: Vec<usize> = wanted.keys().copied().collect();
-    let per_batch = contexts_per_batch(t, columns.len());
-    for batch in contexts.chunks(per_batch) {
-        let x = data.activations_of(batch, device)?;
-        let acts: Vec<Vec<f32>> = sae
-            .encode_with(&x, &w_enc, &b_enc, &thr)?
-            .to_device(&Device::Cpu)?
-            .to_vec2()?;
-        for (b, context) in batch.iter().enumerate() {
-            let ids = data.context(*context);
-            for &(j, slot) in &wanted[context] {
-                let peak = hits[j][slot].position;
-                let start = peak.saturating_sub(opts.before);
-                let end = (peak + opts.after + 1).min(t);
-                let values = (start..end)
-                    .map(|p| {
-                        if encoded(p, ids[p]) {
-                            acts[b * t + p][j]
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                out[j][slot] = (*context, start, values);
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// The log10-density histogram of the alive latents; dead ones counted apart.
@@ -639,7 +674,8 @@ pub fn build_from_model(
         tokens: &contexts.tokens,
         context_len: contexts.context_len,
     };
-    build(sae, &data, &tokenizer, &hook_names(cfg), opts)
+    let unembedding = Unembedding::of_model(Some(model));
+    build(sae, &data, &tokenizer, &hook_names(cfg), &unembedding, opts)
 }
 
 #[cfg(test)]

@@ -142,7 +142,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let finished = launch.train(&mut job, &loop_cfg, start, facts, &opts.stop)?;
     let trained = training.elapsed();
     if !finished.stopped() {
-        let sae_dir = run_dir.path().join("sae");
+        let sae_dir = crate::hub::export_dir(run_dir.path(), &job.trainer.cfg);
         std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
         let t = &job.trainer;
         // The final checkpoint holds this SAE already: linked, not written again (written where the
@@ -155,6 +155,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         if !linked {
             write_saelens(&sae_dir, &t.cfg, &t.sae, t.threshold, &t.scales)?;
         }
+        crate::hub::write_release(run_dir.path(), None)?;
         if let Some(splice) = &job.data.splice {
             let sae = crate::features::InferenceSae::from_trained(&t.sae, t.threshold, &t.scales)?;
             let opts = crate::features::FeatureOptions::default();

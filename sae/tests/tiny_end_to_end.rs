@@ -13,7 +13,14 @@ fn tiny_model_run_end_to_end() {
         assert!(m[key].is_finite(), "{key} = {}", m[key]);
     }
     assert!((m["heldout_l0"] - 16.0).abs() < 1e-9);
-    assert!(dir.path().join("run/sae/sae_weights.safetensors").is_file());
+    // The SAE as a Hub repository: a folder per SAE id, and the release's entry beside it.
+    let sae = dir.path().join("run/sae/blocks.2.hook_resid_post");
+    assert!(sae.join("sae_weights.safetensors").is_file() && sae.join("cfg.json").is_file());
+    let release = std::fs::read_to_string(dir.path().join("run/sae/pretrained_saes.yaml")).unwrap();
+    assert!(
+        release.contains("  - id: \"blocks.2.hook_resid_post\"\n"),
+        "{release}"
+    );
     let report = std::fs::read_to_string(dir.path().join("run/report.html")).unwrap();
     assert!(dir.path().join("run/features.json").is_file() && report.contains("id=\"features\""));
 }

@@ -42,17 +42,6 @@ input.xaxis { display: none; }
 .by-tokens { display: none; }
 #x-tokens:checked ~ .page .by-tokens { display: flex; }
 #x-tokens:checked ~ .page .by-step { display: none; }
-.latents { display: grid; grid-template-columns: repeat(auto-fill, minmax(640px, 1fr)); gap: 10px; }
-.latent { background: white; border: 1px solid #ddd; padding: 6px 9px; font-size: 12px; }
-.lhead { margin-bottom: 4px; color: #333; }
-.ex { font-family: ui-monospace, Menlo, Consolas, monospace; white-space: pre; overflow: hidden;
-      text-overflow: ellipsis; line-height: 1.55; border-top: 1px solid #f2f2f2; }
-.ex span { border-radius: 2px; }
-.ex span.pk { outline: 1px solid #b34400; }
-details summary { color: #777; cursor: pointer; font-size: 11px; }
-.norms { color: #555; margin-bottom: 3px; }
-.nbar { display: inline-block; margin-right: 8px; }
-.nbar i { display: inline-block; height: 8px; background: #9467bd; margin-right: 3px; vertical-align: middle; }
 ";
 
 /// A chart and the legend printed under it.
@@ -217,6 +206,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">");
     out.push_str("<title>sparsetrain run report</title><style>");
     out.push_str(STYLE);
+    out.push_str(features::STYLE);
     out.push_str("</style></head><body>\n");
     out.push_str(
         "<input class=\"xaxis\" type=\"radio\" name=\"xaxis\" id=\"x-step\" checked>\
@@ -432,6 +422,8 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     out.push_str(&timing_out);
     if !with_features.is_empty() {
         out.push_str("<section id=\"features\">\n<h2>Feature dashboards</h2>\n");
+        let all: Vec<_> = runs.iter().filter_map(|r| r.features.as_ref()).collect();
+        features::lookup_box(&mut out, &all);
         for i in with_features {
             if let Some(f) = &runs[i].features {
                 features::section(&mut out, &summaries[i].label, f)?;
