@@ -23,6 +23,27 @@ pub struct RunArgs {
     pub resume: bool,
 }
 
+/// The build of these tools: version, the git commit built from (with `dirty` when the sources
+/// differed from it; recorded by build.rs), and the enabled features. run.json records it; its
+/// `Display` is `0.1.0 (commit 0107786a1b2c+dirty, features: cuda)`.
+pub fn build_info() -> eval::BuildInfo {
+    let features = [
+        ("cuda", cfg!(feature = "cuda")),
+        ("hf-hub", cfg!(feature = "hf-hub")),
+        ("bench", cfg!(feature = "bench")),
+    ];
+    eval::BuildInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        commit: env!("SPARSETRAIN_GIT_COMMIT").into(),
+        dirty: env!("SPARSETRAIN_GIT_DIRTY") == "1",
+        features: features
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(name, _)| name.to_string())
+            .collect(),
+    }
+}
+
 /// Log lines (`RUST_LOG`, default `info`) to stderr.
 pub fn init_tracing() {
     tracing_subscriber::fmt()

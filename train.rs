@@ -22,6 +22,7 @@ fn main() -> anyhow::Result<()> {
         out: args.run.out,
         resume: args.run.resume,
         stop: eval::StopSignal::install()?,
+        build: sparsetrain::build_info(),
     };
     let summary = sae::run::train_sae(&opts)?;
     let dir = summary.run_dir.display();
@@ -32,6 +33,9 @@ fn main() -> anyhow::Result<()> {
         for (name, v) in m {
             println!("{name:>24} {v:.5}");
         }
+    }
+    if let Some(hint) = &summary.no_held_out {
+        println!("warning: {hint}");
     }
     println!("run: {dir}  (SAE in SAELens layout: {dir}/sae, report: {dir}/report.html)");
     Ok(())

@@ -44,6 +44,7 @@ fn main() -> anyhow::Result<()> {
         runs_root: None,
         stop: eval::StopSignal::install()?,
         progress_bar: true,
+        build: sparsetrain::build_info(),
     };
     let config = &args.run.config;
     let result =

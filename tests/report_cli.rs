@@ -89,3 +89,50 @@ fn report_refuses_to_overwrite_its_inputs() {
     // The run's own report is fine.
     eval::report::write_run_report(&run_dir).unwrap();
 }
+
+#[test]
+fn pair_compares_two_runs_whose_configs_differ_and_lists_the_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 20);
+    let sort = synthetic_run(tmp.path(), "tiny", "sort", 5.0, 20);
+    profk
+        .write_config(
+            "",
+            &serde_json::json!({"selector": {"kind": "profk"}, "sae": {"k": 32}}),
+        )
+        .unwrap();
+    sort.write_config(
+        "",
+        &serde_json::json!({"selector": {"kind": "sort"}, "sae": {"k": 64}}),
+    )
+    .unwrap();
+    let out = tmp.path().join("paired.html");
+    let unpaired = report(&[profk.path(), sort.path()], &out);
+    assert!(unpaired.status.success());
+    let stdout = String::from_utf8_lossy(&unpaired.stdout);
+    assert!(!stdout.contains("speed-up of profk"), "{stdout}");
+
+    let paired = Command::new(env!("CARGO_BIN_EXE_sparsetrain-report"))
+        .arg("--pair")
+        .args([profk.path(), sort.path()])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&paired.stdout);
+    assert!(
+        paired.status.success(),
+        "{}",
+        String::from_utf8_lossy(&paired.stderr)
+    );
+    assert!(
+        stdout.contains("speed-up of profk over tiny-sort") && stdout.contains("paired by --pair"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("config differs: sae.k = 32 vs 64"),
+        "{stdout}"
+    );
+    let html = std::fs::read_to_string(&out).unwrap();
+    assert!(html.contains("sae.k = 32 vs 64"));
+}

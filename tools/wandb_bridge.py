@@ -5,9 +5,14 @@ live    reads metrics records (the JSON lines of metrics.jsonl) on stdin and log
         the training binaries start it themselves when the config says `[log] wandb = true`.
 replay  logs a finished (or interrupted) run directory's metrics.jsonl to W&B:
             python3 tools/wandb_bridge.py replay runs/tiny-profk-20261130-013000
+artifact
+        logs a folder of a run (train-sae: RUN_DIR/sae, the SAE in SAELens' layout) as an artifact of
+        the run's W&B run (resumed by its id); train-sae calls it at the end of a run.
 
 Runs of one config share a W&B group (the config name) and are told apart by a tag (the selector kind).
 Every metric is charted over `tokens` (training tokens seen), defined as the x-axis metric.
+An evaluation record whose run directory holds `latent_density/step-XXXXXXXX.json` (train-sae's held-out
+evaluation) is logged with `eval/latent_density`, the histogram of the latents' log10 densities.
 Offline: WANDB_MODE=offline (or --mode offline) writes a local run under RUN_DIR/wandb/ that
 `wandb sync RUN_DIR/wandb/offline-run-*` uploads later.
 
@@ -47,6 +52,21 @@ def to_wandb(record):
     data["tokens"] = record.get("tokens", 0)
     data["wall_s"] = record.get("wall_s", 0.0)
     return int(record["step"]), data
+
+
+def latent_density_path(run_dir, step):
+    """train-sae's histogram of the latents' densities at the evaluation of `step` (eval::latent_density)."""
+    return os.path.join(run_dir, "latent_density", f"step-{step:08d}.json")
+
+
+def latent_density_histogram(wandb, run_dir, record):
+    """The W&B histogram of an eval record's latent densities, or None without one."""
+    if run_dir is None or record.get("kind") != "eval":
+        return None
+    density = read_json(latent_density_path(run_dir, int(record["step"])))
+    if not density:
+        return None
+    return wandb.Histogram(np_histogram=(density["counts"], density["log10_edges"]))
 
 
 def read_json(path):
@@ -91,9 +111,10 @@ def describe(run):
     return f"{run.url}" if getattr(run, "url", None) else f"run {run.id}"
 
 
-def log_records(run, lines):
+def log_records(run, lines, wandb=None, run_dir=None):
     """Logs each JSON line; returns the number logged. W&B needs non-decreasing steps: older ones are
-    skipped (a resumed run re-logs the steps after its last checkpoint)."""
+    skipped (a resumed run re-logs the steps after its last checkpoint). With `run_dir`, an eval
+    record gets its latent-density histogram (see latent_density_histogram)."""
     last_step, logged = -1, 0
     for number, line in enumerate(lines, 1):
         line = line.strip()
@@ -108,6 +129,14 @@ def log_records(run, lines):
         if step < last_step:
             print(f"wandb_bridge: skipping step {step} logged after step {last_step}", file=sys.stderr)
             continue
+        if wandb is not None:
+            try:
+                histogram = latent_density_histogram(wandb, run_dir, record)
+            except (ValueError, KeyError, TypeError) as e:
+                print(f"wandb_bridge: skipping the latent densities of step {step}: {e}", file=sys.stderr)
+                histogram = None
+            if histogram is not None:
+                data["eval/latent_density"] = histogram
         run.log(data, step=step)
         last_step, logged = step, logged + 1
     return logged
@@ -124,7 +153,7 @@ def live(args):
     run = start_run(wandb, args, config)
     handshake.write(f"ready {describe(run)}\n")
     handshake.flush()
-    log_records(run, sys.stdin)
+    log_records(run, sys.stdin, wandb, args.dir)
     run.finish()
 
 
@@ -144,8 +173,21 @@ def replay(args):
     config = read_json(os.path.join(args.run_dir, "config.json")) or {}
     run = start_run(wandb, args, config)
     with open(metrics_path) as f:
-        logged = log_records(run, f)
+        logged = log_records(run, f, wandb, args.run_dir)
     print(f"wandb_bridge: logged {logged} records from {metrics_path} to {describe(run)}")
+    run.finish()
+
+
+def artifact(args):
+    if not os.path.isdir(args.path):
+        sys.exit(f"wandb_bridge: {args.path} is not a directory")
+    wandb = import_wandb()
+    run = start_run(wandb, args, read_json(args.config_json))
+    name = "".join(c if c.isalnum() or c in "-_." else "-" for c in f"{args.artifact_name}-{run.id}")
+    art = wandb.Artifact(name, type=args.artifact_type)
+    art.add_dir(args.path)
+    run.log_artifact(art)
+    print(f"wandb_bridge: logged {args.path} as artifact {name} to {describe(run)}")
     run.finish()
 
 
@@ -166,11 +208,15 @@ def main(argv):
     replay_p = sub.add_parser("replay", parents=[common], help="log a run directory's metrics.jsonl")
     replay_p.add_argument("run_dir")
     replay_p.add_argument("--dir", help="where wandb keeps its files (default: the run directory)")
+    art_p = sub.add_parser("artifact", parents=[common], help="log a folder as an artifact of a run")
+    art_p.add_argument("path", help="the folder, e.g. RUN_DIR/sae")
+    art_p.add_argument("--dir", default=".", help="where wandb keeps its files")
+    art_p.add_argument("--config-json", help="resolved config of the run")
+    art_p.add_argument("--id", help="W&B run id of the run to add it to")
+    art_p.add_argument("--artifact-name", default="sae", help="artifact name (the run id is appended)")
+    art_p.add_argument("--artifact-type", default="model")
     args = parser.parse_args(argv)
-    if args.command == "live":
-        live(args)
-    else:
-        replay(args)
+    {"live": live, "replay": replay, "artifact": artifact}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,50 @@ pub fn load_model(spec: &str, dtype: DType, device: &Device) -> Result<Gpt2> {
     Ok(Gpt2::load(spec, dtype, device)?)
 }
 
+/// What identifies the weights [`load_model`] loads for `spec`, as run.json records it: `sha256:<hex>`
+/// of the safetensors file(s) read (see [`files_sha256`]) or, for the shipped tiny model, of its bytes
+/// embedded in the binary (`activations/assets/tiny-gpt2.safetensors.zst`); random weights are named by
+/// what generates them (`random:tiny:20261130`), as they have no file.
+pub fn weights_identity(spec: &str) -> Result<String> {
+    if spec == "tiny" {
+        return crate::tiny::default_weights_identity();
+    }
+    if spec == "tiny-random" {
+        return Ok(format!("random:tiny:{}", crate::tiny::TINY_SEED));
+    }
+    if let Some(rest) = spec.strip_prefix("random:") {
+        let (size, seed) = rest.split_once(':').unwrap_or((rest, "0"));
+        return Ok(format!("random:{size}:{seed}"));
+    }
+    files_sha256(&crate::gpt2::locate(spec)?.weights)
+}
+
+/// `sha256:<hex>` of the bytes of `files` read one after the other: for a single file what
+/// `sha256sum` prints. Reads them whole once (about 2 s per GB on one core).
+pub fn files_sha256(files: &[std::path::PathBuf]) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for path in files {
+        let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        loop {
+            let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+    }
+    Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
+}
+
+/// `sha256:<hex>` of bytes held in memory.
+pub fn bytes_sha256(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
 /// Whether the model `spec` names has random weights: its CE losses sit near ln(vocabulary) and
 /// CE-loss recovered says nothing about an SAE spliced into it.
 pub fn has_random_weights(spec: &str) -> bool {

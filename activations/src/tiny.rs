@@ -53,6 +53,16 @@ pub fn default_model_as(dtype: DType, device: &Device) -> Result<Gpt2> {
     shipped_model(dtype, device)
 }
 
+/// What identifies the weights [`default_model_as`] loads (see [`crate::models::weights_identity`]).
+pub fn default_weights_identity() -> Result<String> {
+    let dir = model_dir();
+    let installed = dir.join("model.safetensors");
+    if dir.join("config.json").is_file() && installed.is_file() {
+        return crate::models::files_sha256(&[installed]);
+    }
+    Ok(crate::models::bytes_sha256(SHIPPED_WEIGHTS))
+}
+
 /// The trained tiny model shipped in the binary.
 pub fn shipped_model(dtype: DType, device: &Device) -> Result<Gpt2> {
     let bad = |message: String| Error::Model {

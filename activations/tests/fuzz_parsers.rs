@@ -60,6 +60,7 @@ fn valid_manifest() -> String {
         },
         fingerprint: "ab".into(),
         shards,
+        model_sha256: Some("sha256:00".into()),
     };
     serde_json::to_string_pretty(&m).unwrap()
 }

@@ -18,6 +18,7 @@ use crate::interrupt::StopSignal;
 use crate::lock::{shell_quote, DirLock, LOCK_FILE};
 use crate::metrics::{MetricsSink, SinkOptions};
 use crate::output_path::check_output_dir;
+use crate::provenance::{BuildInfo, Provenance};
 use crate::run_dir::{
     Checkpoint, Progress, RunDir, RunMeta, CHECKPOINTS_DIR, CONFIG_JSON_FILE, CONFIG_TOML_FILE,
     METRICS_FILE, REPORT_FILE, RUN_FILES, RUN_META_FILE,
@@ -52,6 +53,10 @@ pub struct LaunchSpec {
     /// Parent of default run directories (`runs`).
     pub runs_root: PathBuf,
     pub log: LogConfig,
+    /// The binary's build (version, commit, features), recorded in run.json.
+    pub build: BuildInfo,
+    /// `sha256:<hex>` of the model weights the run reads (see [`Provenance::model_sha256`]).
+    pub model_sha256: Option<String>,
 }
 
 impl LaunchSpec {
@@ -171,12 +176,27 @@ impl Launch {
         } else {
             self.run.read_meta()?
         };
+        let here = Provenance::current(self.spec.build.clone(), self.spec.model_sha256.clone());
+        let mut earlier_provenance = previous.earlier_provenance.clone();
+        if let Some(before) = previous.provenance.as_ref().filter(|p| **p != here) {
+            let changed: Vec<&str> = before.differences(&here).iter().map(|d| d.0).collect();
+            if !changed.is_empty() {
+                eprintln!(
+                    "warning: this run resumes under other conditions than it ran before ({}); \
+                     run.json keeps both and the report marks it",
+                    changed.join(", ")
+                );
+            }
+            earlier_provenance.push(before.clone());
+        }
         let meta = RunMeta {
             name: self.run.name(),
             config_name: self.spec.source.name(),
             selector: self.spec.selector.clone(),
             task: self.spec.task.clone(),
             details,
+            provenance: Some(here),
+            earlier_provenance,
             ..previous
         };
         self.run.write_meta(&meta)?;

@@ -51,11 +51,13 @@ pub mod atomic;
 pub mod config;
 pub mod error;
 pub mod interrupt;
+pub mod latent_density;
 pub mod launch;
 pub mod lock;
 pub mod metrics;
 pub mod output_path;
 pub mod progress;
+pub mod provenance;
 pub mod report;
 pub mod run_dir;
 pub mod train_loop;
@@ -69,6 +71,7 @@ pub use launch::{Finished, Launch, LaunchSpec};
 pub use lock::DirLock;
 pub use metrics::{Metrics, MetricsSink, Record, RecordKind, SinkOptions};
 pub use output_path::check_output_path;
+pub use provenance::{BuildInfo, Provenance};
 pub use run_dir::{Checkpoint, Progress, RunDir, RunMeta};
 pub use train_loop::{
     CheckpointImage, ImageError, LoopConfig, LoopSummary, Outcome, StepContext, StepOutput, Trainer,

@@ -77,7 +77,7 @@ impl DirLock {
         }
         let me = Holder {
             pid: std::process::id(),
-            host: host_name(),
+            host: crate::provenance::host_name(),
             command: command_line(),
             since: iso_timestamp(SystemTime::now()),
         };
@@ -136,15 +136,6 @@ pub fn shell_quote(word: &str) -> String {
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
     }
-}
-
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 #[cfg(test)]

@@ -35,6 +35,10 @@ pub mod names {
     /// checkpoints included (added by the training loop).
     pub const RUN_TOKENS_PER_S: &str = "run_tokens_per_s";
     pub const LOSS: &str = "loss";
+    /// Time of the in-run check's selection (the other selector, `selector.compare_with`, on the same
+    /// input), milliseconds, on the steps that ran it: with `select_ms` of those steps, the speed-up a
+    /// single run measures.
+    pub const COMPARE_SELECT_MS: &str = "compare_select_ms";
 }
 
 /// Whether a record comes from a training step or from an evaluation.

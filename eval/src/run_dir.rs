@@ -1,7 +1,8 @@
 //! The run directory: one folder per training run holding everything it produced.
 //!
 //! ```text
-//! <run>/run.json          who the run is: name, config name, selector, creation time
+//! <run>/run.json          who the run is: name, config name, selector, creation time, and where and
+//!                         with what it ran (host, CPU, GPUs, driver, commit, features, model hash)
 //! <run>/config.toml       the config file as given
 //! <run>/config.json       the config after defaults were resolved
 //! <run>/metrics.jsonl     one JSON record per logged step or eval
@@ -12,6 +13,7 @@
 
 use crate::atomic::{sync_dir, write_atomic, write_json_atomic};
 use crate::error::{Error, Result};
+use crate::provenance::Provenance;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -55,6 +57,13 @@ pub struct RunMeta {
     /// Free-form facts shown in the report table (device, model, dictionary size...).
     #[serde(default)]
     pub details: serde_json::Map<String, serde_json::Value>,
+    /// Where and with what the run ran (host, CPU, GPUs and driver, build, model weights); absent in
+    /// runs recorded before it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+    /// The provenance of earlier segments of a resumed run, where it differed from the latest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_provenance: Vec<Provenance>,
 }
 
 /// Where the training loop stood when a checkpoint was written.

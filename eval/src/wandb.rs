@@ -83,8 +83,13 @@ impl WandbOptions {
 
     /// The bridge's command line (`python3 -c <script> live ...`).
     pub fn command(&self) -> Command {
+        self.command_for("live")
+    }
+
+    /// The bridge's command line for `subcommand` (`live` or `artifact`) with this run's options.
+    fn command_for(&self, subcommand: &str) -> Command {
         let mut cmd = Command::new(&self.python);
-        cmd.arg("-c").arg(BRIDGE_SCRIPT).arg("live");
+        cmd.arg("-c").arg(BRIDGE_SCRIPT).arg(subcommand);
         cmd.arg("--project").arg(&self.project);
         cmd.arg("--group").arg(&self.group);
         cmd.arg("--name").arg(&self.name);
@@ -105,6 +110,64 @@ impl WandbOptions {
             cmd.env("WANDB_MODE", mode);
         }
         cmd
+    }
+}
+
+/// Logs `path` (a folder of the run, e.g. `RUN/sae`) as a W&B artifact named `<name>-<run id>` of type
+/// `kind` to the run's W&B run: the bridge resumes that run (same id), logs the artifact and finishes.
+/// Waits for it (an online upload takes as long as it takes, up to [`FINISH_WAIT`]); a failure costs a
+/// warning, never the run.
+pub fn log_artifact(run: &RunDir, log: &LogConfig, path: &Path, name: &str, kind: &str) {
+    let meta = match run.read_meta() {
+        Ok(meta) => meta,
+        Err(e) => return eprintln!("warning: W&B artifact {name} not logged: {e}"),
+    };
+    let options = WandbOptions::for_run(run, &meta, log);
+    let mut cmd = options.command_for("artifact");
+    cmd.arg("--artifact-name")
+        .arg(name)
+        .arg("--artifact-type")
+        .arg(kind)
+        .arg(path);
+    let log_path = run.path().join(BRIDGE_LOG_FILE);
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file.map_or_else(|_| Stdio::null(), Stdio::from));
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return eprintln!(
+                "warning: W&B artifact {name} not logged: could not start `{}`: {e}",
+                options.python
+            )
+        }
+    };
+    let began = std::time::Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => {
+                return eprintln!("wandb: logged {} as artifact {name}", path.display())
+            }
+            Ok(Some(_)) | Err(_) => {
+                return eprintln!(
+                    "warning: W&B artifact {name} not logged (see {})",
+                    log_path.display()
+                )
+            }
+            Ok(None) if began.elapsed() > FINISH_WAIT => {
+                return eprintln!(
+                    "warning: W&B has not logged artifact {name} after {} s; not waiting longer \
+                     (see {})",
+                    FINISH_WAIT.as_secs(),
+                    log_path.display()
+                )
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(100)),
+        }
     }
 }
 

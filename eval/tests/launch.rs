@@ -25,6 +25,13 @@ fn spec(root: &Path, lr: f64, steps: u64, resume: bool) -> LaunchSpec {
             progress: false,
             ..LogConfig::default()
         },
+        build: eval::BuildInfo {
+            version: "9.9.9".into(),
+            commit: "0123456789abcdef0123456789abcdef01234567".into(),
+            dirty: true,
+            features: vec!["cuda".into()],
+        },
+        model_sha256: Some("sha256:00ff".into()),
     }
 }
 
@@ -140,4 +147,44 @@ fn a_step_failing_on_its_data_checkpoints_the_last_step_first() {
     trainer.fail_at = Some(5);
     assert!(train(launch, &mut trainer, 8).is_err());
     assert!(Launch::open(spec(other.path(), 0.1, 8, true)).is_err());
+}
+
+#[test]
+fn run_json_records_where_and_with_what_the_run_ran() {
+    let tmp = tempfile::tempdir().unwrap();
+    let launch = Launch::open(spec(tmp.path(), 0.1, 2, false)).unwrap();
+    let dir = launch.run_dir().clone();
+    train(launch, &mut FakeTrainer::new(0.1), 2).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("run.json")).unwrap())
+            .unwrap();
+    let p = &json["provenance"];
+    for key in ["host", "cpu", "gpu_driver"] {
+        let v = p[key].as_str().unwrap_or_default();
+        assert!(!v.is_empty(), "provenance.{key} in {json}");
+    }
+    assert!(p["gpus"].is_array(), "{json}");
+    assert_eq!(
+        p["build"]["commit"],
+        "0123456789abcdef0123456789abcdef01234567"
+    );
+    assert_eq!(p["build"]["dirty"], true);
+    assert_eq!(p["build"]["version"], "9.9.9");
+    assert_eq!(p["build"]["features"], serde_json::json!(["cuda"]));
+    assert_eq!(p["model_sha256"], "sha256:00ff");
+    assert_eq!(
+        p["host"].as_str().unwrap(),
+        eval::provenance::host_name(),
+        "the host as the lock file names it"
+    );
+    // A resume under another build keeps the earlier conditions beside the new ones.
+    let mut resumed = spec(tmp.path(), 0.1, 4, true);
+    resumed.build.dirty = false;
+    let launch = Launch::open(resumed).unwrap();
+    let mut trainer = FakeTrainer::load(&launch.resume_from().unwrap().dir, 0.1);
+    train(launch, &mut trainer, 4).unwrap();
+    let meta = dir.read_meta().unwrap();
+    assert!(!meta.provenance.unwrap().build.dirty);
+    assert_eq!(meta.earlier_provenance.len(), 1);
+    assert!(meta.earlier_provenance[0].build.dirty);
 }

@@ -76,3 +76,284 @@ fn a_single_run_with_timing_gets_its_charts() {
         "nothing to compare with"
     );
 }
+
+/// Replaces a run's config.json by `edit` applied to it.
+fn edit_config(run: &eval::RunDir, edit: impl FnOnce(&mut serde_json::Value)) {
+    let mut config = run.read_config_json().unwrap().unwrap();
+    edit(&mut config);
+    run.write_config("", &config).unwrap();
+}
+
+/// Replaces a run's run.json by `edit` applied to it.
+fn edit_meta(run: &eval::RunDir, edit: impl FnOnce(&mut eval::RunMeta)) {
+    let mut meta = run.read_meta().unwrap();
+    edit(&mut meta);
+    run.write_meta(&meta).unwrap();
+}
+
+fn page(runs: &[&eval::RunDir], forced: &[(usize, usize)]) -> String {
+    let data: Vec<RunData> = runs.iter().map(|r| RunData::load(r).unwrap()).collect();
+    eval::report::render_paired(&data, forced).unwrap()
+}
+
+fn pairs_of(
+    runs: &[&eval::RunDir],
+    forced: &[(usize, usize)],
+) -> Vec<eval::report::pairing::Pairing> {
+    let data: Vec<RunData> = runs.iter().map(|r| RunData::load(r).unwrap()).collect();
+    eval::report::pairing::pairings(&data, forced)
+}
+
+#[test]
+fn runs_whose_configs_differ_only_in_the_selector_are_paired() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 50);
+    let sort = synthetic_run(tmp.path(), "tiny", "sort", 5.0, 50);
+    edit_config(&sort, |c| c["selector"]["compare"] = true.into());
+    let pairs = pairs_of(&[&profk, &sort], &[]);
+    assert_eq!(pairs.len(), 1, "{pairs:?}");
+    let p = &pairs[0];
+    assert_eq!((p.run, p.baseline, p.forced), (0, 1, false));
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    let html = page(&[&profk, &sort], &[]);
+    assert!(
+        html.contains("<span class=\"good\">10.00×</span>"),
+        "a trusted speed-up is green"
+    );
+    assert!(!html.contains("Read before comparing"));
+}
+
+#[test]
+fn a_density_difference_does_not_pair_and_the_page_says_why() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 50);
+    let sort = synthetic_run(tmp.path(), "tiny", "sort", 5.0, 50);
+    edit_config(&profk, |c| {
+        c["sparsify"] = serde_json::json!({"density": 0.25})
+    });
+    edit_config(&sort, |c| {
+        c["sparsify"] = serde_json::json!({"density": 1.0})
+    });
+    assert!(pairs_of(&[&profk, &sort], &[]).is_empty());
+    let html = page(&[&profk, &sort], &[]);
+    assert!(
+        !html.contains("Speed-up of profk"),
+        "no speed-up across configs"
+    );
+    assert!(!html.contains("10.00×"));
+    assert!(
+        html.contains("sparsify.density (0.25 vs 1.0)") && html.contains("--pair"),
+        "names the difference and the way to pair anyway"
+    );
+}
+
+#[test]
+fn a_forced_pairing_lists_every_differing_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 50);
+    let sort = synthetic_run(tmp.path(), "small", "sort", 5.0, 50);
+    edit_config(&sort, |c| {
+        c["sae"]["k"] = 64.into();
+        c["train"]["batch_size"] = 1024.into();
+    });
+    let pairs = pairs_of(&[&profk, &sort], &[(0, 1)]);
+    assert_eq!(pairs.len(), 1);
+    let keys: Vec<&str> = pairs[0]
+        .differences
+        .iter()
+        .map(|d| d.key.as_str())
+        .collect();
+    assert_eq!(keys, ["name", "sae.k", "selector.kind", "train.batch_size"]);
+    let html = page(&[&profk, &sort], &[(0, 1)]);
+    for text in [
+        "Speed-up of profk",
+        "sae.k = 32 vs 64",
+        "train.batch_size = 4096 vs 1024",
+        "selector.kind = profk vs sort",
+        "paired by --pair though the configs differ in name, sae.k, selector.kind, train.batch_size",
+    ] {
+        assert!(html.contains(text), "missing {text}");
+    }
+    assert!(
+        !html.contains("<span class=\"good\">"),
+        "a forced pairing's speed-up is not shown as a result"
+    );
+    assert!(html.contains("10.00× ⚠"));
+}
+
+#[test]
+fn runs_under_other_conditions_are_warned_of() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profk = synthetic_run(tmp.path(), "tiny", "profk", 0.5, 50);
+    let sort = synthetic_run(tmp.path(), "tiny", "sort", 5.0, 50);
+    edit_meta(&sort, |m| {
+        let p = m.provenance.as_mut().unwrap();
+        p.host = "node-2".into();
+        p.gpus = vec!["NVIDIA H200".into()];
+        p.build.dirty = true;
+        p.model_sha256 = Some("sha256:beef".into());
+    });
+    let pairs = pairs_of(&[&profk, &sort], &[]);
+    assert_eq!(pairs.len(), 1, "the configs still pair");
+    let facts: Vec<&str> = pairs[0]
+        .warnings
+        .iter()
+        .map(|w| w.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(facts, ["host", "gpus", "commit", "model"]);
+    let html = page(&[&profk, &sort], &[]);
+    assert!(html.contains("Read before comparing"));
+    assert!(html.contains("host differs: node-1 (tiny-profk) vs node-2 (tiny-sort)"));
+    assert!(html.contains("0123456789ab+dirty"));
+    assert!(html.contains("10.00× ⚠") && !html.contains("<span class=\"good\">"));
+    assert!(
+        html.contains("class=\"l differs\""),
+        "the provenance table marks the cells"
+    );
+
+    // A run recorded before provenance was: the conditions cannot be checked.
+    edit_meta(&sort, |m| m.provenance = None);
+    let html = page(&[&profk, &sort], &[]);
+    assert!(html.contains("tiny-sort recorded no host, GPU, commit or model hash"));
+}
+
+#[test]
+fn every_run_has_its_own_colour_and_label() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = synthetic_run(&tmp.path().join("a"), "tiny", "profk", 0.5, 20);
+    let b = synthetic_run(&tmp.path().join("b"), "tiny", "profk", 0.6, 20);
+    let data: Vec<RunData> = [&a, &b].iter().map(|r| RunData::load(r).unwrap()).collect();
+    let labels = eval::report::labels(&data);
+    assert_ne!(labels[0], labels[1]);
+    let html = page(&[&a, &b], &[]);
+    let swatches: std::collections::BTreeSet<&str> = html
+        .match_indices("class=\"swatch\" style=\"background:#")
+        .map(|(i, m)| &html[i + m.len()..i + m.len() + 6])
+        .collect();
+    assert!(
+        swatches.len() >= 2,
+        "two profk runs, two colours: {swatches:?}"
+    );
+}
+
+#[test]
+fn a_single_run_shows_the_speed_up_of_its_own_checks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = eval::RunDir::create_at(&tmp.path().join("checked")).unwrap();
+    run.write_config(
+        "",
+        &serde_json::json!({"selector": {"kind": "profk", "compare_with": "sort"}}),
+    )
+    .unwrap();
+    let lines: String = (1..=40u64)
+        .map(|step| {
+            let mut m = eval::Metrics::new();
+            m.insert("step_ms".into(), 10.0);
+            m.insert("select_ms".into(), 0.5);
+            if step % 10 == 0 {
+                m.insert("compare_select_ms".into(), 1.5);
+            }
+            eval::Record::train(step, step * 100, 0.1, m).to_json_line()
+        })
+        .collect();
+    std::fs::write(run.metrics_path(), lines).unwrap();
+    let data = RunData::load(&run).unwrap();
+    let check = eval::report::summary::in_run_check(&data).unwrap();
+    assert_eq!((check.records, check.speed_up), (4, Some(3.0)));
+    assert_eq!(check.compared_with, "sort");
+    let html = render(&[data]).unwrap();
+    assert!(html.contains("Speed-up measured in-run"));
+    assert!(html.contains("<span class=\"good\">3.00×</span>"));
+}
+
+/// A fine-tune run: train loss and eval records with its unigram baselines.
+fn finetune_run(root: &std::path::Path, name: &str, mode: &str, step_ms: f64) -> eval::RunDir {
+    let run = eval::RunDir::create_at(&root.join(name)).unwrap();
+    run.write_meta(&eval::RunMeta {
+        task: "finetune".into(),
+        selector: "profk".into(),
+        provenance: Some(common::provenance()),
+        ..eval::RunMeta::default()
+    })
+    .unwrap();
+    let density = if mode == "dense" { 1.0 } else { 0.01 };
+    run.write_config(
+        "",
+        &serde_json::json!({"name": "tiny-finetune", "selector": {"kind": "profk"},
+                            "sparsify": {"mode": mode, "density": density}, "train": {"steps": 20}}),
+    )
+    .unwrap();
+    let mut lines = String::new();
+    for step in 1..=20u64 {
+        let mut m = eval::Metrics::new();
+        m.insert("step_ms".into(), step_ms);
+        m.insert("loss".into(), 8.0 - 0.1 * step as f64);
+        if mode != "dense" {
+            m.insert("ef_residual_norm".into(), 1.0 + step as f64);
+            m.insert("ef_kept_share".into(), 0.3);
+        }
+        lines.push_str(&eval::Record::train(step, step * 64, 0.1, m).to_json_line());
+        if step % 10 == 0 {
+            let mut e = eval::Metrics::new();
+            e.insert("eval_loss".into(), 7.5 - 0.05 * step as f64);
+            e.insert("unigram_entropy".into(), 6.1);
+            e.insert("unigram_eval_loss".into(), 6.37095044);
+            lines.push_str(&eval::Record::eval(step, step * 64, 0.1, e).to_json_line());
+        }
+    }
+    std::fs::write(run.metrics_path(), lines).unwrap();
+    run
+}
+
+#[test]
+fn a_fine_tune_is_set_beside_its_dense_baseline_with_reference_lines() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sparse = finetune_run(tmp.path(), "ft-topk", "topk", 20.0);
+    let dense = finetune_run(tmp.path(), "ft-dense", "dense", 30.0);
+    let pairs = pairs_of(&[&sparse, &dense], &[]);
+    assert_eq!(pairs.len(), 1, "{pairs:?}");
+    assert_eq!(
+        pairs[0].kind,
+        eval::report::pairing::PairKind::DenseBaseline
+    );
+    assert_eq!((pairs[0].run, pairs[0].baseline), (0, 1));
+    let html = page(&[&sparse, &dense], &[]);
+    assert!(html.contains("Against the dense baseline"));
+    assert!(
+        html.contains("<span class=\"good\">1.50×</span>"),
+        "dense 30 ms / sparse 20 ms"
+    );
+    assert!(
+        !html.contains("Speed-up of profk"),
+        "a dense run is not a selector"
+    );
+    for title in ["Error-feedback residual", "Gradient mass kept by the top-k"] {
+        assert!(html.contains(title), "missing {title}");
+    }
+    assert!(
+        !html.contains("eval unigram_eval_loss") && !html.contains("eval unigram_entropy"),
+        "no flat charts of the baselines"
+    );
+    assert!(
+        html.contains("unigram_eval_loss of ft-topk"),
+        "a reference line's legend"
+    );
+    assert!(!html.contains("6.37095044<"), "no axis of float noise");
+}
+
+#[test]
+fn a_run_without_held_out_data_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = synthetic_run(tmp.path(), "shards", "profk", 0.5, 10);
+    let mut text = std::fs::read_to_string(run.metrics_path()).unwrap();
+    let mut e = eval::Metrics::new();
+    e.insert("heldout_tokens".into(), 0.0);
+    text.push_str(&eval::Record::eval(10, 40960, 0.1, e).to_json_line());
+    std::fs::write(run.metrics_path(), text).unwrap();
+    let data = RunData::load(&run).unwrap();
+    let html = render(std::slice::from_ref(&data)).unwrap();
+    assert!(html.contains("no held-out evaluation (heldout_tokens 0)"));
+    assert!(html.contains("data.held_out_dir"));
+    let text = eval::report::summary_text(&[data], &[]);
+    assert!(text.contains("warning: no held-out evaluation"), "{text}");
+}

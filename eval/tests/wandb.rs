@@ -39,7 +39,8 @@ fn offline_history(run_dir: &Path) -> (usize, serde_json::Value) {
     (v["rows"].as_u64().unwrap() as usize, v["last"].clone())
 }
 
-/// {"rows": history rows, "last": the last row, "metrics": {name or glob: its step metric}}.
+/// {"rows": history rows, "last": the last row, "metrics": {name or glob: its step metric},
+/// "artifacts": [{"name", "type", "files"}]}.
 fn offline_records(run_dir: &Path) -> serde_json::Value {
     let wandb_dir = run_dir.join("wandb");
     let offline: Vec<PathBuf> = std::fs::read_dir(&wandb_dir)
@@ -69,7 +70,7 @@ from wandb.sdk.internal import datastore
 from wandb.proto import wandb_internal_pb2 as pb
 ds = datastore.DataStore()
 ds.open_for_scan(sys.argv[1])
-rows, last, metrics = 0, {}, {}
+rows, last, metrics, artifacts = 0, {}, {}, []
 while (data := ds.scan_data()) is not None:
     r = pb.Record()
     r.ParseFromString(data)
@@ -79,7 +80,10 @@ while (data := ds.scan_data()) is not None:
         last = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
     elif kind == "metric":
         metrics[r.metric.name or r.metric.glob_name] = r.metric.step_metric
-print(json.dumps({"rows": rows, "last": last, "metrics": metrics}))
+    elif kind == "artifact":
+        files = sorted(e.path for e in r.artifact.manifest.contents)
+        artifacts.append({"name": r.artifact.name, "type": r.artifact.type, "files": files})
+print(json.dumps({"rows": rows, "last": last, "metrics": metrics, "artifacts": artifacts}))
 "#;
     let out = succeeds(Command::new("python3").args(["-c", script]).arg(&file));
     serde_json::from_slice(&out.stdout).unwrap()
@@ -229,4 +233,54 @@ fn without_python_or_wandb_the_run_goes_on() {
         sink.finish().unwrap();
         assert_eq!(read_records(&run.metrics_path()).unwrap().len(), 11);
     }
+}
+
+#[test]
+fn an_eval_with_latent_densities_logs_their_histogram() {
+    let Some((_tmp, run, meta, log)) = offline_run() else {
+        return;
+    };
+    let densities: Vec<f64> = (0..64).map(|i| f64::from(i) / 64.0).collect();
+    let histogram = eval::latent_density::LatentDensity::of(5, 1000, &densities);
+    histogram.write(&run).unwrap();
+    let sink = MetricsSink::create(&run, SinkOptions::for_run(&run, &meta, &log)).unwrap();
+    log_some(&sink, 5);
+    sink.finish().unwrap();
+    let (_, last) = offline_history(run.path());
+    // The reader flattens the histogram's fields into keys under its name.
+    let field = |f: &str| last[format!("eval/latent_density/{f}")].clone();
+    assert_eq!(field("_type"), "histogram", "{last}");
+    let counts: Vec<u64> = serde_json::from_value(field("values")).unwrap();
+    assert_eq!(counts, histogram.counts, "the bins as written");
+    assert_eq!(
+        counts.iter().sum::<u64>(),
+        63,
+        "every latent but the dead one"
+    );
+    let bins: Vec<f64> = serde_json::from_value(field("bins")).unwrap();
+    assert_eq!(bins, histogram.log10_edges);
+}
+
+#[test]
+fn the_sae_folder_is_logged_as_an_artifact_of_the_run() {
+    let Some((_tmp, run, _meta, log)) = offline_run() else {
+        return;
+    };
+    let sae = run.path().join("sae");
+    std::fs::create_dir(&sae).unwrap();
+    std::fs::write(sae.join("cfg.json"), "{}").unwrap();
+    std::fs::write(sae.join("sae_weights.safetensors"), [0u8; 64]).unwrap();
+    eval::wandb::log_artifact(&run, &log, &sae, "sae", "model");
+    let artifacts = &offline_records(run.path())["artifacts"];
+    assert_eq!(artifacts.as_array().map(Vec::len), Some(1), "{artifacts}");
+    let a = &artifacts[0];
+    assert_eq!(a["type"], "model");
+    assert!(
+        a["name"].as_str().unwrap().starts_with("sae-tiny-profk-"),
+        "named after the run: {a}"
+    );
+    assert_eq!(
+        a["files"],
+        serde_json::json!(["cfg.json", "sae_weights.safetensors"])
+    );
 }

@@ -40,6 +40,8 @@ pub struct RunOptions {
     pub stop: StopSignal,
     /// Show the progress bar.
     pub progress_bar: bool,
+    /// The binary's build, recorded in run.json (`sparsetrain::build_info()`).
+    pub build: eval::BuildInfo,
 }
 
 /// What a finished (or stopped) run reports.
@@ -134,6 +136,11 @@ const RESUMABLE: &[&str] = &[
 pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     let (cfg, source) = FinetuneConfig::load(config_path, &opts.overrides)?;
     let device = device_of(cfg.device)?;
+    // Hashed beside the model loading (a multi-GB weights file takes seconds).
+    let hashing = {
+        let (model, seed) = (cfg.model.clone(), cfg.seed);
+        std::thread::spawn(move || model_identity(&model, seed))
+    };
     let model = build_model(&cfg, &device)?;
     // Before the trainer multiplies the model's memory and before a run directory exists.
     crate::memory::check(&cfg, model.config(), &device)?;
@@ -142,6 +149,9 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         batches.unigram_eval_loss(cfg.train.eval_batches, model.config().vocab_size);
     let mut trainer = Trainer::new(cfg.clone(), &model, batches)?;
     drop(model);
+    let model_sha256 = hashing
+        .join()
+        .map_err(|_| Error::config("model.name", "hashing the weights failed"))??;
 
     let launch = eval::Launch::open(eval::LaunchSpec {
         command: "finetune".into(),
@@ -159,6 +169,8 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
             .clone()
             .unwrap_or_else(|| PathBuf::from("runs")),
         log: cfg.log.clone(),
+        build: opts.build.clone(),
+        model_sha256: Some(model_sha256),
     })?;
     let start = match launch.resume_from() {
         Some(point) => {
@@ -198,6 +210,19 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         unigram_eval_loss,
         installed_tiny,
     })
+}
+
+/// What identifies the starting weights: the hash of the files loaded
+/// ([`activations::models::files_sha256`]), or the size and seed of a random initialization.
+fn model_identity(model: &crate::config::ModelConfig, seed: u64) -> Result<String> {
+    let err = |e: String| Error::config("model.name", e);
+    match model.init {
+        crate::config::Init::Random => Ok(format!("random:{}:{seed}", model.name)),
+        crate::config::Init::Load => {
+            let files = activations::gpt2::locate(&model.name).map_err(|e| err(e.to_string()))?;
+            activations::models::files_sha256(&files.weights).map_err(|e| err(e.to_string()))
+        }
+    }
 }
 
 fn details(

@@ -173,6 +173,13 @@ fn run_resumes_like_an_uninterrupted_run() {
         .collect();
     assert_eq!(train, vec![1, 2, 3, 4]);
     assert!(records.iter().any(|r| r.metrics.contains_key("select_ms")));
+    // run.json names the starting weights: a random initialization by its size and seed.
+    let meta = eval::RunDir::open_existing(&resumed.run_dir)
+        .unwrap()
+        .read_meta()
+        .unwrap();
+    let provenance = meta.provenance.expect("run.json records the provenance");
+    assert_eq!(provenance.model_sha256.as_deref(), Some("random:tiny:3"));
     // A resume with a different sparsification is refused, naming the section.
     let changed = root.path().join("changed.toml");
     std::fs::write(&changed, SMALL.replace("density = 0.02", "density = 0.5")).unwrap();

@@ -28,6 +28,8 @@ pub struct RunOptions {
     pub resume: bool,
     /// Stop request: [`eval::StopSignal::install`] in the binary (SIGINT, SIGTERM).
     pub stop: eval::StopSignal,
+    /// The binary's build, recorded in run.json (`sparsetrain::build_info()`).
+    pub build: eval::BuildInfo,
 }
 
 /// What a finished (or stopped) run reports.
@@ -38,6 +40,8 @@ pub struct RunSummary {
     pub final_eval: Option<Metrics>,
     /// 0, or 128 + signal for a run stopped by one.
     pub exit_code: i32,
+    /// Set when the run had no held-out data: says so and how to get a held-out evaluation.
+    pub no_held_out: Option<String>,
 }
 
 /// Fraction of the corpus' documents held out for evaluation.
@@ -57,6 +61,11 @@ const RESUMABLE: &[&str] = &[
 pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let began = std::time::Instant::now();
     let (cfg, source) = Config::load(&opts.config, &opts.overrides)?;
+    // Hashed beside the model and data loading (a multi-GB weights file takes seconds).
+    let hashing = {
+        let data = cfg.data.clone();
+        std::thread::spawn(move || model_identity(&data))
+    };
     let device = activations::models::open_device("device", cfg.device)?;
     let device_ready = began.elapsed();
     set_precision(cfg.train.precision);
@@ -76,16 +85,13 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     }
     // Before the SAE is allocated and before a run directory exists: an impossible size is a config error.
     crate::memory::check(&cfg, data.train.d_model(), &device)?;
-    if data.heldout.is_none()
-        && matches!(
-            cfg.data,
-            DataConfig::Model { .. } | DataConfig::Synthetic { .. }
-        )
-    {
-        eprintln!(
-            "note: data.held_out_tokens = 0: no held-out FVU / L0 (CE-loss recovered follows eval.ce_contexts)"
-        );
+    let no_held_out = data.heldout.is_none().then(|| no_held_out_hint(&cfg.data));
+    if let Some(hint) = &no_held_out {
+        eprintln!("note: {hint}");
     }
+    let model_sha256 = hashing
+        .join()
+        .map_err(|_| Error::Data("hashing the model weights failed".into()))??;
     let launch = eval::Launch::open(eval::LaunchSpec {
         command: "train-sae".into(),
         task: "sae".into(),
@@ -99,6 +105,8 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         resume: opts.resume,
         runs_root: PathBuf::from("runs"),
         log: cfg.log.clone(),
+        build: opts.build.clone(),
+        model_sha256,
     })?;
     let mut batch_ready = began.elapsed();
     let (trainer, start, pending) = match launch.resume_from() {
@@ -124,17 +132,21 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     loop_cfg.progress_metrics = vec!["loss".into(), "fvu".into(), "l0".into()];
     let mut trainer = trainer;
     trainer.profile = cfg.train.profile_stages;
+    let run_dir = launch.run_dir().clone();
     let mut job = SaeJob {
         trainer,
         data,
         pending,
         random_weights: random_weights.is_some(),
         data_failed: false,
+        run_dir: run_dir.clone(),
     };
-    let run_dir = launch.run_dir().clone();
     let mut facts = details(&cfg);
     if let Some(w) = &random_weights {
         facts.insert("warning".into(), w.clone().into());
+    }
+    if let Some(hint) = &no_held_out {
+        facts.insert("held_out".into(), hint.clone().into());
     }
     // Startup ends before training starts, so that startup, training and exporting never overlap.
     let startup = began.elapsed();
@@ -164,6 +176,9 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         }
         // The report the launcher wrote, again with the dashboards.
         eval::report::write_report(std::slice::from_ref(&run_dir), &run_dir.report_path())?;
+        if cfg.log.wandb {
+            eval::wandb::log_artifact(&run_dir, &cfg.log, &sae_dir, "sae", "model");
+        }
     }
     // Where a whole run's wall time goes beside the loop's own (bench/data_path.py reads this line).
     eprintln!(
@@ -189,6 +204,41 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         step: finished.summary.progress.step,
         exit_code: finished.exit_code(),
         final_eval: finished.summary.final_eval,
+        no_held_out,
+    })
+}
+
+/// What a run without held-out data prints and records: that FVU and L0 were not measured on held-out
+/// tokens, and the key that changes it.
+fn no_held_out_hint(data: &DataConfig) -> String {
+    let how = match data {
+        DataConfig::Shards { .. } => {
+            "extract held-out activations (`extract CONFIG --set data.split=heldout --set \
+             out_dir=DIR`) and set data.held_out_dir = DIR"
+        }
+        _ => "set data.held_out_tokens (e.g. 8192)",
+    };
+    format!(
+        "no held-out evaluation: heldout_fvu and heldout_l0 were not measured; the train-batch fvu \
+         and l0 are all there is. For one, {how}"
+    )
+}
+
+/// What identifies the model whose activations the SAE learns (see
+/// [`activations::models::weights_identity`]): for shards, what their manifest recorded.
+fn model_identity(data: &DataConfig) -> Result<Option<String>> {
+    Ok(match data {
+        DataConfig::Model { model, .. } => Some(activations::models::weights_identity(model)?),
+        DataConfig::Shards { dir, .. } => {
+            let manifest = activations::shards::Manifest::read(dir)?;
+            Some(manifest.model_sha256.unwrap_or_else(|| {
+                format!(
+                    "unknown (the shards' manifest names model `{}` without a hash)",
+                    manifest.model
+                )
+            }))
+        }
+        DataConfig::Synthetic { .. } => None,
     })
 }
 
@@ -441,6 +491,8 @@ struct SaeJob {
     random_weights: bool,
     /// The last step failed reading its batch, before anything was updated.
     data_failed: bool,
+    /// Where the evaluations' latent-density histograms go.
+    run_dir: eval::RunDir,
 }
 
 impl eval::Trainer for SaeJob {
@@ -462,6 +514,9 @@ impl eval::Trainer for SaeJob {
         let mut m = Metrics::new();
         m.insert(eval::metrics::names::DATA_WAIT_MS.into(), data_wait_ms);
         m.insert("select_ms".into(), s.select_ms);
+        if let Some(ms) = s.compare_ms {
+            m.insert(eval::metrics::names::COMPARE_SELECT_MS.into(), ms);
+        }
         m.insert("lr".into(), s.lr);
         m.insert("threshold".into(), s.threshold);
         if self.trainer.profile {
@@ -507,7 +562,7 @@ impl eval::Trainer for SaeJob {
         self.data_failed
     }
 
-    fn eval(&mut self, _progress: &Progress) -> Result<Metrics> {
+    fn eval(&mut self, progress: &Progress) -> Result<Metrics> {
         let mut m = Metrics::new();
         let held_rows = match &self.data.heldout {
             Some(t) => t.dim(0)?,
@@ -522,6 +577,12 @@ impl eval::Trainer for SaeJob {
             m.insert("heldout_fvu_threshold".into(), e.fvu_threshold);
             m.insert("heldout_l0_threshold".into(), e.l0_threshold);
             m.insert("heldout_rare_fraction".into(), e.rare_fraction);
+            let density = eval::latent_density::LatentDensity::of(
+                progress.step,
+                e.tokens as u64,
+                &e.latent_density,
+            );
+            density.write(&self.run_dir)?;
             for (l, v) in e.layer_fvu.iter().enumerate() {
                 m.insert(format!("heldout_fvu_layer{l}"), *v);
             }

@@ -62,14 +62,15 @@ pub fn select_indices(
     Ok(profk::topk(t, keep, &opts)?.indices.contiguous()?)
 }
 
-/// Runs `cfg.compare_with` on the same input and requires the identical set of elements.
+/// Runs `cfg.compare_with` on the same input and requires the identical set of elements; returns the
+/// time its selection took, which the run records (`compare_select_ms`) as its in-run speed-up check.
 pub fn cross_check(
     pre: &Tensor,
     keep: usize,
     chosen: &Tensor,
     cfg: &SelectorConfig,
     step: u64,
-) -> Result<()> {
+) -> Result<Duration> {
     let other = select_flat(pre, keep, cfg.compare_with.selector(), step)?;
     let a: Vec<i64> = chosen.to_vec1()?;
     let b: Vec<i64> = other.indices.to_vec1()?;
@@ -83,7 +84,7 @@ pub fn cross_check(
             k: keep,
         });
     }
-    Ok(())
+    Ok(other.time)
 }
 
 /// Waits for the device so that timings measure the work, not its launch.

@@ -45,6 +45,10 @@ pub struct StepStats {
     pub step_ms: f64,
     pub select_ms: f64,
     pub select_share: f64,
+    /// Time of the in-run check's selection (`selector.compare_with` on the same scores), on the
+    /// steps that ran it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compare_ms: Option<f64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layer_fvu: Vec<f64>,
     /// Stage times with `profile` (else all 0).
@@ -157,9 +161,12 @@ impl Trainer {
         let forward_ms = lap.next()?;
         let keep = fwd.enc.idx.elem_count();
         let sel = &self.cfg.selector;
-        if sel.compare && self.step.is_multiple_of(sel.compare_every) {
-            cross_check(&fwd.enc.scores, keep, &fwd.enc.idx, sel, self.step)?;
-        }
+        let compare_ms = if sel.compare && self.step.is_multiple_of(sel.compare_every) {
+            let other = cross_check(&fwd.enc.scores, keep, &fwd.enc.idx, sel, self.step)?;
+            Some(other.as_secs_f64() * 1e3)
+        } else {
+            None
+        };
         let (dead_mask, n_dead) = self.dead.dead()?;
         let aux = aux_loss(
             &self.sae,
@@ -210,6 +217,7 @@ impl Trainer {
             step_ms,
             select_ms,
             select_share: select_ms / step_ms.max(1e-9),
+            compare_ms,
             ..Default::default()
         };
         if self.profile {
@@ -283,7 +291,9 @@ impl Trainer {
         } else {
             (f64::NAN, f64::NAN)
         };
-        let rare_fraction = rare_fraction(&fwd.enc.idx, &fwd.enc.vals, batch, self.sae.shape.n)?;
+        let latent_density = latent_density(&fwd.enc.idx, &fwd.enc.vals, batch, self.sae.shape.n)?;
+        let rare_fraction = latent_density.iter().filter(|&&d| d < RARE_DENSITY).count() as f64
+            / latent_density.len().max(1) as f64;
         let layer_fvu = if self.sae.shape.arch == Arch::Crosscoder {
             layer_fvu(&x, &recon, self.sae.shape.layers)?
         } else {
@@ -298,6 +308,7 @@ impl Trainer {
             l0_threshold,
             rare_fraction,
             layer_fvu,
+            latent_density,
         })
     }
 }
@@ -317,14 +328,17 @@ pub struct EvalStats {
     pub rare_fraction: f64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layer_fvu: Vec<f64>,
+    /// Per latent, the share of the held-out tokens it is active on (kept with a positive value).
+    #[serde(skip)]
+    pub latent_density: Vec<f64>,
 }
 
 /// The density under which a latent counts as rare (the usual "dead or nearly" line of SAE work).
 pub const RARE_DENSITY: f64 = 1e-4;
 
-/// Fraction of the `n` latents whose share of the `batch` tokens with a positive kept activation is
-/// below [`RARE_DENSITY`]; `idx` are flat indices row · n + col.
-fn rare_fraction(idx: &Tensor, vals: &Tensor, batch: usize, n: usize) -> Result<f64> {
+/// Per latent of `n`, the share of the `batch` tokens on which it is kept with a positive value; `idx`
+/// are flat indices row · n + col.
+fn latent_density(idx: &Tensor, vals: &Tensor, batch: usize, n: usize) -> Result<Vec<f64>> {
     let idx = idx.to_device(&Device::Cpu)?.to_vec1::<i64>()?;
     let vals = vals
         .detach()
@@ -338,11 +352,8 @@ fn rare_fraction(idx: &Tensor, vals: &Tensor, batch: usize, n: usize) -> Result<
             count[i as usize % n] += 1;
         }
     }
-    let rare = count
-        .iter()
-        .filter(|&&c| (c as f64) < RARE_DENSITY * batch as f64)
-        .count();
-    Ok(rare as f64 / n.max(1) as f64)
+    let tokens = batch.max(1) as f64;
+    Ok(count.iter().map(|&c| c as f64 / tokens).collect())
 }
 
 /// Scales layer l of `raw` [B, L, d] by `scales[l]` and stacks the layers: [B, L·d].

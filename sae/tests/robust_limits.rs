@@ -85,11 +85,20 @@ fn held_out_sizes_are_checked() {
         &base.replace("held_out_tokens = 256", "held_out_tokens = 0"),
         tmp.path(),
     );
-    let eval = r.unwrap().final_eval.unwrap();
+    let summary = r.unwrap();
+    let eval = summary.final_eval.unwrap();
     assert_eq!(eval.get("heldout_tokens"), Some(&0.0));
     assert!(!eval.contains_key("heldout_fvu"));
     let metrics = std::fs::read_to_string(out.join("metrics.jsonl")).unwrap();
     assert!(metrics.contains("\"heldout_tokens\""), "{metrics}");
+    // The summary and the report say so, and how to get one.
+    let hint = summary.no_held_out.unwrap_or_default();
+    assert!(
+        hint.contains("no held-out evaluation") && hint.contains("data.held_out_tokens"),
+        "{hint}"
+    );
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("no held-out evaluation (heldout_tokens 0)"));
 }
 
 fn model_config(extra: &str, layers: &str, context: usize) -> String {

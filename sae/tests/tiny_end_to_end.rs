@@ -23,4 +23,19 @@ fn tiny_model_run_end_to_end() {
     );
     let report = std::fs::read_to_string(dir.path().join("run/report.html")).unwrap();
     assert!(dir.path().join("run/features.json").is_file() && report.contains("id=\"features\""));
+    // run.json names the weights read: the shipped model's bytes, as the asset file hashes.
+    let meta = eval::RunDir::open_existing(&dir.path().join("run"))
+        .unwrap()
+        .read_meta()
+        .unwrap();
+    let asset = runtime::workspace_file("activations/assets/tiny-gpt2.safetensors.zst");
+    assert_eq!(
+        meta.provenance.unwrap().model_sha256,
+        Some(activations::models::files_sha256(&[asset]).unwrap())
+    );
+    // The held-out evaluation's latent densities, for the W&B histogram.
+    let densities = std::fs::read_dir(dir.path().join("run/latent_density"))
+        .unwrap()
+        .count();
+    assert_eq!(densities, 1);
 }

@@ -324,7 +324,15 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     let dtype = candle_dtype(cfg.dtype);
     let device = open_device("device", cfg.device)?;
     candle_core::cuda::set_gemm_reduced_precision_f32(cfg.allow_tf32);
+    // Hashed beside the model loading (a multi-GB weights file takes seconds).
+    let hashing = {
+        let spec = cfg.model.clone();
+        std::thread::spawn(move || crate::models::weights_identity(&spec))
+    };
     let mut model = load_model(&cfg.model, model_dtype, &device)?;
+    let model_sha256 = hashing
+        .join()
+        .map_err(|_| Error::config("model", "hashing the weights failed"))??;
     if let Some(chunk) = cfg.attention_chunk {
         model.set_attention_chunk(Some(chunk));
     }
@@ -412,6 +420,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         corpus: corpus_info,
         fingerprint: fingerprint.clone(),
         shards: Vec::new(),
+        model_sha256: Some(model_sha256),
     };
 
     // What a previous run left.

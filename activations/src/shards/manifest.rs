@@ -53,6 +53,10 @@ pub struct Manifest {
     /// sha256 of every setting that decides the shards' bytes; shards carry it too.
     pub fingerprint: String,
     pub shards: Vec<ShardInfo>,
+    /// What identifies the model's weights ([`crate::models::weights_identity`]); absent in
+    /// extractions written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_sha256: Option<String>,
 }
 
 pub fn dtype_name(dtype: DType) -> &'static str {

@@ -1,10 +1,15 @@
 //! Page assembly: sections, tables and charts, with all text escaped.
 
 use super::features;
+use super::pairing::{nearest_unpaired, resumed_elsewhere, Difference, Pairing};
 use super::plots::{
-    line_chart, part_of_total_bars, selector_color, ChartSpec, LineStyle, Series, SMOOTH_ABOVE,
+    line_chart, part_of_total_bars, run_color, ChartSpec, LineStyle, Reference, Series,
+    SMOOTH_ABOVE,
 };
-use super::summary::{metric_names, ratio_over_steps, speed_ups, summarize, RunSummary, SpeedUp};
+use super::summary::{
+    dense_baselines, in_run_check, metric_names, ratio_over_steps, speed_ups, summarize,
+    DenseBaseline, RunSummary, SpeedUp,
+};
 use super::RunData;
 use crate::error::Result;
 use crate::metrics::{names, RecordKind};
@@ -32,6 +37,11 @@ figcaption { font-size: 12px; padding: 2px 8px 6px 8px; color: #333; max-width: 
 .fignote { color: #888; display: block; margin-top: 2px; }
 .swatch { display: inline-block; width: 10px; height: 10px; margin-right: 6px; border-radius: 2px; }
 .good { color: #1a7f37; font-weight: 600; }
+.warn { background: #fff4e5; border: 1px solid #f0b429; border-radius: 4px; padding: 8px 12px;
+        margin: 8px 0 12px 0; font-size: 13px; max-width: 1100px; }
+.warn b { color: #8a4b00; }
+.warn ul { margin: 4px 0 0 0; padding-left: 20px; }
+td.differs { background: #fff4e5; }
 .note { color: #666; font-size: 13px; }
 input.xaxis { display: none; }
 .toggle { font-size: 13px; margin: 4px 0 8px 0; }
@@ -74,6 +84,7 @@ fn over_training(
     series: &[Series],
     log_y: bool,
     style: LineStyle,
+    references: &[Reference],
 ) -> Result<Figure> {
     let spec = ChartSpec {
         title,
@@ -82,16 +93,26 @@ fn over_training(
         log_y,
         style,
         reference: None,
+        references,
     };
     let note = match style {
+        _ if !references.is_empty() => BASELINE_NOTE,
         LineStyle::Noisy => NOISY_NOTE,
         LineStyle::Nested => NESTED_NOTE,
     };
-    Ok(Figure::lines(line_chart(&spec, series)?, series, note))
+    let mut figure = Figure::lines(line_chart(&spec, series)?, series, note);
+    figure.legend.extend(
+        references
+            .iter()
+            .map(|r| (format!("– – {}", r.label), r.color)),
+    );
+    Ok(figure)
 }
 
 const NESTED_NOTE: &str = "wider lines are drawn first: curves that coincide show as nested bands";
 const NOISY_NOTE: &str = "faint: every logged step; solid: rolling median";
+const BASELINE_NOTE: &str =
+    "dashed: the run's context-free unigram baseline (a model that ignores context scores this)";
 
 /// What the x axis of the charts over training counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,6 +162,19 @@ pub fn metric_axis(metric: &str) -> (String, String) {
         "lr" => Some(("lr", "learning rate")),
         "grad_norm" => Some(("grad_norm", "gradient L2 norm")),
         "threshold" => Some(("threshold", "JumpReLU threshold (activation)")),
+        "ef_residual_norm" => Some((
+            "Error-feedback residual",
+            "L2 norm of the residual after selection",
+        )),
+        "ef_kept_share" => Some((
+            "Gradient mass kept by the top-k",
+            "kept share of the squared L2 mass",
+        )),
+        "eval_loss" => Some(("eval_loss", "held-out loss (nats / token)")),
+        names::COMPARE_SELECT_MS => Some((
+            "Selection time of the in-run check",
+            "checked selector's time (ms)",
+        )),
         _ => None,
     };
     if let Some((title, y)) = known {
@@ -167,17 +201,24 @@ pub fn metric_axis(metric: &str) -> (String, String) {
     (metric.to_string(), y)
 }
 
-pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
+/// Metrics that are one number per run (the context-free baselines of a fine-tune): drawn as dashed
+/// reference lines on the chart of the loss they are a baseline for, not as charts of their own.
+const BASELINES: [(&str, RecordKind, &str); 2] = [
+    ("unigram_entropy", RecordKind::Train, names::LOSS),
+    ("unigram_eval_loss", RecordKind::Eval, "eval_loss"),
+];
+
+fn is_baseline(metric: &str) -> bool {
+    BASELINES.iter().any(|(b, _, _)| *b == metric)
+}
+
+pub fn page(runs: &[RunData], labels: &[String], pairs: &[Pairing]) -> Result<String> {
     let summaries: Vec<RunSummary> = runs
         .iter()
         .zip(labels)
         .map(|(r, l)| summarize(r, l))
         .collect();
-    let colors: Vec<_> = runs
-        .iter()
-        .enumerate()
-        .map(|(i, r)| selector_color(&r.meta.selector, i))
-        .collect();
+    let colors: Vec<_> = (0..runs.len()).map(run_color).collect();
     let series_of = |kind: RecordKind, metric: &str, x: XAxis| -> Vec<Series> {
         runs.iter()
             .enumerate()
@@ -197,9 +238,48 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
             })
             .collect()
     };
+    // The baselines drawn on `metric`'s chart: one dashed line per run that logged one.
+    let references_of = |kind: RecordKind, metric: &str| -> Vec<Reference> {
+        let colors: &[RGBColor] = &colors;
+        BASELINES
+            .iter()
+            .filter(|(_, on_kind, on)| *on_kind == kind && *on == metric)
+            .flat_map(|(baseline, _, _)| {
+                runs.iter().enumerate().filter_map(move |(i, r)| {
+                    let value = r
+                        .records
+                        .iter()
+                        .rev()
+                        .find_map(|rec| rec.metrics.get(*baseline).copied())
+                        .or_else(|| r.meta.details.get(*baseline).and_then(|v| v.as_f64()))
+                        .filter(|v| v.is_finite())?;
+                    Some(Reference {
+                        y: value,
+                        label: format!("{baseline} of {}", labels[i]),
+                        color: colors[i],
+                    })
+                })
+            })
+            .collect()
+    };
     // Step → tokens of a run's train records, for the ratio charts over tokens.
     let tokens_at = |run: &RunData| -> std::collections::BTreeMap<u64, f64> {
         run.train().map(|r| (r.step, r.tokens as f64)).collect()
+    };
+    let ratio_chart = |title: &str, y_desc: &str, x: XAxis, series: &[Series]| -> Result<Figure> {
+        let svg = line_chart(
+            &ChartSpec {
+                title,
+                x_desc: x.desc(),
+                y_desc,
+                log_y: false,
+                style: LineStyle::Noisy,
+                reference: Some(1.0),
+                references: &[],
+            },
+            series,
+        )?;
+        Ok(Figure::lines(svg, series, NOISY_NOTE))
     };
 
     let mut out = String::new();
@@ -220,6 +300,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         if runs.len() == 1 { "" } else { "s" },
         iso_timestamp(std::time::SystemTime::now())
     );
+    warnings_box(&mut out, runs, &summaries, pairs);
     out.push_str(
         "<div class=\"toggle\">x axis of the charts over training: \
          <label for=\"x-step\">step</label><label for=\"x-tokens\">tokens</label></div>\n",
@@ -228,17 +309,14 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     out.push_str("<h2>Runs</h2>\n");
     run_table(&mut out, runs, &summaries, &colors);
 
-    let pairs = speed_ups(runs, &summaries);
-    if !pairs.is_empty() {
-        out.push_str("<h2>Speed-up of profk</h2>\n<div class=\"row\"><div>");
-        speed_up_table(&mut out, &pairs, &summaries);
-        out.push_str("</div><div>");
-        context_table(&mut out, runs, &summaries, &colors);
-        out.push_str("</div></div>\n");
+    let speed = speed_ups(pairs, &summaries);
+    if !speed.is_empty() {
+        out.push_str("<h2>Speed-up of profk</h2>\n");
+        speed_up_table(&mut out, &speed, &summaries);
         for x in XAxis::BOTH {
             let mut charts = Vec::new();
             for metric in [names::SELECT_MS, names::STEP_MS] {
-                let series: Vec<Series> = pairs
+                let series: Vec<Series> = speed
                     .iter()
                     .map(|p| {
                         let fast = &runs[p.fast];
@@ -267,26 +345,56 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
                     } else {
                         "step"
                     };
-                    let svg = line_chart(
-                        &ChartSpec {
-                            title: &format!("Speed-up of profk: {what} time"),
-                            x_desc: x.desc(),
-                            y_desc: &format!("{what} time, other / profk (×)"),
-                            log_y: false,
-                            style: LineStyle::Noisy,
-                            reference: Some(1.0),
-                        },
+                    charts.push(ratio_chart(
+                        &format!("Speed-up of profk: {what} time"),
+                        &format!("{what} time, other / profk (×)"),
+                        x,
                         &series,
-                    )?;
-                    charts.push(Figure::lines(svg, &series, NOISY_NOTE));
+                    )?);
                 }
             }
             chart_grid(&mut out, &charts, Some(x));
         }
-    } else {
-        out.push_str("<h2>Run context</h2>\n");
-        context_table(&mut out, runs, &summaries, &colors);
     }
+    unpaired_note(&mut out, runs, &summaries, pairs);
+
+    let checks: Vec<(usize, super::summary::InRunCheck)> = runs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| in_run_check(r).map(|c| (i, c)))
+        .collect();
+    if !checks.is_empty() {
+        out.push_str("<h2>Speed-up measured in-run</h2>\n");
+        in_run_table(&mut out, &checks, &summaries, &colors);
+        let series: Vec<Series> = checks
+            .iter()
+            .filter(|(_, c)| c.ratios.len() >= 2)
+            .map(|(i, c)| Series {
+                label: format!("{} / {}", c.compared_with, summaries[*i].label),
+                color: colors[*i],
+                points: c.ratios.clone(),
+            })
+            .collect();
+        if !series.is_empty() {
+            let fig = ratio_chart(
+                "Selection speed-up at the in-run checks",
+                "selection time, checked selector / run's (×)",
+                XAxis::Step,
+                &series,
+            )?;
+            chart_grid(&mut out, &[fig], None);
+        }
+    }
+
+    let dense = dense_baselines(pairs, &summaries);
+    if !dense.is_empty() {
+        out.push_str("<h2>Against the dense baseline</h2>\n");
+        dense_table(&mut out, &dense, &summaries, &colors);
+    }
+
+    out.push_str("<h2>Run context</h2>\n");
+    context_table(&mut out, runs, &summaries, &colors);
+    provenance_table(&mut out, runs, &summaries, &colors);
 
     let mut timing_out = String::new();
     timing_out.push_str("<h2>Timing</h2>\n");
@@ -312,6 +420,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
                     &series,
                     log_y,
                     LineStyle::Noisy,
+                    &[],
                 )?);
             }
         }
@@ -325,7 +434,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     if bars.iter().any(|b| b.2.is_some()) {
         let figure = Figure {
             svg: part_of_total_bars("Median step time, selection inside it", "time (ms)", &bars)?,
-            legend: Vec::new(),
+            legend: bars.iter().map(|b| (b.0.clone(), b.1)).collect(),
             note: "light: median step time; dark: median selection time",
         };
         chart_grid(&mut timing_out, &[figure], None);
@@ -344,12 +453,20 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
         for x in XAxis::BOTH {
             let charts = train_metrics
                 .iter()
-                .filter(|m| !latent_metrics.contains(&m.as_str()))
+                .filter(|m| !latent_metrics.contains(&m.as_str()) && !is_baseline(m))
                 .map(|m| {
                     let series = series_of(RecordKind::Train, m, x);
                     let (title, y_desc) = metric_axis(m);
                     let log_y = wide_spread(&series);
-                    over_training(x, (&title, &y_desc), &series, log_y, LineStyle::Nested)
+                    let refs = references_of(RecordKind::Train, m);
+                    over_training(
+                        x,
+                        (&title, &y_desc),
+                        &series,
+                        log_y,
+                        LineStyle::Nested,
+                        &refs,
+                    )
                 })
                 .collect::<Result<Vec<_>>>()?;
             chart_grid(&mut timing_out, &charts, Some(x));
@@ -363,22 +480,36 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     let eval_metrics = metric_names(runs, RecordKind::Eval);
     if !eval_metrics.is_empty() {
         out.push_str("<h2>Evaluation</h2>\n");
+        no_held_out_notes(&mut out, &summaries);
         metric_table(&mut out, &eval_metrics, &summaries, &colors, |s| {
             &s.final_eval
         });
         for x in XAxis::BOTH {
             let mut charts = Vec::new();
-            for m in &eval_metrics {
+            for m in eval_metrics.iter().filter(|m| !is_baseline(m)) {
                 let series = series_of(RecordKind::Eval, m, x);
                 if series.iter().any(|s| s.points.len() >= 2) {
                     let (_, y_desc) = metric_axis(m);
                     let title = format!("eval {m}");
                     let axes = (title.as_str(), y_desc.as_str());
-                    charts.push(over_training(x, axes, &series, false, LineStyle::Nested)?);
+                    let refs = references_of(RecordKind::Eval, m);
+                    charts.push(over_training(
+                        x,
+                        axes,
+                        &series,
+                        false,
+                        LineStyle::Nested,
+                        &refs,
+                    )?);
                 }
             }
             chart_grid(&mut out, &charts, Some(x));
         }
+    } else if runs.iter().any(|r| r.meta.task == "sae") {
+        out.push_str(
+            "<h2>Evaluation</h2>\n<div class=\"warn\"><b>No evaluation</b>: these runs logged no \
+             evaluation record (eval.enabled = false, or the run stopped before its end).</div>\n",
+        );
     }
 
     let with_features: Vec<usize> = (0..runs.len())
@@ -405,7 +536,7 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
             if !series.is_empty() {
                 let (title, y_desc) = metric_axis("dead_fraction");
                 let mut fig =
-                    over_training(x, (&title, &y_desc), &series, false, LineStyle::Nested)?;
+                    over_training(x, (&title, &y_desc), &series, false, LineStyle::Nested, &[])?;
                 fig.note = "dead: no activation within the aux-k window ([sae.aux] dead_tokens)";
                 figs.push(fig);
             }
@@ -433,6 +564,310 @@ pub fn page(runs: &[RunData], labels: &[String]) -> Result<String> {
     }
     out.push_str("</div>\n</body></html>\n");
     Ok(out)
+}
+
+/// The warning a run's last evaluation calls for when it had no held-out tokens (`heldout_tokens`
+/// 0): what was not measured and how to get it.
+pub fn no_held_out_warning(final_eval: &crate::metrics::Metrics) -> Option<String> {
+    (final_eval.get("heldout_tokens") == Some(&0.0)).then(|| {
+        "no held-out evaluation (heldout_tokens 0): heldout_fvu and heldout_l0 were not measured, \
+         only the training batches' fvu and l0. For one, set data.held_out_tokens (activations \
+         from a model) or data.held_out_dir (shards: extract with --set data.split=heldout)"
+            .to_string()
+    })
+}
+
+fn no_held_out_notes(out: &mut String, summaries: &[RunSummary]) {
+    for s in summaries {
+        if let Some(w) = no_held_out_warning(&s.final_eval) {
+            let _ = writeln!(
+                out,
+                "<div class=\"warn\"><b>{}</b>: {}</div>",
+                escape(&s.label),
+                escape(&w)
+            );
+        }
+    }
+}
+
+/// Everything that makes a comparison on this page doubtful, at the top: pairings whose runs ran
+/// under other conditions or were forced, runs resumed elsewhere, runs without held-out data.
+fn warnings_box(out: &mut String, runs: &[RunData], summaries: &[RunSummary], pairs: &[Pairing]) {
+    let mut items: Vec<String> = Vec::new();
+    for p in pairs {
+        let who = format!(
+            "{} vs {}",
+            summaries[p.run].label, summaries[p.baseline].label
+        );
+        if p.forced && !p.differences.is_empty() {
+            let keys: Vec<&str> = p.differences.iter().map(|d| d.key.as_str()).collect();
+            items.push(format!(
+                "{who}: paired by --pair though the configs differ in {}",
+                keys.join(", ")
+            ));
+        }
+        for w in &p.warnings {
+            items.push(format!("{who}: {w}"));
+        }
+    }
+    if pairs.is_empty() {
+        items.extend(runs.iter().filter_map(resumed_elsewhere));
+    }
+    for s in summaries {
+        if let Some(w) = no_held_out_warning(&s.final_eval) {
+            items.push(format!("{}: {w}", s.label));
+        }
+    }
+    items.dedup();
+    if items.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<div class=\"warn\"><b>Read before comparing</b>: the runs on this page differ in more than \
+         what is compared<ul>",
+    );
+    for item in items {
+        let _ = write!(out, "<li>{}</li>", escape(&item));
+    }
+    out.push_str("</ul></div>\n");
+}
+
+/// Prof-K runs that found no run to compare with: why not, and how to pair them anyway.
+fn unpaired_note(out: &mut String, runs: &[RunData], summaries: &[RunSummary], pairs: &[Pairing]) {
+    let unpaired = nearest_unpaired(runs, pairs);
+    if unpaired.is_empty() {
+        return;
+    }
+    out.push_str("<p class=\"note\">");
+    for (a, b, diffs) in unpaired {
+        let keys = if diffs.is_empty() {
+            "config.json is missing".to_string()
+        } else {
+            diffs
+                .iter()
+                .map(|d| format!("{} ({} vs {})", d.key, d.a, d.b))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = write!(
+            out,
+            "{} is not compared with {}: their configs differ in {}; \
+             <code>sparsetrain-report ... --pair {} {}</code> compares them anyway.<br>",
+            escape(&summaries[a].label),
+            escape(&summaries[b].label),
+            escape(&keys),
+            escape(&runs[a].dir.display().to_string()),
+            escape(&runs[b].dir.display().to_string()),
+        );
+    }
+    out.push_str("</p>\n");
+}
+
+/// A speed-up ratio: green only for a pairing whose configs and conditions match.
+fn speed_cell(r: Option<f64>, trusted: bool) -> String {
+    match r {
+        Some(v) if v >= 1.0 && trusted => format!("<span class=\"good\">{v:.2}×</span>"),
+        Some(v) if trusted => format!("{v:.2}×"),
+        Some(v) => format!("{v:.2}× ⚠"),
+        None => "–".into(),
+    }
+}
+
+/// How a pairing was made, and what differs.
+fn pairing_cell(p: &Pairing, about: &str) -> String {
+    let mut cell = if p.forced {
+        if p.differences.is_empty() {
+            "--pair; configs equal".to_string()
+        } else {
+            format!(
+                "--pair; configs differ in {}",
+                difference_list(&p.differences)
+            )
+        }
+    } else {
+        format!("configs equal outside {about}")
+    };
+    if !p.warnings.is_empty() {
+        cell.push_str("; ⚠ ");
+        cell.push_str(&p.warnings.join("; "));
+    }
+    escape(&cell)
+}
+
+fn difference_list(diffs: &[Difference]) -> String {
+    diffs
+        .iter()
+        .map(|d| format!("{} = {} vs {}", d.key, d.a, d.b))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn speed_up_table(out: &mut String, pairs: &[SpeedUp], summaries: &[RunSummary]) {
+    out.push_str(
+        "<table><tr><th class=\"l\">profk run</th><th class=\"l\">compared with</th>\
+         <th>step time speed-up</th><th>selection speed-up</th><th class=\"l\">pairing</th></tr>\n",
+    );
+    for p in pairs {
+        let trusted = !p.pairing.forced && p.pairing.warnings.is_empty();
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>\
+             <td class=\"details\">{}</td></tr>",
+            escape(&summaries[p.fast].label),
+            escape(&summaries[p.baseline].label),
+            speed_cell(p.step, trusted),
+            speed_cell(p.select, trusted),
+            pairing_cell(&p.pairing, "selector.*"),
+        );
+    }
+    out.push_str(
+        "</table>\n<p class=\"note\">Ratios of median times over all logged steps: \
+         other selector / profk (above 1: profk is faster). Runs are paired when their resolved \
+         configs are equal outside <code>selector.*</code>; ⚠ marks a pairing whose configs or \
+         conditions (host, CPU, GPU, driver, commit, features, model) differ.</p>\n",
+    );
+}
+
+fn in_run_table(
+    out: &mut String,
+    checks: &[(usize, super::summary::InRunCheck)],
+    summaries: &[RunSummary],
+    colors: &[RGBColor],
+) {
+    out.push_str(
+        "<table><tr><th class=\"l\">run</th><th class=\"l\">checked against</th>\
+         <th>records with checks</th><th>median select ms</th><th>median checked-selector ms</th>\
+         <th>selection speed-up</th></tr>\n",
+    );
+    for (i, c) in checks {
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"l\">{}{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            swatch(&colors[*i]),
+            escape(&summaries[*i].label),
+            escape(&c.compared_with),
+            c.records,
+            opt(c.select_ms),
+            opt(c.compare_ms),
+            speed_cell(c.speed_up, true),
+        );
+    }
+    out.push_str(
+        "</table>\n<p class=\"note\">Every <code>selector.compare_every</code> steps the run also \
+         selected with the checked selector on the same input and required the same elements; the \
+         speed-up is the median over the logged records of that selector's time over the run's own \
+         (same input, same moment, so no other run is needed). It covers the selection only; the \
+         first check also warms the checked selector up, so a run with few checks overstates it.</p>\n",
+    );
+}
+
+fn dense_table(
+    out: &mut String,
+    pairs: &[DenseBaseline],
+    summaries: &[RunSummary],
+    colors: &[RGBColor],
+) {
+    out.push_str(
+        "<table><tr><th class=\"l\">run</th><th class=\"l\">dense baseline</th>\
+         <th>median step ms</th><th>dense median step ms</th><th>step time, dense / run</th>\
+         <th>last loss</th><th>dense last loss</th><th>eval_loss</th><th>dense eval_loss</th>\
+         <th class=\"l\">pairing</th></tr>\n",
+    );
+    for d in pairs {
+        let (a, b) = (&summaries[d.run], &summaries[d.baseline]);
+        let metric = |s: &RunSummary, eval: bool, name: &str| {
+            let m = if eval { &s.final_eval } else { &s.final_train };
+            precise(m.get(name).copied())
+        };
+        let trusted = !d.pairing.forced && d.pairing.warnings.is_empty();
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"l\">{}{}</td><td class=\"l\">{}{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"details\">{}</td></tr>",
+            swatch(&colors[d.run]),
+            escape(&a.label),
+            swatch(&colors[d.baseline]),
+            escape(&b.label),
+            opt(a.median_step_ms),
+            opt(b.median_step_ms),
+            speed_cell(d.step, trusted),
+            metric(a, false, names::LOSS),
+            metric(b, false, names::LOSS),
+            metric(a, true, "eval_loss"),
+            metric(b, true, "eval_loss"),
+            pairing_cell(&d.pairing, "sparsify.* and selector.*"),
+        );
+    }
+    out.push_str(
+        "</table>\n<p class=\"note\">The dense baseline trains the same config with \
+         <code>sparsify.mode = \"dense\"</code> (no selection, no error feedback): above 1, the \
+         sparsified step is faster; the losses show what sparsification costs.</p>\n",
+    );
+}
+
+/// Where each run ran: host, CPU, GPUs and driver, build, model weights; cells that differ from the
+/// first run's are marked.
+fn provenance_table(
+    out: &mut String,
+    runs: &[RunData],
+    summaries: &[RunSummary],
+    colors: &[RGBColor],
+) {
+    type Fact = fn(&crate::provenance::Provenance) -> String;
+    const FACTS: [(&str, Fact); 7] = [
+        ("host", |p| p.host.clone()),
+        ("CPU", |p| p.cpu.clone()),
+        ("GPUs", |p| {
+            if p.gpus.is_empty() {
+                crate::provenance::NONE.into()
+            } else {
+                p.gpus.join(", ")
+            }
+        }),
+        ("driver", |p| p.gpu_driver.clone()),
+        ("commit", |p| p.build.short_commit()),
+        ("features", |p| p.build.feature_list()),
+        ("model weights", |p| {
+            p.model_sha256
+                .clone()
+                .unwrap_or_else(|| crate::provenance::NONE.into())
+        }),
+    ];
+    out.push_str("<h3>Where the runs ran</h3>\n<table><tr><th class=\"l\">run</th>");
+    for (name, _) in FACTS {
+        let _ = write!(out, "<th class=\"l\">{name}</th>");
+    }
+    out.push_str("</tr>\n");
+    let first = runs.iter().find_map(|r| r.meta.provenance.as_ref());
+    for ((run, s), color) in runs.iter().zip(summaries).zip(colors) {
+        let _ = write!(
+            out,
+            "<tr><td class=\"l\">{}{}</td>",
+            swatch(color),
+            escape(&s.label)
+        );
+        match &run.meta.provenance {
+            Some(p) => {
+                for (_, get) in FACTS {
+                    let value = get(p);
+                    let differs = first.is_some_and(|f| get(f) != value);
+                    let class = if differs { "l differs" } else { "l" };
+                    let _ = write!(out, "<td class=\"{class}\">{}</td>", escape(&value));
+                }
+            }
+            None => {
+                let _ = write!(
+                    out,
+                    "<td class=\"l differs\" colspan=\"{}\">not recorded (run.json from before \
+                     provenance was recorded)</td>",
+                    FACTS.len()
+                );
+            }
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n");
 }
 
 /// What ran where, from each run's resolved config: device, model, hook, architecture, n, k, batch B.
@@ -594,33 +1029,6 @@ fn run_table(out: &mut String, runs: &[RunData], summaries: &[RunSummary], color
         );
     }
     out.push_str("</table>\n");
-}
-
-fn speed_up_table(out: &mut String, pairs: &[SpeedUp], summaries: &[RunSummary]) {
-    out.push_str(
-        "<table><tr><th class=\"l\">config</th><th class=\"l\">profk run</th><th class=\"l\">compared with</th>\
-         <th>step time speed-up</th><th>selection speed-up</th></tr>\n",
-    );
-    let ratio = |r: Option<f64>| match r {
-        Some(v) if v >= 1.0 => format!("<span class=\"good\">{v:.2}×</span>"),
-        Some(v) => format!("{v:.2}×"),
-        None => "–".into(),
-    };
-    for p in pairs {
-        let _ = writeln!(
-            out,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&p.config),
-            escape(&summaries[p.fast].label),
-            escape(&summaries[p.baseline].label),
-            ratio(p.step),
-            ratio(p.select),
-        );
-    }
-    out.push_str(
-        "</table>\n<p class=\"note\">Ratios of median times over all logged steps: \
-         other selector / profk (above 1: profk is faster).</p>\n",
-    );
 }
 
 /// Rows: metrics; columns: runs.

@@ -1,10 +1,13 @@
 //! The run-comparison report: one self-contained HTML page (inline SVG, inline CSS, no external assets)
-//! comparing runs: step and selection time per selector, Prof-K's speed-up, every training and eval
-//! metric over steps (or tokens), the run context, dead latents, and the feature dashboards of
-//! `features.json`.
+//! comparing runs: step and selection time, Prof-K's speed-up over runs whose configs differ only in
+//! the selector ([`pairing`]), the speed-up a run measured in its own checks, a fine-tune against its
+//! dense baseline, every training and eval metric over steps (or tokens), the run context and where
+//! each run ran (warning when compared runs ran under different conditions), dead latents, and the
+//! feature dashboards of `features.json`. Every run has a colour and a label of its own.
 
 pub mod features;
 pub mod html;
+pub mod pairing;
 pub mod plots;
 pub mod summary;
 mod text;
@@ -62,6 +65,16 @@ impl RunData {
 /// that is one of the files read (a run's metrics, run.json or config.json) is refused before anything
 /// is read.
 pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<RunData>> {
+    write_report_paired(runs, &[], out)
+}
+
+/// [`write_report`] with pairings the user forces: indices into `runs`, the measured run (Prof-K, the
+/// sparsified fine-tune) first. The page lists every config key the two differ in.
+pub fn write_report_paired(
+    runs: &[RunDir],
+    forced: &[(usize, usize)],
+    out: &Path,
+) -> Result<Vec<RunData>> {
     let inputs: Vec<PathBuf> = runs
         .iter()
         .flat_map(|r| {
@@ -77,7 +90,7 @@ pub fn write_report(runs: &[RunDir], out: &Path) -> Result<Vec<RunData>> {
     let inputs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
     let out = &check_output_path(out, &inputs)?;
     let data = runs.iter().map(RunData::load).collect::<Result<Vec<_>>>()?;
-    let html = render(&data)?;
+    let html = render_paired(&data, forced)?;
     write_atomic(out, html.as_bytes())?;
     Ok(data)
 }
@@ -91,44 +104,49 @@ pub fn write_run_report(run: &RunDir) -> Result<PathBuf> {
 
 /// The report page for `runs`.
 pub fn render(runs: &[RunData]) -> Result<String> {
+    render_paired(runs, &[])
+}
+
+/// The report page for `runs` with the `forced` pairings (see [`write_report_paired`]).
+pub fn render_paired(runs: &[RunData], forced: &[(usize, usize)]) -> Result<String> {
     if runs.is_empty() {
         return Err(Error::Report("no runs to report on".into()));
     }
-    html::page(runs, &labels(runs))
+    if let Some(&(a, b)) = forced
+        .iter()
+        .find(|(a, b)| a == b || *a >= runs.len() || *b >= runs.len())
+    {
+        return Err(Error::Report(format!(
+            "cannot pair run {a} with run {b} of {} runs",
+            runs.len()
+        )));
+    }
+    html::page(runs, &labels(runs), &pairing::pairings(runs, forced))
 }
 
 /// The run table and Prof-K's speed-ups as plain text (what `sparsetrain-report` prints).
-pub fn summary_text(runs: &[RunData]) -> String {
-    text::summary_text(runs, &labels(runs))
+pub fn summary_text(runs: &[RunData], forced: &[(usize, usize)]) -> String {
+    text::summary_text(runs, &labels(runs), &pairing::pairings(runs, forced))
 }
 
-/// Short unique labels: the selector when that tells runs apart, else config/selector, else the name.
+/// One label per run, unique: the run's name (its directory's name), numbered where two share one.
 pub fn labels(runs: &[RunData]) -> Vec<String> {
-    let unique = |names: &[String]| {
-        names.iter().all(|n| !n.is_empty())
-            && names
-                .iter()
-                .collect::<std::collections::BTreeSet<_>>()
-                .len()
-                == names.len()
-    };
-    let selectors: Vec<String> = runs.iter().map(|r| r.meta.selector.clone()).collect();
-    if unique(&selectors) {
-        return selectors;
-    }
-    let both: Vec<String> = runs
+    let names: Vec<String> = runs
         .iter()
-        .map(|r| format!("{}/{}", r.meta.config_name, r.meta.selector))
+        .map(|r| {
+            if r.meta.name.is_empty() {
+                r.dir.display().to_string()
+            } else {
+                r.meta.name.clone()
+            }
+        })
         .collect();
-    if runs
+    let unique = names
         .iter()
-        .all(|r| !r.meta.config_name.is_empty() && !r.meta.selector.is_empty())
-        && unique(&both)
-    {
-        return both;
-    }
-    let names: Vec<String> = runs.iter().map(|r| r.meta.name.clone()).collect();
-    if unique(&names) {
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        == names.len();
+    if unique {
         return names;
     }
     names

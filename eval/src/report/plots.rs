@@ -36,24 +36,41 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// Colours by selector, so that a selector looks the same in every chart.
-pub fn selector_color(selector: &str, index: usize) -> RGBColor {
-    match selector {
-        "profk" => RGBColor(0x1f, 0x77, 0xb4),
-        "sort" => RGBColor(0xff, 0x7f, 0x0e),
-        "radix" => RGBColor(0x2c, 0xa0, 0x2c),
-        _ => {
-            const OTHERS: [RGBColor; 6] = [
-                RGBColor(0xd6, 0x27, 0x28),
-                RGBColor(0x94, 0x67, 0xbd),
-                RGBColor(0x8c, 0x56, 0x4b),
-                RGBColor(0xe3, 0x77, 0xc2),
-                RGBColor(0x7f, 0x7f, 0x7f),
-                RGBColor(0x17, 0xbe, 0xcf),
-            ];
-            OTHERS[index % OTHERS.len()]
-        }
+/// The colour of the run at `index` on the page: one per run, so that two runs of one selector stay
+/// apart in every chart (Tableau 10, then darker shades of it).
+pub fn run_color(index: usize) -> RGBColor {
+    const PALETTE: [RGBColor; 10] = [
+        RGBColor(0x1f, 0x77, 0xb4),
+        RGBColor(0xff, 0x7f, 0x0e),
+        RGBColor(0x2c, 0xa0, 0x2c),
+        RGBColor(0xd6, 0x27, 0x28),
+        RGBColor(0x94, 0x67, 0xbd),
+        RGBColor(0x8c, 0x56, 0x4b),
+        RGBColor(0xe3, 0x77, 0xc2),
+        RGBColor(0x7f, 0x7f, 0x7f),
+        RGBColor(0xbc, 0xbd, 0x22),
+        RGBColor(0x17, 0xbe, 0xcf),
+    ];
+    let RGBColor(r, g, b) = PALETTE[index % PALETTE.len()];
+    // Each further round of the palette darker by a third, so colours stay distinct past ten runs.
+    let round = (index / PALETTE.len()) as u32;
+    let shade = |c: u8| (u32::from(c) * 2u32.pow(round) / 3u32.pow(round).max(1)) as u8;
+    if round == 0 {
+        RGBColor(r, g, b)
+    } else {
+        RGBColor(shade(r), shade(g), shade(b))
     }
+}
+
+/// The colour of charts that show no run (histograms).
+const NEUTRAL: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
+
+/// A dashed horizontal line with its legend entry (a run's baseline on a loss chart).
+#[derive(Debug, Clone)]
+pub struct Reference {
+    pub y: f64,
+    pub label: String,
+    pub color: RGBColor,
 }
 
 fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> Error {
@@ -111,6 +128,8 @@ pub struct ChartSpec<'a> {
     pub style: LineStyle,
     /// A dashed horizontal line kept inside the y range (y = 1 on ratio charts).
     pub reference: Option<f64>,
+    /// Dashed horizontal lines in the colour of their run, kept inside the y range.
+    pub references: &'a [Reference],
 }
 
 /// A line chart of `series` over x.
@@ -134,7 +153,13 @@ pub fn line_chart(spec: &ChartSpec, series: &[Series]) -> Result<String> {
         series
             .iter()
             .flat_map(|s| s.points.iter().map(|p| p.1))
-            .chain(spec.reference),
+            .chain(spec.reference)
+            .chain(
+                spec.references
+                    .iter()
+                    .map(|r| r.y)
+                    .filter(|y| y.is_finite()),
+            ),
     );
     let (Some(xs), Some(ys)) = (xs, ys) else {
         return Err(Error::Report(format!(
@@ -148,6 +173,7 @@ pub fn line_chart(spec: &ChartSpec, series: &[Series]) -> Result<String> {
         y_desc: spec.y_desc,
         y_decimals: None,
         reference: spec.reference,
+        references: spec.references,
     };
     if spec.log_y && ys.start > 0.0 {
         let (lo, hi) = (ys.start / 1.25, ys.end * 1.25);
@@ -271,7 +297,7 @@ pub fn density_histogram(title: &str, edges: &[f64], counts: &[u64]) -> Result<S
         )
         .draw()
         .map_err(plot_err)?;
-        let color = selector_color("profk", 0);
+        let color = NEUTRAL;
         let bars = counts.iter().enumerate().map(|(i, &c)| {
             Rectangle::new([(edges[i], 0.0), (edges[i + 1], c as f64)], color.filled())
         });
@@ -287,13 +313,14 @@ struct Labels<'a> {
     /// Fixed decimals for a linear axis, so neighbouring ticks never print alike.
     y_decimals: Option<usize>,
     reference: Option<f64>,
+    references: &'a [Reference],
 }
 
-/// Decimals that tell apart ticks about a tenth of the range apart; `None` where large values read
-/// better with a k/M suffix.
-fn axis_decimals(range: &Range<f64>) -> Option<usize> {
+/// Decimals that tell apart ticks about a tenth of the range apart; `None` where large or tiny values
+/// read better with a k/M suffix or in scientific notation.
+pub fn axis_decimals(range: &Range<f64>) -> Option<usize> {
     let top = range.start.abs().max(range.end.abs());
-    if top >= 1e4 {
+    if !(1e-3..1e4).contains(&top) {
         return None;
     }
     let tick = (range.end - range.start) / 10.0;
@@ -325,6 +352,7 @@ where
                 .x_label_formatter(&|v| short_number(*v))
                 .y_label_formatter(&|v| match labels.y_decimals {
                     Some(decimals) => format!("{v:.decimals$}"),
+                    None if v.abs() < 1e-3 && *v != 0.0 => format!("{v:.2e}"),
                     None => short_number(*v),
                 }),
         )
@@ -334,6 +362,16 @@ where
             let (x0, x1) = (x_range.start, x_range.end);
             let dash =
                 DashedLineSeries::new([(x0, y), (x1, y)], 6, 4, BLACK.mix(0.6).stroke_width(1));
+            chart.draw_series(dash).map_err(plot_err)?;
+        }
+        for r in labels.references {
+            let (x0, x1) = (x_range.start, x_range.end);
+            let dash = DashedLineSeries::new(
+                [(x0, r.y), (x1, r.y)],
+                8,
+                5,
+                r.color.mix(0.9).stroke_width(2),
+            );
             chart.draw_series(dash).map_err(plot_err)?;
         }
         let n = series.len();
@@ -448,20 +486,32 @@ fn bounds(values: impl Iterator<Item = f64>) -> Option<Range<f64>> {
     })
 }
 
+/// Below this span relative to the values' magnitude, a series is flat: what varies is float noise.
+const FLAT_RELATIVE_SPAN: f64 = 1e-3;
+
 /// Adds a margin around the data; a range from zero when the data is non-negative and starts low
-/// enough that zero keeps the picture honest.
-fn pad_range(r: Range<f64>, from_zero_if_positive: bool) -> Range<f64> {
+/// enough that zero keeps the picture honest. A flat range (a span under a thousandth of the values)
+/// is widened to ±5 % around its middle, so the line reads as flat and the ticks as a few round numbers
+/// instead of float noise.
+pub fn pad_range(r: Range<f64>, from_zero_if_positive: bool) -> Range<f64> {
     let span = r.end - r.start;
-    if span <= f64::EPSILON * r.end.abs().max(1.0) {
-        if r.start == 0.0 {
+    let magnitude = r.start.abs().max(r.end.abs());
+    if span <= FLAT_RELATIVE_SPAN * magnitude || magnitude == 0.0 {
+        if magnitude == 0.0 {
             return if from_zero_if_positive {
                 0.0..1.0
             } else {
                 -1.0..1.0
             };
         }
-        let d = r.start.abs() * 0.1;
-        return (r.start - d)..(r.end + d);
+        let mid = 0.5 * (r.start + r.end);
+        let half = 0.05 * mid.abs();
+        let start = if from_zero_if_positive && mid > 0.0 {
+            (mid - half).max(0.0)
+        } else {
+            mid - half
+        };
+        return start..(mid + half);
     }
     let start = if from_zero_if_positive && r.start >= 0.0 && r.start < 0.5 * r.end {
         0.0
@@ -556,6 +606,52 @@ mod tests {
         assert_eq!(decade_ticks(15.0, 120.0), vec![20.0, 50.0, 100.0]);
         assert!(decade_ticks(0.0, 1.0).is_empty());
         assert!(decade_ticks(2.0, 1.0).is_empty());
+    }
+
+    #[test]
+    fn a_flat_series_gets_a_readable_axis() {
+        // Float noise around 6.37095044: the axis spans ±5 %, and its ticks print apart.
+        let r = pad_range(6.370_950_44..6.370_950_46, true);
+        assert!(
+            (r.start - 6.0524).abs() < 1e-3 && (r.end - 6.6895).abs() < 1e-3,
+            "{r:?}"
+        );
+        let decimals = axis_decimals(&r).unwrap();
+        assert!(
+            decimals <= 2,
+            "{decimals} decimals for a span of {}",
+            r.end - r.start
+        );
+        let ticks: Vec<String> = (0..=8)
+            .map(|i| r.start + (r.end - r.start) * f64::from(i) / 8.0)
+            .map(|v| format!("{v:.decimals$}"))
+            .collect();
+        let distinct: std::collections::BTreeSet<&String> = ticks.iter().collect();
+        assert_eq!(distinct.len(), ticks.len(), "{ticks:?}");
+        // Exactly constant, and constant zero.
+        assert!(pad_range(2.0..2.0, true).contains(&2.0));
+        assert_eq!(pad_range(0.0..0.0, true), 0.0..1.0);
+        let r = pad_range(-3.0..-3.0, false);
+        assert!(
+            (r.start + 3.15).abs() < 1e-12 && (r.end + 2.85).abs() < 1e-12,
+            "{r:?}"
+        );
+        // A real change of 1 % keeps its own range.
+        let r = pad_range(1.0..1.01, false);
+        assert!(r.start > 0.99 && r.end < 1.02, "{r:?}");
+        // Tiny values get scientific ticks.
+        assert_eq!(axis_decimals(&(0.0..1e-6)), None);
+    }
+
+    #[test]
+    fn every_run_has_its_own_colour() {
+        let colors: std::collections::BTreeSet<(u8, u8, u8)> = (0..25)
+            .map(|i| {
+                let c = run_color(i);
+                (c.0, c.1, c.2)
+            })
+            .collect();
+        assert_eq!(colors.len(), 25);
     }
 
     #[test]

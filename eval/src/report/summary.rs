@@ -1,6 +1,8 @@
-//! Per-run numbers for the report: medians of the timing metrics, final metrics, and the speed-up of
-//! Prof-K over the other selectors of the same config.
+//! Per-run numbers for the report: medians of the timing metrics, final metrics, the speed-up of Prof-K
+//! over the other selectors in the pairings, the speed-up a run measured in its own checks, and a
+//! fine-tune against its dense baseline.
 
+use super::pairing::{PairKind, Pairing};
 use super::RunData;
 use crate::metrics::{names, Metrics, Record, RecordKind};
 use std::collections::BTreeSet;
@@ -78,10 +80,10 @@ pub fn median(mut values: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// Prof-K against one other selector of the same config.
+/// Prof-K against a run of another selector whose config agrees outside `selector.*` (or one the user
+/// paired with it).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpeedUp {
-    pub config: String,
     /// Index of the Prof-K run in the run list.
     pub fast: usize,
     /// Index of the run it is compared with.
@@ -90,41 +92,115 @@ pub struct SpeedUp {
     pub step: Option<f64>,
     /// Baseline median select ms over Prof-K's.
     pub select: Option<f64>,
+    pub pairing: Pairing,
 }
 
-/// Every (Prof-K run, other-selector run) pair that shares a config name.
-pub fn speed_ups(runs: &[RunData], summaries: &[RunSummary]) -> Vec<SpeedUp> {
-    let ratio = |num: Option<f64>, den: Option<f64>| match (num, den) {
+/// The speed-up of each pairing of kind [`PairKind::SpeedUp`].
+pub fn speed_ups(pairs: &[Pairing], summaries: &[RunSummary]) -> Vec<SpeedUp> {
+    pairs
+        .iter()
+        .filter(|p| p.kind == PairKind::SpeedUp)
+        .map(|p| SpeedUp {
+            fast: p.run,
+            baseline: p.baseline,
+            step: ratio(
+                summaries[p.baseline].median_step_ms,
+                summaries[p.run].median_step_ms,
+            ),
+            select: ratio(
+                summaries[p.baseline].median_select_ms,
+                summaries[p.run].median_select_ms,
+            ),
+            pairing: p.clone(),
+        })
+        .collect()
+}
+
+fn ratio(num: Option<f64>, den: Option<f64>) -> Option<f64> {
+    match (num, den) {
         (Some(n), Some(d)) if d > 0.0 => Some(n / d),
         _ => None,
-    };
-    let mut pairs = Vec::new();
-    for (fast, run) in runs.iter().enumerate() {
-        if run.meta.selector != FAST_SELECTOR {
-            continue;
-        }
-        for (baseline, other) in runs.iter().enumerate() {
-            if other.meta.selector == FAST_SELECTOR
-                || other.meta.config_name != run.meta.config_name
-            {
-                continue;
-            }
-            pairs.push(SpeedUp {
-                config: run.meta.config_name.clone(),
-                fast,
-                baseline,
-                step: ratio(
-                    summaries[baseline].median_step_ms,
-                    summaries[fast].median_step_ms,
-                ),
-                select: ratio(
-                    summaries[baseline].median_select_ms,
-                    summaries[fast].median_select_ms,
-                ),
-            });
-        }
     }
+}
+
+/// The speed-up a single run measured itself: on the steps that checked its selection against another
+/// selector on the same input (train-sae's and finetune's `selector.compare`), that selector's time
+/// (`compare_select_ms`) over the run's own (`select_ms`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InRunCheck {
+    /// The selector checked against (config `selector.compare_with`), when recorded.
+    pub compared_with: String,
+    /// Logged records that include checks.
+    pub records: usize,
+    /// Medians over those records.
+    pub select_ms: Option<f64>,
+    pub compare_ms: Option<f64>,
+    /// Median over those records of compare_select_ms / select_ms.
+    pub speed_up: Option<f64>,
+    /// (step, compare_select_ms / select_ms) of each record.
+    pub ratios: Vec<(f64, f64)>,
+}
+
+/// The run's in-run checks, if it logged any.
+pub fn in_run_check(run: &RunData) -> Option<InRunCheck> {
+    let checked: Vec<&Record> = run
+        .train()
+        .filter(|r| r.metrics.contains_key(names::COMPARE_SELECT_MS))
+        .collect();
+    if checked.is_empty() {
+        return None;
+    }
+    let ratios: Vec<(f64, f64)> = checked
+        .iter()
+        .filter_map(|r| {
+            let other = *r.metrics.get(names::COMPARE_SELECT_MS)?;
+            let own = *r.metrics.get(names::SELECT_MS)?;
+            (own > 0.0 && own.is_finite() && other.is_finite())
+                .then(|| (r.step as f64, other / own))
+        })
+        .collect();
+    let compared_with = run
+        .config
+        .as_ref()
+        .and_then(|c| c.pointer("/selector/compare_with"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("the other selector")
+        .to_string();
+    Some(InRunCheck {
+        compared_with,
+        records: checked.len(),
+        select_ms: median_of(&checked, names::SELECT_MS),
+        compare_ms: median_of(&checked, names::COMPARE_SELECT_MS),
+        speed_up: median(ratios.iter().map(|p| p.1).collect()),
+        ratios,
+    })
+}
+
+/// A sparsified fine-tune beside its dense baseline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DenseBaseline {
+    pub run: usize,
+    pub baseline: usize,
+    /// Dense median step ms over the sparsified run's (above 1: sparsification is faster).
+    pub step: Option<f64>,
+    pub pairing: Pairing,
+}
+
+/// Each pairing of kind [`PairKind::DenseBaseline`].
+pub fn dense_baselines(pairs: &[Pairing], summaries: &[RunSummary]) -> Vec<DenseBaseline> {
     pairs
+        .iter()
+        .filter(|p| p.kind == PairKind::DenseBaseline)
+        .map(|p| DenseBaseline {
+            run: p.run,
+            baseline: p.baseline,
+            step: ratio(
+                summaries[p.baseline].median_step_ms,
+                summaries[p.run].median_step_ms,
+            ),
+            pairing: p.clone(),
+        })
+        .collect()
 }
 
 /// Ratio `baseline / fast` of `metric` at the steps both runs logged.

@@ -1,11 +1,12 @@
 //! A plain-text version of the report's tables, for terminals and CI logs.
 
-use super::summary::{speed_ups, summarize, RunSummary};
+use super::pairing::Pairing;
+use super::summary::{dense_baselines, in_run_check, speed_ups, summarize, RunSummary};
 use super::RunData;
 use std::fmt::Write;
 
 /// The run table and the speed-ups as aligned text.
-pub fn summary_text(runs: &[RunData], labels: &[String]) -> String {
+pub fn summary_text(runs: &[RunData], labels: &[String], pairs: &[Pairing]) -> String {
     let summaries: Vec<RunSummary> = runs
         .iter()
         .zip(labels)
@@ -43,16 +44,58 @@ pub fn summary_text(runs: &[RunData], labels: &[String]) -> String {
         out.push('\n');
     }
     out.push_str("(step and select ms: medians over the logged steps)\n");
-    for p in speed_ups(runs, &summaries) {
-        let x = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}x"));
+    let x = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}x"));
+    for p in speed_ups(pairs, &summaries) {
         let _ = writeln!(
             out,
-            "{}: speed-up of profk over {}: step time {}, selection {}",
-            p.config,
+            "{}: speed-up of profk over {}: step time {}, selection {}{}",
+            summaries[p.fast].label,
             summaries[p.baseline].label,
             x(p.step),
-            x(p.select)
+            x(p.select),
+            if p.pairing.forced {
+                " (paired by --pair)"
+            } else {
+                ""
+            }
         );
+        pairing_notes(&mut out, &p.pairing);
+    }
+    for d in dense_baselines(pairs, &summaries) {
+        let _ = writeln!(
+            out,
+            "{}: against its dense baseline {}: step time {} (dense / sparsified)",
+            summaries[d.run].label,
+            summaries[d.baseline].label,
+            x(d.step)
+        );
+        pairing_notes(&mut out, &d.pairing);
+    }
+    for (run, s) in runs.iter().zip(&summaries) {
+        if let Some(c) = in_run_check(run) {
+            let _ = writeln!(
+                out,
+                "{}: selection speed-up measured in-run against {} ({} logged checks): {}",
+                s.label,
+                c.compared_with,
+                c.records,
+                x(c.speed_up)
+            );
+        }
+        if let Some(warning) = super::html::no_held_out_warning(&s.final_eval) {
+            let _ = writeln!(out, "{}: warning: {warning}", s.label);
+        }
     }
     out
+}
+
+fn pairing_notes(out: &mut String, p: &Pairing) {
+    if p.forced {
+        for d in &p.differences {
+            let _ = writeln!(out, "  config differs: {} = {} vs {}", d.key, d.a, d.b);
+        }
+    }
+    for w in &p.warnings {
+        let _ = writeln!(out, "  warning: {w}");
+    }
 }

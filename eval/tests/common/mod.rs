@@ -89,6 +89,23 @@ impl Trainer for FakeTrainer {
     }
 }
 
+/// The conditions every synthetic run ran under.
+pub fn provenance() -> eval::Provenance {
+    eval::Provenance {
+        host: "node-1".into(),
+        cpu: "Some CPU".into(),
+        gpus: vec!["NVIDIA H100 80GB HBM3".into()],
+        gpu_driver: "550.54.15".into(),
+        build: eval::BuildInfo {
+            version: "0.1.0".into(),
+            commit: "0123456789abcdef0123456789abcdef01234567".into(),
+            dirty: false,
+            features: vec!["cuda".into()],
+        },
+        model_sha256: Some("sha256:feed".into()),
+    }
+}
+
 /// Writes a finished synthetic run: `steps` train records with step and select times, an eval record.
 pub fn synthetic_run(
     root: &Path,
@@ -102,9 +119,18 @@ pub fn synthetic_run(
         config_name: config.into(),
         selector: selector.into(),
         task: "sae".into(),
+        provenance: Some(provenance()),
         ..RunMeta::default()
     })
     .expect("meta");
+    let resolved = serde_json::json!({
+        "name": config,
+        "device": "cpu",
+        "selector": {"kind": selector},
+        "sae": {"k": 32, "latents": 4096},
+        "train": {"steps": steps, "batch_size": 4096},
+    });
+    run.write_config("", &resolved).expect("config");
     let mut lines = String::new();
     for step in 1..=steps {
         let mut m = Metrics::new();
