@@ -112,7 +112,7 @@ impl Provenance {
             }
         };
         let model = |p: &Provenance| p.model_sha256.clone().unwrap_or_else(|| NONE.into());
-        let facts: [(&'static str, fn(&Provenance) -> String); 7] = [
+        let facts: [(&'static str, Fact); 7] = [
             ("host", |p| p.host.clone()),
             ("cpu", |p| p.cpu.clone()),
             ("gpus", gpus),
@@ -130,6 +130,9 @@ impl Provenance {
             .collect()
     }
 }
+
+/// How one fact is read from a [`Provenance`], for comparisons.
+type Fact = fn(&Provenance) -> String;
 
 /// The host name (as the lock file records it).
 pub fn host_name() -> String {
