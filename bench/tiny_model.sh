@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A longer training of the default tiny GPT-2 on a GPU, and what an SAE makes of it: `finetune
-# configs/tiny-finetune.toml` with TINY_STEPS steps of TINY_BATCH contexts (the shipped model had 560 of 2),
-# installed into a scratch cache; the residual-stream statistics of layer 2 (resid_stats); then the README's
-# tiny SAE run on that model (held-out FVU, L0, dead fraction, CE-loss recovered); and the model packed the
-# way the shipped one is (pack_tiny) into $OUT/tiny/tiny-gpt2.safetensors.zst. From the repo root, with the
-# binaries in TINY_BIN (finetune, train-sae, resid_stats, pack_tiny).
+# configs/tiny-model-recipe.toml --install-default` with TINY_STEPS steps of TINY_BATCH contexts (the shipped
+# model had 500 of 32), installed into a scratch cache; the residual-stream statistics of layer 2
+# (resid_stats); then the README's tiny SAE run on that model (held-out FVU, L0, dead fraction, CE-loss
+# recovered); and the model packed the way the shipped one is (pack_tiny) into
+# $OUT/tiny/tiny-gpt2.safetensors.zst. From the repo root, with the binaries in TINY_BIN (finetune,
+# train-sae, resid_stats, pack_tiny).
 set -uo pipefail
 BIN=${TINY_BIN:-target/release}
 OUT=${OUT:-/tmp/out}
@@ -17,7 +18,7 @@ export SPARSETRAIN_CACHE=${TINY_CACHE:-/tmp/tiny-cache}
 mkdir -p "$LOG"
 rm -rf "$SPARSETRAIN_CACHE/models/tiny-gpt2" "/tmp/tiny-runs/$NAME"
 t0=$SECONDS
-timeout 100 "$BIN/finetune" configs/tiny-finetune.toml --set device="$DEVICE" --set train.steps="$STEPS" \
+timeout 100 "$BIN/finetune" configs/tiny-model-recipe.toml --install-default --set device="$DEVICE" --set train.steps="$STEPS" \
   --set train.batch_size="$BATCH" --set train.warmup_steps=100 --set train.checkpoint_every=0 \
   --set train.eval_every="${TINY_EVAL_EVERY:-0}" --set log.every=50 --set log.progress=false \
   --out "/tmp/tiny-runs/$NAME/finetune" >"$LOG/finetune.log" 2>&1

@@ -1,5 +1,5 @@
-//! `finetune CONFIG [--set KEY=VALUE]... [--out DIR] [--resume]`: fine-tune GPT-2 with error-feedback
-//! top-k sparsified AdamW.
+//! `finetune CONFIG [--set KEY=VALUE]... [--out DIR] [--resume] [--install-default]`: fine-tune GPT-2
+//! with error-feedback top-k sparsified AdamW (or dense AdamW, the baseline).
 use anyhow::Context;
 use clap::Parser;
 use gradsparse::run::{finetune, RunOptions};
@@ -19,11 +19,16 @@ const SPIN_LIMIT_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
 #[command(
     name = "finetune",
     version,
-    about = "Fine-tune GPT-2 with error-feedback top-k gradient sparsification"
+    about = "Fine-tune GPT-2 with error-feedback top-k gradient sparsification (or dense AdamW)"
 )]
 struct Args {
     #[command(flatten)]
     run: RunArgs,
+    /// When the run finishes, install the trained model as the default tiny model (the cache's
+    /// models/tiny-gpt2, which `model = "tiny"` in train-sae and extract then loads instead of the
+    /// shipped weights). Without it the default model is never touched.
+    #[arg(long)]
+    install_default: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,6 +50,7 @@ fn main() -> anyhow::Result<()> {
         stop: eval::StopSignal::install()?,
         progress_bar: true,
         build: sparsetrain::build_info(),
+        install_default: args.install_default,
     };
     let config = &args.run.config;
     let result =

@@ -1,5 +1,5 @@
 //! Packs a trained tiny GPT-2 (a directory in Hugging Face layout, e.g. what
-//! `finetune configs/tiny-finetune.toml` installs) into the shipped asset
+//! `finetune configs/tiny-model-recipe.toml --install-default` installs) into the shipped asset
 //! `activations/assets/tiny-gpt2.safetensors.zst`: bf16, the embedding rows of tokens that never occur in
 //! the shipped corpus replaced by their mean (one row, repeated, which zstd stores once), zstd level 19.
 //!

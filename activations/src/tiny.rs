@@ -1,6 +1,6 @@
 //! The default CPU model: a tiny GPT-2 (4 layers, width 128, GPT-2 vocabulary) trained on the shipped
-//! Shakespeare by `finetune configs/tiny-finetune.toml`, shipped inside the binary (bf16, zstd; see
-//! docs/tiny-model.md). A model installed in [`model_dir`] (e.g. by that `finetune` run) is loaded instead.
+//! Shakespeare by `finetune configs/tiny-model-recipe.toml`, shipped inside the binary (bf16, zstd; see
+//! docs/tiny-model.md). A model installed in [`model_dir`] (by `finetune --install-default`) is loaded instead.
 use crate::error::{Error, Result};
 use crate::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device};

@@ -550,4 +550,37 @@ impl Gpt2 {
     pub fn next_token_loss(logits: &Tensor, tokens: &Tensor) -> Result<Tensor> {
         Ok(ops::next_token_cross_entropy(logits, tokens)?)
     }
+
+    /// The model's mean next-token cross-entropy on `tokens` [B, T] (positions 0..T-1 predict 1..T),
+    /// differentiable when the weights are: [`Self::next_token_loss`] of [`Self::forward_logits`]. On
+    /// the CPU the output head and the loss run over chunks of rows
+    /// ([`ops::next_token_cross_entropy_chunked`]), so memory holds one chunk of logits rather than
+    /// [B, T, V]; on CUDA the fused loss reads the whole logits.
+    pub fn forward_loss(&self, tokens: &Tensor) -> Result<Tensor> {
+        self.loss_of(tokens, true)
+    }
+
+    /// [`Self::forward_loss`] without a gradient (evaluation of trainable weights): the head computes
+    /// the loss only.
+    pub fn forward_loss_no_grad(&self, tokens: &Tensor) -> Result<Tensor> {
+        self.loss_of(tokens, false)
+    }
+
+    fn loss_of(&self, tokens: &Tensor, grad: bool) -> Result<Tensor> {
+        let detach = |t: Tensor| if grad { t } else { t.detach() };
+        if !self.device().is_cpu() {
+            return Self::next_token_loss(&detach(self.forward_logits(tokens)?), tokens);
+        }
+        let (captured, _) = self.run(tokens, &[HookPoint::LnFinal], &[], false)?;
+        let normed = captured
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::HookPoint("ln_final: not reached in the forward pass".into()))?;
+        Ok(ops::next_token_cross_entropy_chunked(
+            &detach(normed),
+            &detach(self.wte.clone()),
+            tokens,
+            ops::loss_chunk_rows(self.cfg.vocab_size),
+        )?)
+    }
 }

@@ -108,6 +108,39 @@ impl SparseAdamW {
         self.apply(vars, &layout, &selection.indices, &selection.values, lr)
     }
 
+    /// Plain AdamW on the dense gradient (`sparsify.mode = "dense"`): the whole residual, into which
+    /// this step's gradients were accumulated, is applied and the residual cleared. The same update
+    /// as [`Self::apply_selection`] selecting every coordinate.
+    pub fn apply_dense(
+        &mut self,
+        vars: &[Var],
+        feedback: &mut ErrorFeedback,
+        lr: f64,
+    ) -> Result<()> {
+        self.step += 1;
+        let AdamWParams {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+        } = self.params;
+        let t = self.step as i32;
+        let (scale_m, scale_v) = (1.0 / (1.0 - beta1.powi(t)), 1.0 / (1.0 - beta2.powi(t)));
+        let grad = feedback.residual();
+        self.m = ((&self.m * beta1)? + (grad * (1.0 - beta1))?)?;
+        self.v = ((&self.v * beta2)? + (grad.sqr()? * (1.0 - beta2))?)?;
+        let update = ((&self.m * scale_m)? / ((&self.v * scale_v)?.sqrt()? + eps)?)?;
+        for (span, var) in feedback.layout().spans().iter().zip(vars) {
+            let upd = update
+                .narrow(0, span.offset, span.len)?
+                .reshape(span.shape.clone())?;
+            let theta = var.as_tensor().to_dtype(DType::F32)?;
+            let next = ((theta * (1.0 - lr * weight_decay))? - (upd * lr)?)?;
+            var.set(&next.to_dtype(var.dtype())?)?;
+        }
+        feedback.clear()
+    }
+
     /// Applies gradient values `grad` (f32, [k]) at the ascending flat `indices` (i64, [k]) of
     /// `vars` (in `layout` order), with learning rate `lr`.
     pub fn apply(

@@ -9,6 +9,8 @@ use std::path::Path;
 
 /// Keys renamed when the commands' configs took one vocabulary (old → new).
 pub const RENAMED: &[(&str, &str)] = &[
+    // Replacing the default tiny model is asked for on the command line, never by a config.
+    ("train.install_tiny_default", "finetune --install-default"),
     ("model.device", "device"),
     ("model.seed", "seed"),
     ("data.batch", "train.batch_size"),
@@ -91,13 +93,14 @@ pub struct TrainConfig {
     pub eval_every: u64,
     /// Contexts in one eval measurement.
     pub eval_batches: usize,
-    /// Also write the final model where `activations::tiny::default_model` looks for a trained model.
-    pub install_tiny_default: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SparsifyConfig {
+    /// `topk` (error feedback and top-k selection) or `dense` (plain AdamW on the whole gradient: the
+    /// baseline; every other key of `[sparsify]` and `[selector]` is then ignored).
+    pub mode: SparsifyMode,
     /// Fraction ρ of the coordinates applied per step.
     pub density: f64,
     pub scope: Scope,
@@ -107,6 +110,17 @@ pub struct SparsifyConfig {
     /// Density warm-up: from `warmup_start_density` to `density`, geometrically, over this many steps.
     pub warmup_steps: u64,
     pub warmup_start_density: f64,
+}
+
+/// How the gradient reaches the optimizer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SparsifyMode {
+    /// Error feedback: the top `density` of the accumulated gradient is applied, the rest carried over.
+    #[default]
+    Topk,
+    /// Every coordinate every step: no selection, no residual.
+    Dense,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -174,7 +188,6 @@ impl Default for TrainConfig {
             checkpoint_every: 0,
             eval_every: 0,
             eval_batches: 8,
-            install_tiny_default: false,
         }
     }
 }
@@ -182,6 +195,7 @@ impl Default for TrainConfig {
 impl Default for SparsifyConfig {
     fn default() -> Self {
         Self {
+            mode: SparsifyMode::Topk,
             density: 1e-3,
             scope: Scope::Global,
             momentum_correction: false,
@@ -247,6 +261,21 @@ impl FinetuneConfig {
             beta2: t.beta2,
             eps: t.eps,
             weight_decay: t.weight_decay,
+        }
+    }
+
+    /// Whether steps apply the whole gradient (`sparsify.mode = "dense"`).
+    pub fn is_dense(&self) -> bool {
+        self.sparsify.mode == SparsifyMode::Dense
+    }
+
+    /// What chooses the applied coordinates, as run names and reports label it: the selector's name,
+    /// or `dense`.
+    pub fn selector_label(&self) -> String {
+        if self.is_dense() {
+            "dense".into()
+        } else {
+            format!("{:?}", self.selector.kind).to_lowercase()
         }
     }
 

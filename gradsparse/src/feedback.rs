@@ -167,6 +167,15 @@ impl ErrorFeedback {
         Ok(())
     }
 
+    /// Zeroes the residual (and velocity): everything was applied.
+    pub fn clear(&mut self) -> Result<()> {
+        self.residual.zero_set()?;
+        if let Some(velocity) = &self.velocity {
+            velocity.zero_set()?;
+        }
+        Ok(())
+    }
+
     /// Replaces the state with saved buffers (checked against the layout).
     pub fn restore(&mut self, residual: Tensor, velocity: Option<Tensor>) -> Result<()> {
         let n = self.layout.total();

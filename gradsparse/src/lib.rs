@@ -2,7 +2,8 @@
 //!
 //! After backward, each gradient is added into a flat residual (`acc = r + g`, optionally with DGC
 //! momentum correction), the top ρ of `|acc|` is selected globally or per tensor by a Prof-K, sort or
-//! radix selector, only those coordinates go through AdamW, and the rest stays in the residual.
+//! radix selector, only those coordinates go through AdamW, and the rest stays in the residual. The
+//! dense mode (`[sparsify] mode = "dense"`) applies plain AdamW to the whole gradient: the baseline.
 
 pub mod adamw;
 pub mod checkpoint;
@@ -14,6 +15,7 @@ pub mod error;
 pub mod feedback;
 pub mod flatops;
 pub mod layout;
+pub mod mass;
 pub mod memory;
 pub mod run;
 pub mod select;
@@ -25,4 +27,4 @@ pub use error::{Error, Result};
 pub use feedback::ErrorFeedback;
 pub use layout::{FlatLayout, ParamSpan};
 pub use select::{Scope, Selection, SelectorChoice};
-pub use trainer::{StepReport, Trainer};
+pub use trainer::{FeedbackStats, StepReport, Trainer};

@@ -44,6 +44,13 @@ pub fn estimate(cfg: &FinetuneConfig, model: &Gpt2Config, cuda: bool) -> Vec<Nee
     let per_layer =
         (SAVED_PER_TOKEN_LAYER_WIDTH * d).saturating_add(heads.saturating_mul(t).saturating_mul(2));
     let tokens = b.saturating_mul(t);
+    // The CPU computes the loss over chunks of rows (`ops::next_token_cross_entropy_chunked`): one
+    // chunk of logits at a time; CUDA holds the logits and their gradient whole.
+    let logits = if cuda {
+        tokens.saturating_mul(v).saturating_mul(2)
+    } else {
+        tokens.min(activations::ops::loss_chunk_rows(model.vocab_size) as u128) * v
+    };
     vec![
         Need {
             what: "trainable weights, gradients, AdamW moments and the error-feedback residual",
@@ -57,7 +64,7 @@ pub fn estimate(cfg: &FinetuneConfig, model: &Gpt2Config, cuda: bool) -> Vec<Nee
             bytes: f32s(
                 tokens
                     .saturating_mul(l.saturating_mul(per_layer))
-                    .saturating_add(tokens.saturating_mul(v).saturating_mul(2)),
+                    .saturating_add(logits),
             ),
             on_device: cuda,
         },

@@ -23,6 +23,10 @@ pub mod metric {
     pub const UNIGRAM_ENTROPY: &str = "unigram_entropy";
     /// The best add-α unigram model of the training tokens, scored on the eval loss's tokens.
     pub const UNIGRAM_EVAL_LOSS: &str = "unigram_eval_loss";
+    /// L2 norm of the error-feedback residual after the step's selection (0 in dense mode).
+    pub const EF_RESIDUAL_NORM: &str = "ef_residual_norm";
+    /// Share of the accumulated gradient's squared L2 mass the selection applied (1 in dense mode).
+    pub const EF_KEPT_SHARE: &str = "ef_kept_share";
 }
 
 /// Where a run goes and whether it continues an earlier one.
@@ -42,6 +46,9 @@ pub struct RunOptions {
     pub progress_bar: bool,
     /// The binary's build, recorded in run.json (`sparsetrain::build_info()`).
     pub build: eval::BuildInfo,
+    /// After a run that finished, install the trained model as the default tiny model
+    /// (`activations::tiny::model_dir()`), which `model = "tiny"` then loads (`--install-default`).
+    pub install_default: bool,
 }
 
 /// What a finished (or stopped) run reports.
@@ -68,8 +75,13 @@ struct LoopTrainer {
 impl eval::Trainer for LoopTrainer {
     type Error = Error;
 
-    fn step(&mut self, _ctx: StepContext) -> Result<StepOutput> {
-        let report = self.trainer.train_step()?;
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput> {
+        // The error-feedback metrics cost two passes over the residual: logged steps only.
+        let report = if ctx.log {
+            self.trainer.train_step_with_stats()?
+        } else {
+            self.trainer.train_step()?
+        };
         Ok(StepOutput {
             tokens: report.tokens,
             metrics: step_metrics(&report),
@@ -118,6 +130,10 @@ pub fn step_metrics(r: &StepReport) -> Metrics {
     if let Some(c) = r.compare {
         m.insert(metric::COMPARE_MS.into(), ms(c));
     }
+    if let Some(f) = &r.feedback {
+        m.insert(metric::EF_RESIDUAL_NORM.into(), f.residual_norm);
+        m.insert(metric::EF_KEPT_SHARE.into(), f.kept_share);
+    }
     m
 }
 
@@ -128,7 +144,6 @@ const RESUMABLE: &[&str] = &[
     "train.checkpoint_every",
     "train.eval_every",
     "train.eval_batches",
-    "train.install_tiny_default",
     "log",
 ];
 
@@ -142,6 +157,16 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         std::thread::spawn(move || model_identity(&model, seed))
     };
     let model = build_model(&cfg, &device)?;
+    if opts.install_default && model.config() != &activations::Gpt2Config::tiny() {
+        return Err(Error::config(
+            "model.name",
+            format!(
+                "--install-default installs the tiny GPT-2 that `model = \"tiny\"` loads; {:?} has \
+                 another shape",
+                cfg.model.name
+            ),
+        ));
+    }
     // Before the trainer multiplies the model's memory and before a run directory exists.
     crate::memory::check(&cfg, model.config(), &device)?;
     let (batches, unigram_entropy) = Batches::from_config(&cfg, model.config().vocab_size)?;
@@ -160,7 +185,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
             .map_err(|e| Error::config("<config>", e.to_string()))?,
         source,
         name: cfg.name.clone(),
-        selector: format!("{:?}", cfg.selector.kind).to_lowercase(),
+        selector: cfg.selector_label(),
         resumable: RESUMABLE.iter().map(|k| k.to_string()).collect(),
         out: opts.out.clone(),
         resume: opts.resume,
@@ -191,7 +216,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     };
     let finished = launch.train(&mut looped, &loop_cfg, start, details, &opts.stop)?;
 
-    let installed_tiny = if cfg.train.install_tiny_default && !finished.stopped() {
+    let installed_tiny = if opts.install_default && !finished.stopped() {
         let dir = activations::tiny::model_dir();
         looped
             .trainer
@@ -238,11 +263,18 @@ fn details(
         "parameters".into(),
         (trainer.layout().total() as u64).into(),
     );
-    d.insert("density".into(), cfg.sparsify.density.into());
-    d.insert(
-        "scope".into(),
-        format!("{:?}", cfg.sparsify.scope).to_lowercase().into(),
-    );
+    if cfg.is_dense() {
+        d.insert(
+            "sparsify".into(),
+            "dense: no selection, no error feedback".into(),
+        );
+    } else {
+        d.insert("density".into(), cfg.sparsify.density.into());
+        d.insert(
+            "scope".into(),
+            format!("{:?}", cfg.sparsify.scope).to_lowercase().into(),
+        );
+    }
     d.insert(
         "batch".into(),
         format!("{} x {}", cfg.train.batch_size, cfg.data.context).into(),

@@ -1,11 +1,13 @@
-//! One fine-tuning step: forward, causal-LM loss, backward, error feedback, selection, sparse AdamW.
+//! One fine-tuning step: forward, causal-LM loss, backward, error feedback, selection, sparse AdamW
+//! (or, in dense mode, AdamW on the whole gradient).
 use crate::adamw::SparseAdamW;
 use crate::config::{FinetuneConfig, Init};
 use crate::data::Batches;
 use crate::error::{Error, Result};
 use crate::feedback::ErrorFeedback;
 use crate::layout::FlatLayout;
-use crate::select::{k_for, Scope, SelectorChoice};
+use crate::mass::sum_of_squares;
+use crate::select::{k_for, Scope, Selection, SelectorChoice};
 use activations::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
@@ -33,6 +35,29 @@ pub struct StepReport {
     /// Zeroing the applied residual coordinates and the sparse AdamW update.
     pub apply: Duration,
     pub total: Duration,
+    /// The error feedback's state after the step, when the step was asked to measure it.
+    pub feedback: Option<FeedbackStats>,
+}
+
+/// How much of the accumulated gradient a step applied and how much it carried over.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FeedbackStats {
+    /// L2 norm of the residual after the selected coordinates left it (0 in dense mode).
+    pub residual_norm: f64,
+    /// Share of the accumulated gradient's squared L2 mass that the selection applied:
+    /// Σ selected v² / Σ all v² (1 in dense mode, and when the accumulated gradient is zero).
+    pub kept_share: f64,
+}
+
+impl FeedbackStats {
+    /// From the accumulated gradient's squared mass before the selection, the selected part of it,
+    /// and the residual's squared mass after.
+    fn from_masses(total: f64, kept: f64, residual: f64) -> Self {
+        Self {
+            residual_norm: residual.sqrt(),
+            kept_share: if total > 0.0 { kept / total } else { 1.0 },
+        }
+    }
 }
 
 impl StepReport {
@@ -114,10 +139,7 @@ impl Trainer {
                     .expect("layout built from these names")
             })
             .collect();
-        let momentum = cfg
-            .sparsify
-            .momentum_correction
-            .then_some(cfg.sparsify.momentum);
+        let momentum = momentum_correction(&cfg).then_some(cfg.sparsify.momentum);
         let feedback = ErrorFeedback::new(layout.clone(), momentum, &device)?;
         let optimizer = SparseAdamW::new(cfg.adamw(), layout.total(), &device)?;
         let choice = SelectorChoice {
@@ -189,9 +211,12 @@ impl Trainer {
         &self.vars
     }
 
-    /// Coordinates a step at `density` applies.
+    /// Coordinates a step at `density` applies (all of them in dense mode).
     pub fn k_at(&self, density: f64) -> usize {
         let layout = self.layout();
+        if self.cfg.is_dense() {
+            return layout.total();
+        }
         match self.cfg.sparsify.scope {
             Scope::Global => k_for(density, layout.total()),
             Scope::PerTensor => layout.spans().iter().map(|s| k_for(density, s.len)).sum(),
@@ -205,11 +230,20 @@ impl Trainer {
 
     /// Runs one training step.
     pub fn train_step(&mut self) -> Result<StepReport> {
+        self.step_measured(false)
+    }
+
+    /// Runs one training step and measures the error feedback's state after it
+    /// ([`StepReport::feedback`]): two more passes over the residual.
+    pub fn train_step_with_stats(&mut self) -> Result<StepReport> {
+        self.step_measured(true)
+    }
+
+    fn step_measured(&mut self, stats: bool) -> Result<StepReport> {
         let step = self.step;
         let tokens = self.batches.train_batch(step, &self.device)?;
         let start = self.sync()?;
-        let logits = self.model.forward_logits(&tokens).map_err(candle_of)?;
-        let loss = Gpt2::next_token_loss(&logits, &tokens).map_err(candle_of)?;
+        let loss = self.model.forward_loss(&tokens).map_err(candle_of)?;
         // Checked before the backward pass, which adds into the residual through the sinks.
         let loss_value = loss.to_scalar::<f32>()?;
         if !loss_value.is_finite() {
@@ -222,12 +256,11 @@ impl Trainer {
             let _sinks = self.gradient_sinks()?;
             loss.backward()?
         };
-        drop(logits);
         let after_backward = self.sync()?;
 
         // None: nothing to add (added through a sink, or no gradient); momentum correction needs
         // every gradient, zeros included.
-        let momentum = self.cfg.sparsify.momentum_correction;
+        let momentum = momentum_correction(&self.cfg);
         let grads: Vec<Option<Tensor>> = self
             .vars
             .iter()
@@ -240,6 +273,39 @@ impl Trainer {
                 None => Ok(None),
             })
             .collect::<candle_core::Result<_>>()?;
+        let lr = self.cfg.lr_at(step);
+        let applied = if self.cfg.is_dense() {
+            self.dense_update(&grads, lr)?
+        } else {
+            self.sparse_update(grads, step, lr, stats)?
+        };
+        let end = self.sync()?;
+        self.step += 1;
+        Ok(StepReport {
+            step,
+            loss: loss_value,
+            lr,
+            density: applied.density,
+            k: applied.k,
+            tokens: tokens.elem_count() as u64,
+            forward_backward: after_backward - start,
+            accumulate: applied.accumulate,
+            select: applied.select,
+            compare: applied.compare,
+            apply: applied.apply,
+            total: end - start,
+            feedback: applied.feedback,
+        })
+    }
+
+    /// Error feedback: accumulate into the residual, select its top, apply that.
+    fn sparse_update(
+        &mut self,
+        grads: Vec<Option<Tensor>>,
+        step: u64,
+        lr: f64,
+        stats: bool,
+    ) -> Result<Applied> {
         let density = self.cfg.density_at(step);
         let selection = self.feedback.accumulate_select(
             &grads,
@@ -249,25 +315,47 @@ impl Trainer {
             step,
         )?;
         drop(grads);
+        // Before the apply takes the selected coordinates out of the residual; not timed.
+        let masses = stats
+            .then(|| -> Result<(f64, f64)> {
+                Ok((
+                    sum_of_squares(self.feedback.residual())?,
+                    sum_of_squares(&selection.values)?,
+                ))
+            })
+            .transpose()?;
         let before_apply = self.sync()?;
-        let lr = self.cfg.lr_at(step);
         self.optimizer
             .apply_selection(&self.vars, &mut self.feedback, &selection, lr)?;
-        let end = self.sync()?;
-        self.step += 1;
-        Ok(StepReport {
-            step,
-            loss: loss_value,
-            lr,
-            density,
-            k: selection.k(),
-            tokens: tokens.elem_count() as u64,
-            forward_backward: after_backward - start,
-            accumulate: selection.accumulate,
-            select: selection.time,
-            compare: selection.compare_time,
-            apply: end - before_apply,
-            total: end - start,
+        let apply = self.sync()? - before_apply;
+        let feedback = masses
+            .map(|(total, kept)| -> Result<FeedbackStats> {
+                let residual = sum_of_squares(self.feedback.residual())?;
+                Ok(FeedbackStats::from_masses(total, kept, residual))
+            })
+            .transpose()?;
+        Ok(Applied::of(selection, density, apply, feedback))
+    }
+
+    /// Dense mode: plain AdamW on the whole gradient, gathered in the (then cleared) residual.
+    fn dense_update(&mut self, grads: &[Option<Tensor>], lr: f64) -> Result<Applied> {
+        let start = self.sync()?;
+        self.feedback.accumulate(grads)?;
+        let accumulated = self.sync()?;
+        self.optimizer
+            .apply_dense(&self.vars, &mut self.feedback, lr)?;
+        let applied = self.sync()?;
+        Ok(Applied {
+            density: 1.0,
+            k: self.layout().total(),
+            accumulate: accumulated - start,
+            select: Duration::ZERO,
+            compare: None,
+            apply: applied - accumulated,
+            feedback: Some(FeedbackStats {
+                residual_norm: 0.0,
+                kept_share: 1.0,
+            }),
         })
     }
 
@@ -277,7 +365,7 @@ impl Trainer {
     /// tensor is written, accumulated by candle, and read again by the update pass. The others return
     /// theirs as usual. With momentum correction `u = μ·u + g` comes first, so every gradient is returned.
     fn gradient_sinks(&self) -> Result<Option<activations::ops::SinkGuard>> {
-        if self.cfg.sparsify.momentum_correction {
+        if momentum_correction(&self.cfg) {
             return Ok(None);
         }
         let residual = self.feedback.residual();
@@ -307,14 +395,11 @@ impl Trainer {
         }
         let (mut sum, mut count) = (0f64, 0usize);
         for tokens in &batches {
-            let logits = self
-                .model
-                .forward_logits(tokens)
-                .map_err(candle_of)?
-                .detach();
             let (b, t) = tokens.dims2()?;
             let rows = b * (t - 1);
-            sum += Gpt2::next_token_loss(&logits, tokens)
+            sum += self
+                .model
+                .forward_loss_no_grad(tokens)
                 .map_err(candle_of)?
                 .to_scalar::<f32>()? as f64
                 * rows as f64;
@@ -327,4 +412,39 @@ impl Trainer {
 /// Model errors surface as candle errors with their message.
 fn candle_of(e: activations::gpt2::Error) -> candle_core::Error {
     candle_core::Error::Msg(e.to_string())
+}
+
+/// Whether steps accumulate the DGC velocity (never in dense mode, which has no error feedback).
+fn momentum_correction(cfg: &FinetuneConfig) -> bool {
+    !cfg.is_dense() && cfg.sparsify.momentum_correction
+}
+
+/// What the update part of a step did.
+struct Applied {
+    density: f64,
+    k: usize,
+    accumulate: Duration,
+    select: Duration,
+    compare: Option<Duration>,
+    apply: Duration,
+    feedback: Option<FeedbackStats>,
+}
+
+impl Applied {
+    fn of(
+        selection: Selection,
+        density: f64,
+        apply: Duration,
+        feedback: Option<FeedbackStats>,
+    ) -> Self {
+        Self {
+            density,
+            k: selection.k(),
+            accumulate: selection.accumulate,
+            select: selection.time,
+            compare: selection.compare_time,
+            apply,
+            feedback,
+        }
+    }
 }

@@ -9,6 +9,7 @@ fn error_of(toml: &str) -> String {
 fn shipped_configs_parse() {
     for path in [
         "../configs/tiny-finetune.toml",
+        "../configs/tiny-model-recipe.toml",
         "../configs/gpt2xl-finetune.toml",
     ] {
         let cfg = FinetuneConfig::from_file(std::path::Path::new(path)).unwrap();
@@ -21,6 +22,8 @@ fn defaults_are_valid() {
     let cfg = FinetuneConfig::from_toml("").unwrap();
     assert_eq!(cfg.sparsify.density, 1e-3);
     assert_eq!(cfg.compare_with(), None);
+    assert_eq!(cfg.sparsify.mode, gradsparse::config::SparsifyMode::Topk);
+    assert_eq!(cfg.selector_label(), "profk");
 }
 
 #[test]
@@ -50,6 +53,11 @@ fn errors_name_the_key() {
         ("[train]\nsteps = \"many\"", "steps"),
         ("[log]\nevery = 0", "log.every"),
         ("[optimizer]\nlr = 1.0", "optimizer"),
+        ("[sparsify]\nmode = \"sparse\"", "mode"),
+        (
+            "[train]\ninstall_tiny_default = true",
+            "`finetune --install-default`",
+        ),
     ];
     for (toml, key) in cases {
         let err = error_of(toml);

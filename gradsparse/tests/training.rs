@@ -180,6 +180,12 @@ fn run_resumes_like_an_uninterrupted_run() {
         .unwrap();
     let provenance = meta.provenance.expect("run.json records the provenance");
     assert_eq!(provenance.model_sha256.as_deref(), Some("random:tiny:3"));
+    // Every logged step measures the error feedback.
+    for r in records.iter().filter(|r| r.kind == eval::RecordKind::Train) {
+        let share = r.metrics["ef_kept_share"];
+        assert!(share > 0.0 && share <= 1.0, "step {}: {share}", r.step);
+        assert!(r.metrics["ef_residual_norm"] > 0.0, "step {}", r.step);
+    }
     // A resume with a different sparsification is refused, naming the section.
     let changed = root.path().join("changed.toml");
     std::fs::write(&changed, SMALL.replace("density = 0.02", "density = 0.5")).unwrap();
@@ -203,11 +209,7 @@ fn sunk_gradients_reach_the_residual(device: &str) {
     let mut t = trainer(&toml);
     let (batches, _) = Batches::from_config(&cfg, t.model().config().vocab_size).unwrap();
     let tokens = batches.train_batch(0, t.device()).unwrap();
-    let logits = t.model().forward_logits(&tokens).unwrap();
-    let grads = Gpt2::next_token_loss(&logits, &tokens)
-        .unwrap()
-        .backward()
-        .unwrap();
+    let grads = t.model().forward_loss(&tokens).unwrap().backward().unwrap();
     let want: Vec<f32> = t
         .vars()
         .iter()

@@ -169,7 +169,7 @@ fn cpu_grad(
 const LANES: usize = 16;
 
 /// `ln Σ exp(x)`, stable: max first, then the sum of `exp(x − max)`. NaN or +∞ in `x` gives NaN.
-fn log_sum_exp(x: &[f32]) -> f32 {
+pub(super) fn log_sum_exp(x: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let chunks = x.chunks_exact(LANES);
     let tail = chunks.remainder();
@@ -196,7 +196,7 @@ fn log_sum_exp(x: &[f32]) -> f32 {
 /// so the compiler vectorizes it: `2ⁿ · p(r)` with `x = n ln 2 + r`, |r| ≤ ln 2 / 2, and Cephes'
 /// polynomial for `p`.
 #[inline(always)]
-fn exp(x: f32) -> f32 {
+pub(super) fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;

@@ -4,6 +4,7 @@
 //! function. The plain ops are forward only (extraction); the `*_train` ops carry gradients.
 mod attention;
 mod attention_train;
+mod chunked_cross_entropy;
 mod cross_entropy;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -15,6 +16,9 @@ mod saved;
 
 pub use attention::{causal_attention, causal_attention_with, AttentionKernel, FUSED_HEAD_DIM};
 pub use attention_train::{causal_attention_train, causal_attention_train_with, AttentionGemms};
+pub use chunked_cross_entropy::{
+    loss_chunk_rows, next_token_cross_entropy_chunked, LOSS_CHUNK_ELEMENTS,
+};
 pub use cross_entropy::next_token_cross_entropy;
 #[cfg(feature = "cuda")]
 pub use cuda::host_copy::{PendingCopy, PinnedCopier};
