@@ -5,6 +5,16 @@
 use clap::Args;
 use std::path::PathBuf;
 
+/// Every tool's `--version`: `0.1.0 (commit 1a2b3c4d5e6f[, dirty]; features: cuda)`.
+pub const VERSION: &str = runtime::version_line!();
+
+/// This build's version, commit and features, recorded for the libraries (run.json) and returned.
+pub fn record_build() -> runtime::build_info::BuildInfo {
+    let info = runtime::build_info!();
+    runtime::build_info::record(info.clone());
+    info
+}
+
 /// `CONFIG [--set section.key=value]... [--out DIR [--resume]]`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {

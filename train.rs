@@ -6,7 +6,7 @@ use sparsetrain::RunArgs;
 #[derive(Parser)]
 #[command(
     name = "train-sae",
-    version,
+    version = sparsetrain::VERSION,
     about = "Train a BatchTopK / Matryoshka / crosscoder SAE from a TOML config"
 )]
 struct Args {
@@ -16,6 +16,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    sparsetrain::record_build();
     let opts = sae::run::RunOptions {
         config: args.run.config,
         overrides: args.run.set,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "extract",
-    version,
+    version = sparsetrain::VERSION,
     about = "Extract GPT-2 residual-stream activations into safetensors shards"
 )]
 struct Args {
@@ -35,6 +35,7 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     sparsetrain::init_tracing();
     let args = Args::parse();
+    sparsetrain::record_build();
     let mut cfg = ExtractConfig::load(&args.config, &args.set)?;
     if let Some(out) = args.out {
         cfg.out_dir = out;

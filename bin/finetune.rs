@@ -18,7 +18,7 @@ const SPIN_LIMIT_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
 #[derive(Parser)]
 #[command(
     name = "finetune",
-    version,
+    version = sparsetrain::VERSION,
     about = "Fine-tune GPT-2 with error-feedback top-k gradient sparsification"
 )]
 struct Args {
@@ -37,6 +37,7 @@ fn main() -> anyhow::Result<()> {
     }
     sparsetrain::init_tracing();
     let args = Args::parse();
+    sparsetrain::record_build();
     let opts = RunOptions {
         overrides: args.run.set,
         out: args.run.out,

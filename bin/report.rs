@@ -14,7 +14,7 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "sparsetrain-report",
-    version,
+    version = sparsetrain::VERSION,
     about = "Compare training runs in one HTML page"
 )]
 struct Cli {

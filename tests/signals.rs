@@ -317,12 +317,36 @@ fn every_binary_has_a_version() {
         env!("CARGO_BIN_EXE_extract"),
         env!("CARGO_BIN_EXE_finetune"),
         env!("CARGO_BIN_EXE_sparsetrain-report"),
+        env!("CARGO_BIN_EXE_profk"),
     ] {
         let out = Command::new(exe).arg("--version").output().unwrap();
         assert!(out.status.success(), "{exe} --version");
+        let line = text(&out.stdout);
+        // `NAME 0.1.0 (commit <hex or unknown>[, dirty]; features: ...)`, as this build was made.
+        let build = runtime::build_info!();
+        assert_eq!(
+            build.features.iter().any(|f| f == "cuda"),
+            cfg!(feature = "cuda")
+        );
+        // Built from a git checkout: the commit is the checkout's.
+        let head = Command::new("git").args(["rev-parse", "HEAD"]).output();
+        if let Some(head) = head.ok().filter(|h| h.status.success()) {
+            assert_eq!(build.commit, text(&head.stdout).trim());
+        }
+        assert!(line.contains(env!("CARGO_PKG_VERSION")), "{exe}: {line}");
         assert!(
-            text(&out.stdout).contains(env!("CARGO_PKG_VERSION")),
-            "{exe}"
+            line.contains(&format!("(commit {}", build.short_commit())),
+            "{exe}: {line}"
+        );
+        assert_eq!(line.contains(", dirty"), build.dirty, "{exe}: {line}");
+        let features = if build.features.is_empty() {
+            "none".to_string()
+        } else {
+            build.features.join(", ")
+        };
+        assert!(
+            line.contains(&format!("features: {features})")),
+            "{exe}: {line}"
         );
     }
 }
