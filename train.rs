@@ -17,8 +17,12 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     sparsetrain::record_build();
+    if args.run.config_reference {
+        print!("{}", sparsetrain::config_reference());
+        return Ok(());
+    }
     let opts = sae::run::RunOptions {
-        config: args.run.config,
+        config: args.run.config()?,
         overrides: args.run.set,
         out: args.run.out,
         resume: args.run.resume,

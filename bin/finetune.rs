@@ -38,6 +38,11 @@ fn main() -> anyhow::Result<()> {
     sparsetrain::init_tracing();
     let args = Args::parse();
     sparsetrain::record_build();
+    if args.run.config_reference {
+        print!("{}", sparsetrain::config_reference());
+        return Ok(());
+    }
+    let config = &args.run.config()?;
     let opts = RunOptions {
         overrides: args.run.set,
         out: args.run.out,
@@ -46,7 +51,6 @@ fn main() -> anyhow::Result<()> {
         stop: eval::StopSignal::install()?,
         progress_bar: true,
     };
-    let config = &args.run.config;
     let result =
         finetune(config, &opts).with_context(|| format!("finetune {}", config.display()))?;
     let s = &result.summary;

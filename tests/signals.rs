@@ -301,10 +301,13 @@ fn overrides_are_checked_recorded_and_progress_lines_reach_a_pipe() {
     };
     let changed = resume_with("train.lr=0.5");
     assert!(!changed.status.success());
+    // ... with the value the run started with and the new one.
+    let refused = text(&changed.stderr);
     assert!(
-        text(&changed.stderr).contains("train.lr"),
-        "{}",
-        text(&changed.stderr)
+        refused.contains("train.lr")
+            && refused.contains("was 0.001")
+            && refused.contains("now 0.5"),
+        "{refused}"
     );
     let longer = resume_with("train.steps=8");
     assert!(longer.status.success(), "{}", text(&longer.stderr));

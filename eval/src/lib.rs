@@ -49,6 +49,7 @@
 
 pub mod atomic;
 pub mod config;
+pub mod config_reference;
 pub mod error;
 pub mod interrupt;
 pub mod launch;
@@ -58,6 +59,7 @@ pub mod output_path;
 pub mod progress;
 pub mod report;
 pub mod run_dir;
+pub mod selector;
 pub mod train_loop;
 pub mod wandb;
 
@@ -70,6 +72,7 @@ pub use lock::DirLock;
 pub use metrics::{Metrics, MetricsSink, Record, RecordKind, SinkOptions};
 pub use output_path::check_output_path;
 pub use run_dir::{Checkpoint, Progress, RunDir, RunMeta};
+pub use selector::SelectorConfig;
 pub use train_loop::{
     CheckpointImage, ImageError, LoopConfig, LoopSummary, Outcome, StepContext, StepOutput, Trainer,
 };

@@ -124,6 +124,7 @@ const RESUMABLE: &[&str] = &[
     "device",
     "train.steps",
     "train.checkpoint_every",
+    "train.keep_checkpoints",
     "train.eval_every",
     "train.eval_batches",
     "train.install_tiny_default",
@@ -133,6 +134,9 @@ const RESUMABLE: &[&str] = &[
 /// Runs the config at `config_path`.
 pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     let (cfg, source) = FinetuneConfig::load(config_path, &opts.overrides)?;
+    if let Some(note) = cfg.selector.note() {
+        eprintln!("{note}");
+    }
     let device = device_of(cfg.device)?;
     let model = build_model(&cfg, &device)?;
     // Before the trainer multiplies the model's memory and before a run directory exists.
@@ -150,7 +154,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
             .map_err(|e| Error::config("<config>", e.to_string()))?,
         source,
         name: cfg.name.clone(),
-        selector: format!("{:?}", cfg.selector.kind).to_lowercase(),
+        selector: cfg.selector.kind.name().into(),
         resumable: RESUMABLE.iter().map(|k| k.to_string()).collect(),
         out: opts.out.clone(),
         resume: opts.resume,
@@ -169,6 +173,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     };
     let mut loop_cfg = LoopConfig::new(cfg.train.steps, &cfg.log);
     loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
+    loop_cfg.keep_checkpoints = cfg.train.keep_checkpoints;
     loop_cfg.eval_every = cfg.train.eval_every;
     loop_cfg.progress_bar = opts.progress_bar && cfg.log.progress;
     let details = details(&cfg, &trainer, unigram_entropy, unigram_eval_loss);
