@@ -5,11 +5,22 @@
 use clap::Args;
 use std::path::PathBuf;
 
-/// `CONFIG [--set section.key=value]... [--out DIR [--resume]]`.
+/// Every tool's `--version`: `0.1.0 (commit 1a2b3c4d5e6f[, dirty]; features: cuda)`.
+pub const VERSION: &str = runtime::version_line!();
+
+/// This build's version, commit and features, recorded for the libraries (run.json) and returned.
+pub fn record_build() -> runtime::build_info::BuildInfo {
+    let info = runtime::build_info!();
+    runtime::build_info::record(info.clone());
+    info
+}
+
+/// `CONFIG [--set section.key=value]... [--out DIR [--resume]]`, or `--config-reference`.
 #[derive(Args, Debug, Clone)]
 pub struct RunArgs {
-    /// The TOML config (see configs/).
-    pub config: PathBuf,
+    /// The TOML config (see configs/ and docs/config.md).
+    #[arg(required_unless_present = "config_reference")]
+    pub config: Option<PathBuf>,
     /// Override a config value, e.g. `--set train.lr=3e-4` (repeatable). Applied to the file's TOML
     /// before it is checked, so an unknown key or a wrong type is refused as in the file; the run
     /// directory's config.toml and config.json record the result.
@@ -21,28 +32,71 @@ pub struct RunArgs {
     /// Continue the run in --out from its latest checkpoint.
     #[arg(long, requires = "out")]
     pub resume: bool,
+    /// Print the reference of every command's config keys (docs/config.md) and exit.
+    #[arg(long, exclusive = true)]
+    pub config_reference: bool,
 }
 
-/// The build of these tools: version, the git commit built from (with `dirty` when the sources
-/// differed from it; recorded by build.rs), and the enabled features. run.json records it; its
-/// `Display` is `0.1.0 (commit 0107786a1b2c+dirty, features: cuda)`.
+/// This build as run.json records it (`eval::BuildInfo`, serializable), from the same values as
+/// `--version`.
 pub fn build_info() -> eval::BuildInfo {
-    let features = [
-        ("cuda", cfg!(feature = "cuda")),
-        ("hf-hub", cfg!(feature = "hf-hub")),
-        ("bench", cfg!(feature = "bench")),
-    ];
+    let info = runtime::build_info!();
     eval::BuildInfo {
-        version: env!("CARGO_PKG_VERSION").into(),
-        commit: env!("SPARSETRAIN_GIT_COMMIT").into(),
-        dirty: env!("SPARSETRAIN_GIT_DIRTY") == "1",
-        features: features
-            .iter()
-            .filter(|(_, on)| *on)
-            .map(|(name, _)| name.to_string())
-            .collect(),
+        version: info.version,
+        commit: info.commit,
+        dirty: info.dirty,
+        features: info.features,
     }
 }
+
+impl RunArgs {
+    /// The config file (clap requires it unless `--config-reference` was given).
+    pub fn config(&self) -> anyhow::Result<PathBuf> {
+        self.config
+            .clone()
+            .ok_or_else(|| anyhow::anyhow!("a CONFIG file is needed (see configs/)"))
+    }
+}
+
+/// docs/config.md: every key of the configs of `train-sae`, `extract` and `finetune`, from their types.
+pub fn config_reference() -> String {
+    use eval::config_reference::{markdown, CommandSchema};
+    let commands = [
+        CommandSchema {
+            command: "train-sae",
+            schema: schemars::schema_for!(sae::Config),
+        },
+        CommandSchema {
+            command: "extract",
+            schema: schemars::schema_for!(activations::shards::ExtractConfig),
+        },
+        CommandSchema {
+            command: "finetune",
+            schema: schemars::schema_for!(gradsparse::FinetuneConfig),
+        },
+    ];
+    markdown(CONFIG_REFERENCE_INTRO, &commands)
+}
+
+/// The command that writes docs/config.md.
+pub const CONFIG_REFERENCE_COMMAND: &str =
+    "cargo run --bin train-sae -- --config-reference > docs/config.md";
+
+const CONFIG_REFERENCE_INTRO: &str = "\
+# Config reference
+
+Every key of the TOML configs of `train-sae`, `extract` and `finetune`, generated from the config types
+(`cargo run --bin train-sae -- --config-reference > docs/config.md`; a test fails when this file is
+stale). A key shown as **required** has no default; unknown keys are errors, and a key renamed since an
+older config is refused with its new name (`train.adam_eps` → `train.eps`, `[corpus] path` →
+`[data] corpus`, ...). `--set section.key=value` overrides any key before the config is checked; an error
+names the file and line, or the `--set` that caused it.
+
+The commands share one vocabulary: `name`, `seed`, `device`; in `[data]` `corpus`, `text_column`,
+`token_column`, `context` and `held_out_fraction`; in `[train]` `batch_size`, `steps`, `lr`,
+`warmup_steps`, `beta1`, `beta2`, `eps`, `checkpoint_every` and `keep_checkpoints`; the `[selector]` and
+`[log]` sections. A shared key means the same and has the same default in every command.
+";
 
 /// Log lines (`RUST_LOG`, default `info`) to stderr.
 pub fn init_tracing() {
@@ -59,4 +113,18 @@ pub fn exit_with(code: i32) -> ! {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     std::process::exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn docs_config_md_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config.md");
+        let written = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            written == super::config_reference(),
+            "docs/config.md is stale or missing: regenerate it with `{}`",
+            super::CONFIG_REFERENCE_COMMAND
+        );
+    }
 }

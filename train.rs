@@ -6,7 +6,7 @@ use sparsetrain::RunArgs;
 #[derive(Parser)]
 #[command(
     name = "train-sae",
-    version,
+    version = sparsetrain::VERSION,
     about = "Train a BatchTopK / Matryoshka / crosscoder SAE from a TOML config"
 )]
 struct Args {
@@ -16,8 +16,13 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    sparsetrain::record_build();
+    if args.run.config_reference {
+        print!("{}", sparsetrain::config_reference());
+        return Ok(());
+    }
     let opts = sae::run::RunOptions {
-        config: args.run.config,
+        config: args.run.config()?,
         overrides: args.run.set,
         out: args.run.out,
         resume: args.run.resume,

@@ -9,12 +9,13 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "extract",
-    version,
+    version = sparsetrain::VERSION,
     about = "Extract GPT-2 residual-stream activations into safetensors shards"
 )]
 struct Args {
-    /// TOML config (see configs/tiny-extract.toml).
-    config: PathBuf,
+    /// TOML config (see configs/tiny-extract.toml and docs/config.md).
+    #[arg(required_unless_present = "config_reference")]
+    config: Option<PathBuf>,
     /// Override a config value, e.g. `--set data.max_tokens=65536` (repeatable), checked like the file.
     #[arg(long = "set", value_name = "SECTION.KEY=VALUE")]
     set: Vec<String>,
@@ -30,12 +31,23 @@ struct Args {
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+    /// Print the reference of every command's config keys (docs/config.md) and exit.
+    #[arg(long, exclusive = true)]
+    config_reference: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     sparsetrain::init_tracing();
     let args = Args::parse();
-    let mut cfg = ExtractConfig::load(&args.config, &args.set)?;
+    sparsetrain::record_build();
+    if args.config_reference {
+        print!("{}", sparsetrain::config_reference());
+        return Ok(());
+    }
+    let config = args
+        .config
+        .ok_or_else(|| anyhow::anyhow!("a CONFIG file is needed (see configs/)"))?;
+    let mut cfg = ExtractConfig::load(&config, &args.set)?;
     if let Some(out) = args.out {
         cfg.out_dir = out;
     }
@@ -51,8 +63,8 @@ fn main() -> anyhow::Result<()> {
         stop: stop.clone(),
         ..Default::default()
     };
-    let report = extract(&cfg, &opts)
-        .with_context(|| format!("extracting with {}", args.config.display()))?;
+    let report =
+        extract(&cfg, &opts).with_context(|| format!("extracting with {}", config.display()))?;
     if !report.complete && stop.is_requested() {
         eprintln!(
             "{}: stopped after {} new shard(s) in {}; rerun the same command to continue:\n{}",

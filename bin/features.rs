@@ -18,7 +18,7 @@ use std::path::PathBuf;
 #[derive(Parser)]
 #[command(
     name = "features",
-    version,
+    version = sparsetrain::VERSION,
     about = "Feature dashboards (RUN_DIR/features.json) for a trained SAE"
 )]
 struct Cli {

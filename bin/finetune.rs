@@ -18,7 +18,7 @@ const SPIN_LIMIT_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
 #[derive(Parser)]
 #[command(
     name = "finetune",
-    version,
+    version = sparsetrain::VERSION,
     about = "Fine-tune GPT-2 with error-feedback top-k gradient sparsification (or dense AdamW)"
 )]
 struct Args {
@@ -42,6 +42,12 @@ fn main() -> anyhow::Result<()> {
     }
     sparsetrain::init_tracing();
     let args = Args::parse();
+    sparsetrain::record_build();
+    if args.run.config_reference {
+        print!("{}", sparsetrain::config_reference());
+        return Ok(());
+    }
+    let config = &args.run.config()?;
     let opts = RunOptions {
         overrides: args.run.set,
         out: args.run.out,
@@ -52,7 +58,6 @@ fn main() -> anyhow::Result<()> {
         build: sparsetrain::build_info(),
         install_default: args.install_default,
     };
-    let config = &args.run.config;
     let result =
         finetune(config, &opts).with_context(|| format!("finetune {}", config.display()))?;
     let s = &result.summary;

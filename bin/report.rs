@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 #[derive(Parser)]
 #[command(
     name = "sparsetrain-report",
-    version,
+    version = sparsetrain::VERSION,
     about = "Compare training runs in one HTML page"
 )]
 struct Cli {

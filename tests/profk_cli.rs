@@ -91,7 +91,9 @@ fn select_round_trip() -> Result<()> {
     ])?;
     let said = String::from_utf8_lossy(&run.stdout);
     ensure!(
-        said.contains("rows: 1,") && said.contains("exact_rows: 1,"),
+        said.contains("selections       1 (exact without sampling: 1)")
+            && said.contains("misses           R < k: 0, R > M: 0")
+            && !said.contains("SelectStats"),
         "{said}"
     );
     Ok(())
@@ -295,6 +297,32 @@ fn epsilon_counts_first_attempts_on_the_cpu() -> Result<()> {
         .collect::<std::result::Result<_, _>>()?;
     ensure!(lines.len() == 2, "{lines:?}");
     ensure!(lines[1]["input"] == "infinities" && lines[1]["attempts"] == 100);
+    // Without --device, a build runs the path it has: the CPU one unless built with CUDA.
+    let default = profk_ok(&[
+        "epsilon",
+        "--n",
+        "2^14",
+        "--k",
+        "512",
+        "--rows",
+        "2",
+        "--attempts",
+        "2",
+        "--sample",
+        "512",
+        "--eps",
+        "0.3",
+        "--inputs",
+        "normal",
+        "--json",
+    ])?;
+    let trial: serde_json::Value = serde_json::from_slice(&default.stdout)?;
+    let want = if cfg!(feature = "cuda") {
+        "cuda"
+    } else {
+        "cpu"
+    };
+    ensure!(trial["device"] == want, "{trial}");
     let bad = profk(&["epsilon", "--device", "cpu", "--inputs", "nope"])?;
     ensure!(!bad.status.success());
     ensure!(String::from_utf8_lossy(&bad.stderr).contains("--inputs nope"));

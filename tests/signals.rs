@@ -303,10 +303,13 @@ fn overrides_are_checked_recorded_and_progress_lines_reach_a_pipe() {
     };
     let changed = resume_with("train.lr=0.5");
     assert!(!changed.status.success());
+    // ... with the value the run started with and the new one.
+    let refused = text(&changed.stderr);
     assert!(
-        text(&changed.stderr).contains("train.lr"),
-        "{}",
-        text(&changed.stderr)
+        refused.contains("train.lr")
+            && refused.contains("was 0.001")
+            && refused.contains("now 0.5"),
+        "{refused}"
     );
     let longer = resume_with("train.steps=8");
     assert!(longer.status.success(), "{}", text(&longer.stderr));
@@ -319,12 +322,36 @@ fn every_binary_has_a_version() {
         env!("CARGO_BIN_EXE_extract"),
         env!("CARGO_BIN_EXE_finetune"),
         env!("CARGO_BIN_EXE_sparsetrain-report"),
+        env!("CARGO_BIN_EXE_profk"),
     ] {
         let out = Command::new(exe).arg("--version").output().unwrap();
         assert!(out.status.success(), "{exe} --version");
+        let line = text(&out.stdout);
+        // `NAME 0.1.0 (commit <hex or unknown>[, dirty]; features: ...)`, as this build was made.
+        let build = runtime::build_info!();
+        assert_eq!(
+            build.features.iter().any(|f| f == "cuda"),
+            cfg!(feature = "cuda")
+        );
+        // Built from a git checkout: the commit is the checkout's.
+        let head = Command::new("git").args(["rev-parse", "HEAD"]).output();
+        if let Some(head) = head.ok().filter(|h| h.status.success()) {
+            assert_eq!(build.commit, text(&head.stdout).trim());
+        }
+        assert!(line.contains(env!("CARGO_PKG_VERSION")), "{exe}: {line}");
         assert!(
-            text(&out.stdout).contains(env!("CARGO_PKG_VERSION")),
-            "{exe}"
+            line.contains(&format!("(commit {}", build.short_commit())),
+            "{exe}: {line}"
+        );
+        assert_eq!(line.contains(", dirty"), build.dirty, "{exe}: {line}");
+        let features = if build.features.is_empty() {
+            "none".to_string()
+        } else {
+            build.features.join(", ")
+        };
+        assert!(
+            line.contains(&format!("features: {features})")),
+            "{exe}: {line}"
         );
     }
 }

@@ -175,6 +175,25 @@ fn config_errors_name_the_key() {
             .to_string();
         assert!(err.contains(key), "{key}: {err}");
     }
+    // A bad value is placed at its line of the user's file (line 5 here), a bad override at the --set.
+    let text = format!("{base}\ntokens_per_shard = \"ten\"\n[data]\ncontext = 8\n");
+    let path = f.root.join("c.toml");
+    std::fs::write(&path, &text).unwrap();
+    let in_file = ExtractConfig::load(&path, &["data.context=16".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        in_file.starts_with(&format!("{}:5: ", path.display())),
+        "{in_file}"
+    );
+    std::fs::write(&path, text.replace("\"ten\"", "10")).unwrap();
+    let set = ExtractConfig::load(&path, &["data.context=abc".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        set.starts_with("--set data.context=abc: invalid type"),
+        "{set}"
+    );
     let mut cfg = config(&f, "bad");
     cfg.hook_points = vec![HookPoint::ResidPost(3)];
     let err = refused(&cfg);

@@ -4,7 +4,7 @@ mod cli;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "profk", version, about = "Exact top-k selection with Prof-K")]
+#[command(name = "profk", version = sparsetrain::VERSION, about = "Exact top-k selection with Prof-K")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -2,11 +2,16 @@
 //! a TOML file with `--set section.key=value` overrides and renamed-key hints.
 
 use crate::error::{Error, Result};
+use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+
+/// The share of a corpus' documents held out from training, unless `data.held_out_fraction` says
+/// otherwise: the same in every command, so that train-sae, extract and finetune split a corpus alike.
+pub const DEFAULT_HELD_OUT_FRACTION: f64 = 0.1;
 
 /// `[log]`: how often to log, the progress bar, Weights & Biases.
 ///
@@ -20,16 +25,25 @@ use std::str::FromStr;
 /// wandb_mode = "offline"     # "online" | "offline" | "disabled"; unset: the WANDB_MODE environment
 /// wandb_tags = ["ablation"]  # extra tags; the selector kind is always a tag
 /// ```
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
+    /// Log every N steps; each record averages the metrics of its N steps.
     pub every: u64,
+    /// A progress bar with tokens/s and ETA (plain lines when stderr is not a terminal).
     pub progress: bool,
+    /// Seconds between the plain progress lines printed when stderr is not a terminal (SLURM,
+    /// nohup, `| tee`).
     pub progress_every_s: f64,
+    /// Stream the metrics to Weights & Biases through tools/wandb_bridge.py.
     pub wandb: bool,
+    /// The W&B project.
     pub wandb_project: String,
+    /// The W&B entity (team or user); unset: the account's default.
     pub wandb_entity: Option<String>,
+    /// `online`, `offline` or `disabled`; unset: the `WANDB_MODE` environment variable.
     pub wandb_mode: Option<String>,
+    /// Extra W&B tags; the selector kind is always a tag.
     pub wandb_tags: Vec<String>,
 }
 
@@ -104,6 +118,18 @@ impl FromStr for DeviceSpec {
     }
 }
 
+impl JsonSchema for DeviceSpec {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "DeviceSpec".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^(cpu|cuda|cuda:[0-9]+)$",
+        })
+    }
+}
+
 impl fmt::Display for DeviceSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -128,7 +154,7 @@ impl<'de> Deserialize<'de> for DeviceSpec {
 }
 
 /// Floating-point type of activations or model weights: `"f32" | "bf16" | "f16"`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
     #[default]
@@ -155,6 +181,7 @@ pub struct ConfigSource {
     pub text: String,
     /// `section.key=value` overrides in the order given.
     pub overrides: Vec<String>,
+    /// The file's table with the overrides applied.
     table: toml::Table,
 }
 
@@ -199,31 +226,72 @@ impl ConfigSource {
 
     /// Deserializes the config. A key in `renamed` (old dotted name → new one) is refused with its new
     /// name before serde sees it; other unknown keys are refused by the types' `deny_unknown_fields`.
+    ///
+    /// An error is placed where the user wrote the cause: at its line of the file
+    /// ([`Error::Parse`]), or at the `--set` override that brought it in ([`Error::Override`]).
     pub fn parse<T: DeserializeOwned>(&self, renamed: &[(&str, &str)]) -> Result<T> {
         for (old, new) in renamed {
+            let message = format!("was renamed to `{new}`");
+            if let Some(item) = self
+                .overrides
+                .iter()
+                .find(|o| override_key(o) == Some(*old))
+            {
+                let item = item.clone();
+                return Err(Error::Override { item, message });
+            }
             if lookup(&self.table, old).is_some() {
-                return Err(Error::config(
-                    *old,
-                    format!("was renamed to `{new}` (in {})", self.path.display()),
-                ));
+                let message = format!("{message} (in {})", self.path.display());
+                return Err(Error::config(*old, message));
             }
         }
-        let located = |e: toml::de::Error, text: &str| Error::Parse {
-            path: self.path.clone(),
-            line: line_of(text, e.span()),
-            message: e.to_string().trim_end().to_string(),
-        };
         if self.overrides.is_empty() {
-            toml::from_str(&self.text).map_err(|e| located(e, &self.text))
-        } else {
-            let text = self.effective_text();
-            toml::from_str(&text).map_err(|e| {
-                let mut err = located(e, &text);
-                if let Error::Parse { message, .. } = &mut err {
-                    message.push_str(" (with the --set overrides applied)");
+            return toml::from_str(&self.text).map_err(|e| self.in_file(&e));
+        }
+        toml::from_str(&self.effective_text()).map_err(|e| self.locate::<T>(&e))
+    }
+
+    /// The cause of `error`, met with every override applied: the file itself when it fails alone
+    /// with the same message (its line is then the user's), else the override without which the
+    /// error goes away.
+    fn locate<T: DeserializeOwned>(&self, error: &toml::de::Error) -> Error {
+        let message = error.message();
+        if let Err(alone) = toml::from_str::<T>(&self.text) {
+            if alone.message() == message {
+                return self.in_file(&alone);
+            }
+        }
+        let same_error_without = |left_out: usize| {
+            let Ok(mut table) = toml::from_str::<toml::Table>(&self.text) else {
+                return true;
+            };
+            for (i, item) in self.overrides.iter().enumerate() {
+                if i != left_out && apply_override(&mut table, item).is_err() {
+                    return true;
                 }
-                err
-            })
+            }
+            let text = toml::to_string(&table).unwrap_or_default();
+            toml::from_str::<T>(&text).is_err_and(|e| e.message() == message)
+        };
+        match (0..self.overrides.len()).find(|&i| !same_error_without(i)) {
+            Some(i) => Error::Override {
+                item: self.overrides[i].clone(),
+                message: message.to_string(),
+            },
+            None => Error::Parse {
+                path: self.path.clone(),
+                line: 0,
+                message: format!("{message} (with the --set overrides applied)"),
+            },
+        }
+    }
+
+    /// An error of the file's own text, at its line.
+    fn in_file(&self, e: &toml::de::Error) -> Error {
+        Error::Parse {
+            path: self.path.clone(),
+            line: line_of(&self.text, e.span()),
+            message: e.to_string().trim_end().to_string(),
         }
     }
 
@@ -248,6 +316,11 @@ fn line_of(text: &str, span: Option<std::ops::Range<usize>>) -> usize {
     span.map_or(0, |s| {
         text[..s.start.min(text.len())].matches('\n').count() + 1
     })
+}
+
+/// The dotted key of a `section.key=value` override.
+fn override_key(item: &str) -> Option<&str> {
+    item.split_once('=').map(|(key, _)| key.trim())
 }
 
 fn lookup<'a>(table: &'a toml::Table, dotted: &str) -> Option<&'a toml::Value> {
@@ -356,6 +429,49 @@ mod tests {
     }
 
     #[test]
+    fn errors_name_the_users_line_or_the_override() {
+        // Comments and blank lines that a re-serialized table would not have: line 7 is `lr = "abc"`.
+        let text =
+            "# a tiny config\n\ndevice = \"cpu\" # where\n\n[train]\nsteps = 3\nlr = \"abc\"\n";
+        let err = |sets: &[&str]| source(text, sets).unwrap().parse::<Small>(&[]).unwrap_err();
+        for sets in [
+            &[][..],
+            &["device=cuda:1"][..],
+            &["train.steps=4", "device=cpu"][..],
+        ] {
+            match err(sets) {
+                Error::Parse { path, line, .. } => {
+                    assert_eq!((path.to_str(), line), (Some("c.toml"), 7), "{sets:?}")
+                }
+                other => panic!("{sets:?}: {other}"),
+            }
+        }
+        let fixed = "device = \"cpu\"\n[train]\nsteps = 3\n";
+        let bad_set = source(fixed, &["train.lr=0.5", "train.steps=abc"])
+            .unwrap()
+            .parse::<Small>(&[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            bad_set.starts_with("--set train.steps=abc: invalid type"),
+            "{bad_set}"
+        );
+        assert!(!bad_set.contains("line"), "{bad_set}");
+        let unknown = source(fixed, &["train.lrr=1"])
+            .unwrap()
+            .parse::<Small>(&[])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unknown.starts_with("--set train.lrr=1: unknown field `lrr`"),
+            "{unknown}"
+        );
+        // A bad value in the file that an override replaces is no error.
+        let cfg: Small = source(text, &["train.lr=0.5"]).unwrap().parse(&[]).unwrap();
+        assert_eq!(cfg.train.lr, 0.5);
+    }
+
+    #[test]
     fn a_renamed_key_names_its_new_name() {
         let text = "device = \"cpu\"\n[train]\nsteps = 3\nlr_warmup_steps = 2\n";
         let err = source(text, &[])
@@ -366,6 +482,18 @@ mod tests {
         assert!(
             err.contains("train.lr_warmup_steps") && err.contains("train.warmup_steps"),
             "{err}"
+        );
+        let set = source(
+            "device = \"cpu\"\n[train]\nsteps = 3\n",
+            &["train.lr_warmup_steps=2"],
+        )
+        .unwrap()
+        .parse::<Small>(&[("train.lr_warmup_steps", "train.warmup_steps")])
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            set,
+            "--set train.lr_warmup_steps=2: was renamed to `train.warmup_steps`"
         );
     }
 

@@ -16,7 +16,8 @@ pub enum Error {
         path: PathBuf,
         cause: crate::train_loop::ImageError,
     },
-    #[error("{path}:{line}: {message}")]
+    /// A config the file's text or its types refuse; `line` 0 when no single line is at fault.
+    #[error("{}: {message}", place(path, *line))]
     Parse {
         path: PathBuf,
         line: usize,
@@ -34,6 +35,9 @@ pub enum Error {
     Signal(String),
     #[error("config key `{key}`: {message}")]
     Config { key: String, message: String },
+    /// A `--set section.key=value` override the config refused.
+    #[error("--set {item}: {message}")]
+    Override { item: String, message: String },
     #[error("report: {0}")]
     Report(String),
     #[error("serializing {what}: {source}")]
@@ -42,6 +46,14 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// `file:line`, or `file` without a line.
+fn place(path: &std::path::Path, line: usize) -> String {
+    match line {
+        0 => path.display().to_string(),
+        n => format!("{}:{n}", path.display()),
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -343,15 +343,31 @@ fn check_resumable(run: &RunDir, spec: &LaunchSpec) -> Result<()> {
     }
     match first_difference(&saved, &now, "") {
         None => Ok(()),
-        Some(key) => Err(Error::config(
-            key,
-            format!(
-                "differs from the run being resumed in {} (its config.json); resume with the \
-                 config it was started with",
-                run.path().display()
-            ),
-        )),
+        Some(key) => {
+            let shown = |v: &serde_json::Value| match dotted(v, &key) {
+                Some(value) => value.to_string(),
+                None => "(unset)".into(),
+            };
+            Err(Error::config(
+                &key,
+                format!(
+                    "was {} when the run in {} started (its config.json), now {}; resume with \
+                     the config it was started with",
+                    shown(&saved),
+                    run.path().display(),
+                    shown(&now)
+                ),
+            ))
+        }
     }
+}
+
+/// The value at a dotted key of the resolved config (`<config>`: the whole of it).
+fn dotted<'a>(value: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+    if key == "<config>" {
+        return Some(value);
+    }
+    key.split('.').try_fold(value, |here, part| here.get(part))
 }
 
 fn remove_dotted(value: &mut serde_json::Value, dotted: &str) {
@@ -441,5 +457,7 @@ mod tests {
         assert_eq!(first_difference(&a2, &b2, ""), None);
         let c = json!({"train": {"steps": 4, "lr": 1.0}, "name": "x", "seed": 1});
         assert_eq!(first_difference(&a, &c, ""), Some("seed".into()));
+        assert_eq!(dotted(&a, "train.steps"), Some(&json!(4)));
+        assert_eq!(dotted(&a, "seed"), None);
     }
 }

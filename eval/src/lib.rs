@@ -49,6 +49,7 @@
 
 pub mod atomic;
 pub mod config;
+pub mod config_reference;
 pub mod error;
 pub mod interrupt;
 pub mod latent_density;
@@ -60,6 +61,7 @@ pub mod progress;
 pub mod provenance;
 pub mod report;
 pub mod run_dir;
+pub mod selector;
 pub mod train_loop;
 pub mod wandb;
 
@@ -73,6 +75,7 @@ pub use metrics::{Metrics, MetricsSink, Record, RecordKind, SinkOptions};
 pub use output_path::check_output_path;
 pub use provenance::{BuildInfo, Provenance};
 pub use run_dir::{Checkpoint, Progress, RunDir, RunMeta};
+pub use selector::SelectorConfig;
 pub use train_loop::{
     CheckpointImage, ImageError, LoopConfig, LoopSummary, Outcome, StepContext, StepOutput, Trainer,
 };

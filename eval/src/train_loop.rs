@@ -81,6 +81,9 @@ pub trait Trainer {
     }
 }
 
+/// Checkpoints a run keeps unless its `train.keep_checkpoints` says otherwise: the newest two.
+pub const DEFAULT_KEEP_CHECKPOINTS: usize = 2;
+
 /// How the loop runs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoopConfig {
@@ -112,7 +115,7 @@ impl LoopConfig {
             log_every: log.every.max(1),
             checkpoint_every: 0,
             eval_every: 0,
-            keep_checkpoints: 2,
+            keep_checkpoints: DEFAULT_KEEP_CHECKPOINTS,
             final_eval: true,
             progress_bar: log.progress,
             progress_metrics: vec![names::LOSS.into()],

@@ -2,8 +2,9 @@
 use crate::adamw::AdamWParams;
 use crate::error::{Error, Result};
 use crate::select::Scope;
-use eval::{ConfigSource, DeviceSpec, LogConfig};
+use eval::{ConfigSource, DeviceSpec, LogConfig, SelectorConfig};
 use profk::Selector;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -16,9 +17,14 @@ pub const RENAMED: &[(&str, &str)] = &[
     ("data.batch", "train.batch_size"),
     ("data.eval_fraction", "data.held_out_fraction"),
     ("train.lr_warmup_steps", "train.warmup_steps"),
+    ("train.adam_eps", "train.eps"),
+    ("corpus.path", "data.corpus"),
+    ("corpus.context_len", "data.context"),
+    ("corpus.heldout_fraction", "data.held_out_fraction"),
 ];
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// The config of `finetune`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FinetuneConfig {
     /// Run name: the run directory's prefix and the W&B group.
@@ -27,15 +33,22 @@ pub struct FinetuneConfig {
     pub device: DeviceSpec,
     /// Seeds the random initialisation and the data order.
     pub seed: u64,
+    /// The GPT-2 being trained.
     pub model: ModelConfig,
+    /// The corpus and how it is cut into contexts.
     pub data: DataConfig,
+    /// The optimization.
     pub train: TrainConfig,
+    /// Error-feedback top-k sparsification of the updates.
     pub sparsify: SparsifyConfig,
+    /// The selector of every step and the in-run check against a second one.
     pub selector: SelectorConfig,
+    /// Logging, the progress bar and Weights & Biases.
     pub log: LogConfig,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `[model]`: the GPT-2 being trained.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     /// A size name (`tiny`, `gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`) for random weights, or
@@ -47,14 +60,18 @@ pub struct ModelConfig {
     pub tf32: bool,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// Where the model's initial weights come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Init {
+    /// GPT-2's initialisation, seeded by `seed`.
     Random,
+    /// Pretrained weights from `model.name`.
     Load,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `[data]`: the corpus and how it is cut into contexts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataConfig {
     /// `default` (the shipped corpus), a .txt / .jsonl / .jsonl.gz / .jsonl.zst / .parquet file, a
@@ -66,36 +83,46 @@ pub struct DataConfig {
     pub token_column: Option<String>,
     /// Tokens per context.
     pub context: usize,
-    /// Fraction of the documents held out for the eval loss.
+    /// Fraction of the corpus' documents held out from training, for the eval loss.
     pub held_out_fraction: f64,
     /// Random token ids instead of a corpus (benchmarks: no tokenizer work, any model size).
     pub synthetic: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `[train]`: the optimization.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
     /// Contexts per step (of `data.context` tokens each).
     pub batch_size: usize,
+    /// Optimization steps of the whole run.
     pub steps: u64,
+    /// Peak AdamW learning rate.
     pub lr: f64,
     /// Linear learning-rate warm-up from 0 over this many steps.
     pub warmup_steps: u64,
     /// Cosine decay to `lr · min_lr_fraction` at the last step.
     pub min_lr_fraction: f64,
+    /// AdamW's first-moment decay.
     pub beta1: f64,
+    /// AdamW's second-moment decay.
     pub beta2: f64,
+    /// AdamW's epsilon, added to the root of the second moment.
     pub eps: f64,
+    /// AdamW's decoupled weight decay.
     pub weight_decay: f64,
-    /// Steps between checkpoints (0: only at the end).
+    /// Steps between checkpoints (0: only at the end and on a stop).
     pub checkpoint_every: u64,
+    /// Checkpoints kept in `checkpoints/`: the newest N (0 keeps all).
+    pub keep_checkpoints: usize,
     /// Steps between eval-loss measurements (0: never).
     pub eval_every: u64,
     /// Contexts in one eval measurement.
     pub eval_batches: usize,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// `[sparsify]`: error-feedback top-k sparsification of the updates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct SparsifyConfig {
     /// `topk` (error feedback and top-k selection) or `dense` (plain AdamW on the whole gradient: the
@@ -103,17 +130,20 @@ pub struct SparsifyConfig {
     pub mode: SparsifyMode,
     /// Fraction ρ of the coordinates applied per step.
     pub density: f64,
+    /// Over which coordinates one selection ranks.
     pub scope: Scope,
     /// DGC momentum correction: accumulate the velocity `u = μ·u + g` instead of `g`.
     pub momentum_correction: bool,
+    /// μ of the momentum correction.
     pub momentum: f64,
     /// Density warm-up: from `warmup_start_density` to `density`, geometrically, over this many steps.
     pub warmup_steps: u64,
+    /// The density the warm-up starts from.
     pub warmup_start_density: f64,
 }
 
 /// How the gradient reaches the optimizer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SparsifyMode {
     /// Error feedback: the top `density` of the accumulated gradient is applied, the rest carried over.
@@ -121,16 +151,6 @@ pub enum SparsifyMode {
     Topk,
     /// Every coordinate every step: no selection, no residual.
     Dense,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SelectorConfig {
-    pub kind: Selector,
-    /// Run a second selector every step and fail if the index sets differ.
-    pub compare: bool,
-    /// The second selector (default: `sort`, or `profk` when `kind = "sort"`).
-    pub compare_with: Option<Selector>,
 }
 
 impl Default for FinetuneConfig {
@@ -166,7 +186,7 @@ impl Default for DataConfig {
             text_column: None,
             token_column: None,
             context: 128,
-            held_out_fraction: 0.1,
+            held_out_fraction: eval::config::DEFAULT_HELD_OUT_FRACTION,
             synthetic: false,
         }
     }
@@ -186,6 +206,7 @@ impl Default for TrainConfig {
             eps: adam.eps,
             weight_decay: adam.weight_decay,
             checkpoint_every: 0,
+            keep_checkpoints: eval::train_loop::DEFAULT_KEEP_CHECKPOINTS,
             eval_every: 0,
             eval_batches: 8,
         }
@@ -202,16 +223,6 @@ impl Default for SparsifyConfig {
             momentum: 0.9,
             warmup_steps: 0,
             warmup_start_density: 0.25,
-        }
-    }
-}
-
-impl Default for SelectorConfig {
-    fn default() -> Self {
-        Self {
-            kind: Selector::Profk,
-            compare: false,
-            compare_with: None,
         }
     }
 }
@@ -275,20 +286,13 @@ impl FinetuneConfig {
         if self.is_dense() {
             "dense".into()
         } else {
-            format!("{:?}", self.selector.kind).to_lowercase()
+            self.selector.kind.name().into()
         }
     }
 
     /// The second selector of compare mode, if compare mode is on.
     pub fn compare_with(&self) -> Option<Selector> {
-        let s = &self.selector;
-        s.compare.then(|| {
-            s.compare_with.unwrap_or(if s.kind == Selector::Sort {
-                Selector::Profk
-            } else {
-                Selector::Sort
-            })
-        })
+        self.selector.compare_with()
     }
 
     /// Checks every value's range; the error names the key.
@@ -383,12 +387,8 @@ impl FinetuneConfig {
                 .to_string();
             Error::config(key, message)
         })?;
-        if let Some(other) = self.compare_with() {
-            check(
-                other != self.selector.kind,
-                "selector.compare_with",
-                format!("{other:?} is the primary selector; compare needs a different one"),
-            )?;
+        if let Err((key, message)) = self.selector.validate() {
+            return Err(Error::config(key, message));
         }
         Ok(())
     }

@@ -142,6 +142,7 @@ const RESUMABLE: &[&str] = &[
     "device",
     "train.steps",
     "train.checkpoint_every",
+    "train.keep_checkpoints",
     "train.eval_every",
     "train.eval_batches",
     "log",
@@ -150,6 +151,9 @@ const RESUMABLE: &[&str] = &[
 /// Runs the config at `config_path`.
 pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     let (cfg, source) = FinetuneConfig::load(config_path, &opts.overrides)?;
+    if let Some(note) = cfg.selector.note() {
+        eprintln!("{note}");
+    }
     let device = device_of(cfg.device)?;
     // Hashed beside the model loading (a multi-GB weights file takes seconds).
     let hashing = {
@@ -206,6 +210,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     };
     let mut loop_cfg = LoopConfig::new(cfg.train.steps, &cfg.log);
     loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
+    loop_cfg.keep_checkpoints = cfg.train.keep_checkpoints;
     loop_cfg.eval_every = cfg.train.eval_every;
     loop_cfg.progress_bar = opts.progress_bar && cfg.log.progress;
     let details = details(&cfg, &trainer, unigram_entropy, unigram_eval_loss);

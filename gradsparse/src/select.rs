@@ -3,11 +3,12 @@ use crate::error::{Error, Result};
 use crate::layout::FlatLayout;
 use candle_core::{DType, Tensor};
 use profk::{Mode, Order, Selector, TopKOptions};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// Over which coordinates one selection ranks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// One selection over every parameter coordinate (k = ρ·N).

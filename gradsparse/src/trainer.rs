@@ -307,11 +307,17 @@ impl Trainer {
         stats: bool,
     ) -> Result<Applied> {
         let density = self.cfg.density_at(step);
+        // The second selector runs every `selector.compare_every` steps.
+        let compares = step.is_multiple_of(self.cfg.selector.compare_every.max(1));
+        let choice = SelectorChoice {
+            kind: self.choice.kind,
+            compare_with: self.choice.compare_with.filter(|_| compares),
+        };
         let selection = self.feedback.accumulate_select(
             &grads,
             density,
             self.cfg.sparsify.scope,
-            &self.choice,
+            &choice,
             step,
         )?;
         drop(grads);

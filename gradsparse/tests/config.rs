@@ -35,9 +35,16 @@ fn errors_name_the_key() {
         ("[sparsify]\nscope = \"layer\"", "scope"),
         ("[selector]\nkind = \"heap\"", "kind"),
         (
-            "[selector]\ncompare = true\ncompare_with = \"profk\"",
-            "selector.compare_with",
+            "[selector]\ncompare = true\ncompare_every = 0",
+            "selector.compare_every",
         ),
+        ("[train]\nadam_eps = 1e-6", "renamed to `train.eps`"),
+        (
+            "[data]\neval_fraction = 0.2",
+            "renamed to `data.held_out_fraction`",
+        ),
+        ("[train]\neps = 0.0", "train.eps"),
+        ("[data]\nheld_out_fraction = 1.0", "data.held_out_fraction"),
         ("[model]\nname = \"gpt5\"", "model.name"),
         ("device = \"tpu\"", "cuda:N"),
         ("[model]\ndevice = \"cpu\"", "renamed to `device`"),
@@ -74,6 +81,27 @@ fn compare_defaults_to_the_other_selector() {
     assert_eq!(cfg.compare_with(), Some(profk::Selector::Sort));
     let cfg = FinetuneConfig::from_toml("[selector]\nkind = \"sort\"\ncompare = true").unwrap();
     assert_eq!(cfg.compare_with(), Some(profk::Selector::Profk));
+    // The shipped config with one `--set selector.kind=sort` is the sort baseline, still checked.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, "[selector]\nkind = \"profk\"\ncompare = true\n").unwrap();
+    let (cfg, _) = FinetuneConfig::load(&path, &["selector.kind=sort".into()]).unwrap();
+    assert_eq!(cfg.compare_with(), Some(profk::Selector::Profk));
+    // A selector compared with itself: no comparison, and a note says so.
+    let same =
+        FinetuneConfig::from_toml("[selector]\ncompare = true\ncompare_with = \"profk\"").unwrap();
+    assert_eq!(same.compare_with(), None);
+    assert!(same.selector.note().unwrap().contains("comparison is off"));
+}
+
+#[test]
+fn shared_keys_have_the_same_defaults_as_train_sae() {
+    let cfg = FinetuneConfig::from_toml("").unwrap();
+    assert_eq!(cfg.selector, eval::SelectorConfig::default());
+    assert_eq!(cfg.selector.compare_every, 100);
+    assert_eq!(cfg.train.keep_checkpoints, 2);
+    assert_eq!(cfg.data.held_out_fraction, 0.1);
+    assert_eq!(cfg.train.eps, 1e-8);
 }
 
 #[test]

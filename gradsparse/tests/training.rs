@@ -253,3 +253,25 @@ fn sunk_gradients_reach_the_residual_cpu() {
 fn sunk_gradients_reach_the_residual_cuda() {
     sunk_gradients_reach_the_residual("cuda");
 }
+
+#[test]
+fn keep_checkpoints_keeps_the_newest_n() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("keep.toml");
+    let toml = SMALL.replace(
+        "steps = 6",
+        "steps = 3\ncheckpoint_every = 1\nkeep_checkpoints = 1",
+    );
+    std::fs::write(&path, toml).unwrap();
+    let opts = RunOptions {
+        out: Some(root.path().join("run")),
+        ..Default::default()
+    };
+    finetune(&path, &opts).unwrap();
+    let kept: Vec<String> = std::fs::read_dir(root.path().join("run/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    assert_eq!(kept, ["step-00000003"]);
+}

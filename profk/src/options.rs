@@ -1,7 +1,8 @@
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Which algorithm performs the selection. All are exact and share the tie rule.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Selector {
     /// Sampled threshold, one filtering pass, exact top-k of the buffer.
@@ -13,6 +14,44 @@ pub enum Selector {
     Select,
     /// Radix select (the approach of torch.topk): histograms of the key digits, memory O(k).
     Radix,
+}
+
+impl Selector {
+    /// Every selector, in the order they are documented.
+    pub const ALL: [Selector; 4] = [
+        Selector::Profk,
+        Selector::Sort,
+        Selector::Select,
+        Selector::Radix,
+    ];
+
+    /// The name configs, run directories and reports use (`profk`, `sort`, `select`, `radix`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Selector::Profk => "profk",
+            Selector::Sort => "sort",
+            Selector::Select => "select",
+            Selector::Radix => "radix",
+        }
+    }
+}
+
+impl std::fmt::Display for Selector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Selector {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Selector::ALL
+            .into_iter()
+            .find(|sel| sel.name() == s)
+            .ok_or_else(|| {
+                format!("{s:?} is not a selector: expected profk, sort, select or radix")
+            })
+    }
 }
 
 /// How the elements of the input are grouped into selections.

@@ -1,4 +1,5 @@
 //! What every crate of the workspace shares at run time, below all of them in the crate graph:
+//! - [`build_info`]: the version, git commit and cargo features a binary was built with;
 //! - [`fs`]: crash-safe file writes (temporary sibling, fsync, rename, directory fsync);
 //! - `cuda` (feature `cuda`): embedded kernel fatbins, loaded once per CUDA context;
 //! - `to_host` (feature `cuda`): device tensors copied to the host on a stream of their own;
@@ -6,6 +7,7 @@
 //! - [`cpu_fwd!`] and [`cuda_fwd!`]: the forward methods of candle's custom ops, without their
 //!   signatures written out for each op;
 //! - [`workspace_file`]: the workspace's fixtures and tools, found without a build-time path.
+pub mod build_info;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod fs;

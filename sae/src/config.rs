@@ -3,7 +3,10 @@
 use crate::{Error, Result};
 use activations::HookPoint;
 use eval::{ConfigSource, DeviceSpec, Dtype};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use eval::SelectorConfig;
 use std::path::{Path, PathBuf};
 
 /// Keys of the other commands' old vocabulary, refused with the name this config uses.
@@ -15,31 +18,42 @@ pub const RENAMED: &[(&str, &str)] = &[
     ("data.model_dtype", "data.dtype"),
     ("corpus.path", "data.corpus"),
     ("corpus.context_len", "data.context"),
+    ("corpus.heldout_fraction", "data.held_out_fraction"),
+    ("data.eval_fraction", "data.held_out_fraction"),
+    ("train.adam_eps", "train.eps"),
 ];
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// The config of `train-sae`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Run name; the default output directory is `runs/<name>`.
+    /// Run name: the default run directory is `runs/<name>-<selector>-<timestamp>`.
     pub name: String,
+    /// Seeds the SAE's initialisation, the data order and the synthetic data.
     #[serde(default)]
     pub seed: u64,
-    /// `cpu`, `cuda` or `cuda:N`.
+    /// `cpu`, `cuda` or `cuda:N` (`cuda` is `cuda:0`).
     #[serde(default)]
     pub device: DeviceSpec,
+    /// Where the activations come from: `source = "model"`, `"shards"` or `"synthetic"`.
     pub data: DataConfig,
+    /// The autoencoder.
     pub sae: SaeConfig,
+    /// The optimization.
     pub train: TrainConfig,
+    /// The selector of every step and the in-run check against a second one.
     #[serde(default)]
     pub selector: SelectorConfig,
+    /// Logging, the progress bar and Weights & Biases.
     #[serde(default)]
     pub log: eval::LogConfig,
+    /// The final evaluation.
     #[serde(default)]
     pub eval: EvalConfig,
 }
 
 /// The residual-stream hook point an SAE reads at each of `data.layers`.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Hook {
     /// The stream entering the block.
@@ -68,13 +82,14 @@ impl Hook {
 }
 
 /// Where the activations come from.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(tag = "source", rename_all = "lowercase", deny_unknown_fields)]
 pub enum DataConfig {
     /// Run a GPT-2 on a corpus and train on its activations as they are produced.
     Model {
         /// "tiny" (the embedded default model) or a GPT-2 directory / Hugging Face id.
         model: String,
+        /// Where in each layer the activations are read.
         #[serde(default)]
         hook: Hook,
         /// One layer for an SAE, several for a crosscoder.
@@ -89,8 +104,13 @@ pub enum DataConfig {
         /// A column of token ids (a list of integers per row) used as they are, instead of text.
         #[serde(default)]
         token_column: Option<String>,
+        /// Tokens per context the model runs on (its first position, BOS, is not trained on).
         #[serde(default = "default_context")]
         context: usize,
+        /// Fraction of the corpus' documents held out from training: the held-out evaluation and
+        /// the feature dashboards read them.
+        #[serde(default = "default_held_out_fraction")]
+        held_out_fraction: f64,
         /// Activation dtype of the model forward.
         #[serde(default)]
         dtype: Dtype,
@@ -109,7 +129,9 @@ pub enum DataConfig {
     },
     /// Activation shards written by `extract`.
     Shards {
+        /// The directory `extract` wrote (its manifest.json names the model and hook points).
         dir: PathBuf,
+        /// Activations buffered and shuffled before training draws batches.
         #[serde(default = "default_buffer")]
         buffer_tokens: usize,
         /// Shards of held-out tokens for the final FVU / L0 (optional).
@@ -125,11 +147,16 @@ pub enum DataConfig {
     },
     /// Sparse combinations of random unit features: a known ground truth, for tests and benchmarks.
     Synthetic {
+        /// Width of each activation vector.
         d_model: usize,
+        /// Layers per token (a crosscoder reads several).
         #[serde(default = "default_layers_one")]
         layers: usize,
+        /// Ground-truth features the activations are drawn from.
         features: usize,
+        /// Features active in each token.
         active_per_token: usize,
+        /// Tokens drawn for the final evaluation (0: none).
         #[serde(default = "default_held_out")]
         held_out_tokens: usize,
     },
@@ -143,6 +170,9 @@ fn default_context() -> usize {
 }
 fn default_held_out() -> usize {
     8192
+}
+fn default_held_out_fraction() -> f64 {
+    eval::config::DEFAULT_HELD_OUT_FRACTION
 }
 fn default_true() -> bool {
     true
@@ -163,17 +193,21 @@ fn default_layers_one() -> usize {
     1
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+/// The SAE architecture.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
+    /// The batch keeps its B·k largest pre-activations (Bussmann et al.).
     #[default]
     Batchtopk,
+    /// BatchTopK whose nested prefixes of latents (`group_sizes`) each reconstruct the input.
     Matryoshka,
+    /// One dictionary over several layers (`data.layers`), read from and written to each.
     Crosscoder,
 }
 
 /// How the decoder consumes the selection.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum DecodeMode {
     /// The sparse form (faster on both devices).
@@ -185,9 +219,11 @@ pub enum DecodeMode {
     Dense,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// `[sae]`: the autoencoder.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SaeConfig {
+    /// The architecture.
     #[serde(default)]
     pub arch: Arch,
     /// Dictionary size n.
@@ -200,10 +236,13 @@ pub struct SaeConfig {
     /// Scale inputs to unit mean squared norm while training; folded back into the saved weights.
     #[serde(default = "yes")]
     pub normalize_input: bool,
+    /// How the decoder consumes the selection.
     #[serde(default)]
     pub decode: DecodeMode,
+    /// The aux-k loss that revives dead latents.
     #[serde(default)]
     pub aux: AuxConfig,
+    /// The inference threshold saved with the SAE.
     #[serde(default)]
     pub threshold: ThresholdConfig,
 }
@@ -213,12 +252,13 @@ fn yes() -> bool {
 }
 
 /// Aux-k loss: dead latents reconstruct the residual error.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AuxConfig {
     /// Latents kept per token among the dead ones; 0 means d_model / 2.
     #[serde(default)]
     pub k_aux: usize,
+    /// Weight of the aux-k loss in the total loss.
     #[serde(default = "default_aux_coef")]
     pub coefficient: f64,
     /// A latent that has not fired for this many tokens is dead.
@@ -226,11 +266,12 @@ pub struct AuxConfig {
     pub dead_tokens: u64,
     /// How the aux-k loss is computed over the dead latents.
     #[serde(default, deserialize_with = "aux_decode")]
+    #[schemars(with = "AuxDecode")]
     pub decode: AuxDecode,
 }
 
 /// The two forms of the aux-k loss; both compute the same function.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AuxDecode {
     /// Per step, the cheaper of the two by a cost estimate (bytes of the pair passes against the flops of
@@ -272,11 +313,13 @@ impl Default for AuxConfig {
 }
 
 /// Inference threshold: EMA of the smallest kept activation.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThresholdConfig {
+    /// EMA decay per step, in [0, 1).
     #[serde(default = "default_beta")]
     pub beta: f64,
+    /// The step the EMA starts at.
     #[serde(default)]
     pub start_step: u64,
 }
@@ -295,30 +338,39 @@ impl Default for ThresholdConfig {
 }
 
 /// Matmul precision on CUDA (CPU always computes in f32).
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
+    /// Full f32.
     #[default]
     F32,
+    /// TF32 tensor cores for f32 matmuls.
     Tf32,
+    /// bf16 matmuls.
     Bf16,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// `[train]`: the optimization.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     /// Tokens per step B.
     pub batch_size: usize,
+    /// Optimization steps of the whole run.
     pub steps: u64,
     /// Adam learning rate; 0 picks 2e-4 / sqrt(n / 2^14), dictionary_learning's rule.
     #[serde(default)]
     pub lr: f64,
+    /// Adam's first-moment decay.
     #[serde(default = "default_beta1")]
     pub beta1: f64,
+    /// Adam's second-moment decay.
     #[serde(default = "default_beta2")]
     pub beta2: f64,
-    #[serde(default = "default_adam_eps")]
-    pub adam_eps: f64,
+    /// Adam's epsilon, added to the root of the second moment.
+    #[serde(default = "default_eps")]
+    pub eps: f64,
+    /// Linear learning-rate warm-up from 0 over this many steps.
     #[serde(default)]
     pub warmup_steps: u64,
     /// Linear decay to 0 starts at this fraction of the steps (1.0 = no decay).
@@ -332,6 +384,9 @@ pub struct TrainConfig {
     /// Checkpoint every this many steps (0: only at the end and on Ctrl-C).
     #[serde(default)]
     pub checkpoint_every: u64,
+    /// Checkpoints kept in `checkpoints/`: the newest N (0 keeps all).
+    #[serde(default = "default_keep_checkpoints")]
+    pub keep_checkpoints: usize,
     /// Wait for the device after each stage of every step and log the stage times (`stage_*_ms`);
     /// slows the step, for finding where its time goes.
     #[serde(default)]
@@ -344,8 +399,11 @@ fn default_beta1() -> f64 {
 fn default_beta2() -> f64 {
     0.999
 }
-fn default_adam_eps() -> f64 {
+fn default_eps() -> f64 {
     1e-8
+}
+fn default_keep_checkpoints() -> usize {
+    eval::train_loop::DEFAULT_KEEP_CHECKPOINTS
 }
 fn default_decay_start() -> f64 {
     0.8
@@ -354,66 +412,8 @@ fn default_clip() -> f64 {
     1.0
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct SelectorConfig {
-    #[serde(default)]
-    pub kind: SelectorKind,
-    /// Also run `compare_with` on the same input every `compare_every` steps and require identical selections.
-    #[serde(default)]
-    pub compare: bool,
-    #[serde(default = "default_compare_with")]
-    pub compare_with: SelectorKind,
-    #[serde(default = "default_compare_every")]
-    pub compare_every: u64,
-}
-
-fn default_compare_with() -> SelectorKind {
-    SelectorKind::Sort
-}
-fn default_compare_every() -> u64 {
-    100
-}
-
-impl Default for SelectorConfig {
-    fn default() -> Self {
-        Self {
-            kind: SelectorKind::Profk,
-            compare: false,
-            compare_with: default_compare_with(),
-            compare_every: default_compare_every(),
-        }
-    }
-}
-
-/// The selectors a run may use.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum SelectorKind {
-    #[default]
-    Profk,
-    Sort,
-    Radix,
-}
-
-impl SelectorKind {
-    pub fn selector(self) -> profk::Selector {
-        match self {
-            SelectorKind::Profk => profk::Selector::Profk,
-            SelectorKind::Sort => profk::Selector::Sort,
-            SelectorKind::Radix => profk::Selector::Radix,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            SelectorKind::Profk => "profk",
-            SelectorKind::Sort => "sort",
-            SelectorKind::Radix => "radix",
-        }
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+/// `[eval]`: the final evaluation.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvalConfig {
     /// Run the final evaluation (held-out FVU, L0, CE-loss recovered where a model is available).
@@ -591,8 +591,8 @@ impl Config {
                 return bad(key, format!("{v} must be in [0, 1)"));
             }
         }
-        if t.adam_eps.is_nan() || t.adam_eps <= 0.0 {
-            return bad("train.adam_eps", format!("{} must be > 0", t.adam_eps));
+        if t.eps.is_nan() || t.eps <= 0.0 {
+            return bad("train.eps", format!("{} must be > 0", t.eps));
         }
         if !(0.0..=1.0).contains(&t.decay_start) {
             return bad(
@@ -612,14 +612,8 @@ impl Config {
                 "tf32 / bf16 apply to device = \"cuda\" only".into(),
             );
         }
-        if self.selector.compare && self.selector.compare_every == 0 {
-            return bad("selector.compare_every", "must be ≥ 1".into());
-        }
-        if self.selector.compare && self.selector.compare_with == self.selector.kind {
-            return bad(
-                "selector.compare_with",
-                "must differ from selector.kind".into(),
-            );
+        if let Err((key, msg)) = self.selector.validate() {
+            return bad(key, msg);
         }
         if let Err(msg) = self.log.validate() {
             return Err(Error::config("log", msg));
@@ -630,9 +624,16 @@ impl Config {
                 context,
                 buffer_tokens,
                 held_out_tokens,
+                held_out_fraction,
                 ..
             } => {
                 check_held_out(*held_out_tokens)?;
+                if !(0.0..1.0).contains(held_out_fraction) {
+                    return bad(
+                        "data.held_out_fraction",
+                        format!("{held_out_fraction} must be in [0, 1)"),
+                    );
+                }
                 let mut sorted = layers.clone();
                 sorted.sort_unstable();
                 sorted.dedup();

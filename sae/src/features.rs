@@ -588,14 +588,17 @@ pub fn histogram(densities: &[f64], bins_per_decade: usize) -> DensityHistogram 
 /// The held-out split of a model-backed config, packed as training packs it.
 pub fn heldout_tokens(cfg: &Config, tokenizer: &Gpt2Tokenizer) -> Result<Contexts> {
     let DataConfig::Model {
-        corpus, context, ..
+        corpus,
+        context,
+        held_out_fraction,
+        ..
     } = &cfg.data
     else {
         return Err(not_model_backed());
     };
     let corpus = Corpus::load(corpus)?;
     let stream = corpus
-        .split(Split::Heldout, crate::run::HELDOUT_FRACTION)
+        .split(Split::Heldout, *held_out_fraction)
         .tokenize(tokenizer)?;
     Ok(Contexts::pack(&stream, *context, true)?)
 }

@@ -26,7 +26,7 @@ impl Adam {
             t: 0,
             beta1: cfg.beta1,
             beta2: cfg.beta2,
-            eps: cfg.adam_eps,
+            eps: cfg.eps,
         })
     }
 

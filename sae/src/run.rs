@@ -44,14 +44,13 @@ pub struct RunSummary {
     pub no_held_out: Option<String>,
 }
 
-/// Fraction of the corpus' documents held out for evaluation.
-pub(crate) const HELDOUT_FRACTION: f64 = 0.1;
 /// Contexts per model forward when activations are produced on the fly.
 const BATCH_CONTEXTS: usize = 8;
 /// What a resume may change; every other key must be as the run was started.
 const RESUMABLE: &[&str] = &[
     "train.steps",
     "train.checkpoint_every",
+    "train.keep_checkpoints",
     "train.profile_stages",
     "device",
     "log",
@@ -82,6 +81,9 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     };
     if let Some(w) = &random_weights {
         eprintln!("warning: {w}");
+    }
+    if let Some(note) = cfg.selector.note() {
+        eprintln!("{note}");
     }
     // Before the SAE is allocated and before a run directory exists: an impossible size is a config error.
     crate::memory::check(&cfg, data.train.d_model(), &device)?;
@@ -128,6 +130,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let sae_ready = began.elapsed();
     let mut loop_cfg = LoopConfig::new(cfg.train.steps, &cfg.log);
     loop_cfg.checkpoint_every = cfg.train.checkpoint_every;
+    loop_cfg.keep_checkpoints = cfg.train.keep_checkpoints;
     loop_cfg.final_eval = cfg.eval.enabled;
     loop_cfg.progress_metrics = vec!["loss".into(), "fvu".into(), "l0".into()];
     let mut trainer = trainer;
@@ -354,6 +357,7 @@ impl Data {
                 text_column,
                 token_column,
                 context,
+                held_out_fraction,
                 dtype,
                 held_out_tokens,
                 buffer_tokens,
@@ -377,7 +381,7 @@ impl Data {
                 let pack = |split, max| {
                     let opts = PackOptions {
                         split,
-                        heldout_fraction: HELDOUT_FRACTION,
+                        heldout_fraction: *held_out_fraction,
                         context_len: *context,
                         prepend_bos: true,
                     };

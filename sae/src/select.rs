@@ -62,16 +62,20 @@ pub fn select_indices(
     Ok(profk::topk(t, keep, &opts)?.indices.contiguous()?)
 }
 
-/// Runs `cfg.compare_with` on the same input and requires the identical set of elements; returns the
-/// time its selection took, which the run records (`compare_select_ms`) as its in-run speed-up check.
+/// Runs the second selector of `cfg` (when it has one) on the same input and requires the identical
+/// set of elements; returns the time its selection took, which the run records (`compare_select_ms`)
+/// as its in-run speed-up check (`None` without a second selector).
 pub fn cross_check(
     pre: &Tensor,
     keep: usize,
     chosen: &Tensor,
     cfg: &SelectorConfig,
     step: u64,
-) -> Result<Duration> {
-    let other = select_flat(pre, keep, cfg.compare_with.selector(), step)?;
+) -> Result<Option<Duration>> {
+    let Some(with) = cfg.compare_with() else {
+        return Ok(None);
+    };
+    let other = select_flat(pre, keep, with, step)?;
     let a: Vec<i64> = chosen.to_vec1()?;
     let b: Vec<i64> = other.indices.to_vec1()?;
     let differ = a.iter().zip(&b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len());
@@ -79,12 +83,12 @@ pub fn cross_check(
         return Err(Error::SelectionMismatch {
             step,
             a: cfg.kind.name().into(),
-            b: cfg.compare_with.name().into(),
+            b: with.name().into(),
             differ,
             k: keep,
         });
     }
-    Ok(other.time)
+    Ok(Some(other.time))
 }
 
 /// Waits for the device so that timings measure the work, not its launch.

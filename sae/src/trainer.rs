@@ -154,16 +154,16 @@ impl Trainer {
             sinks.w_dec.take()?;
         }
         let x = self.prepare(raw)?;
-        let selector = self.cfg.selector.kind.selector();
+        let selector = self.cfg.selector.kind;
         let seed = self.cfg.seed ^ self.step.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let mut lap = Lap::new(self.profile, &x);
         let fwd = arch::forward(&self.sae, &x, selector, seed)?;
         let forward_ms = lap.next()?;
         let keep = fwd.enc.idx.elem_count();
         let sel = &self.cfg.selector;
-        let compare_ms = if sel.compare && self.step.is_multiple_of(sel.compare_every) {
-            let other = cross_check(&fwd.enc.scores, keep, &fwd.enc.idx, sel, self.step)?;
-            Some(other.as_secs_f64() * 1e3)
+        let compare_ms = if sel.compares_at(self.step) {
+            cross_check(&fwd.enc.scores, keep, &fwd.enc.idx, sel, self.step)?
+                .map(|t| t.as_secs_f64() * 1e3)
         } else {
             None
         };
@@ -276,12 +276,7 @@ impl Trainer {
     pub fn evaluate(&self, raw: &Tensor) -> Result<EvalStats> {
         let x = self.prepare(raw)?;
         let batch = x.dim(0)?;
-        let fwd = arch::forward(
-            &self.sae,
-            &x,
-            self.cfg.selector.kind.selector(),
-            self.cfg.seed,
-        )?;
+        let fwd = arch::forward(&self.sae, &x, self.cfg.selector.kind, self.cfg.seed)?;
         let recon = fwd.recon.detach();
         let (mse, fvu) = mse_fvu(&x, &recon)?;
         let l0 = positive_count(&fwd.enc.vals)? / batch as f64;

@@ -56,9 +56,17 @@ fn errors_name_the_key() {
         (
             base.replace(
                 "[log]",
-                "[selector]\ncompare = true\ncompare_with = \"profk\"\n[log]",
+                "[selector]\ncompare = true\ncompare_every = 0\n[log]",
             ),
-            "selector.compare_with",
+            "selector.compare_every",
+        ),
+        (
+            base.replace("lr = 3e-3", "lr = 3e-3\nadam_eps = 1e-6"),
+            "renamed to `train.eps`",
+        ),
+        (
+            base.replace("lr = 3e-3", "lr = 3e-3\neps = 0.0"),
+            "train.eps",
         ),
         (
             base.replace("dead_tokens = 512", "dead_tokens = 512\ncoefficient = -1.0"),
@@ -95,4 +103,40 @@ fn errors_name_the_key() {
             "error for `{key}` does not name it: {msg}"
         );
     }
+}
+
+/// The keys train-sae shares with extract and finetune, with the same defaults.
+#[test]
+fn the_shared_vocabulary_is_accepted_with_the_shared_defaults() {
+    let model = |extra: &str| {
+        format!(
+            "name = \"t\"\n[data]\nsource = \"model\"\nmodel = \"tiny\"\nlayers = [1]\n{extra}\n\
+             [sae]\nlatents = 64\nk = 4\n[train]\nbatch_size = 64\nsteps = 2\n"
+        )
+    };
+    let cfg = Config::from_toml(&model("")).unwrap();
+    let sae::config::DataConfig::Model {
+        held_out_fraction, ..
+    } = cfg.data
+    else {
+        panic!("a model source")
+    };
+    assert_eq!(held_out_fraction, eval::config::DEFAULT_HELD_OUT_FRACTION);
+    assert_eq!(cfg.selector, eval::SelectorConfig::default());
+    assert_eq!(
+        cfg.train.keep_checkpoints,
+        eval::train_loop::DEFAULT_KEEP_CHECKPOINTS
+    );
+    let cfg = Config::from_toml(&model("held_out_fraction = 0.25")).unwrap();
+    assert!(matches!(
+        cfg.data,
+        sae::config::DataConfig::Model { held_out_fraction, .. } if held_out_fraction == 0.25
+    ));
+    let bad = err(&model("held_out_fraction = 1.0"));
+    assert!(bad.contains("data.held_out_fraction"), "{bad}");
+    let renamed = err(&model("eval_fraction = 0.2"));
+    assert!(
+        renamed.contains("renamed to `data.held_out_fraction`"),
+        "{renamed}"
+    );
 }

@@ -165,3 +165,72 @@ fn crosscoder_exports_per_layer_shapes() {
     assert_eq!(w["W_dec"].dims(), &[64, 3, 16]);
     assert_eq!(w["b_dec"].dims(), &[3, 16]);
 }
+
+/// Checkpoint folders of the run in `dir/run`, oldest first.
+fn checkpoint_steps(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("run/checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("step-"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn keep_checkpoints_keeps_the_newest_n() {
+    let every_step = synthetic_config("batchtopk", "", 1)
+        .replace("steps = 12", "steps = 5")
+        .replace("checkpoint_every = 6", "checkpoint_every = 1");
+    let all = tempfile::tempdir().unwrap();
+    run(
+        all.path(),
+        &every_step.replace(
+            "checkpoint_every = 1",
+            "checkpoint_every = 1\nkeep_checkpoints = 0",
+        ),
+        false,
+    );
+    assert_eq!(checkpoint_steps(all.path()).len(), 5);
+    let three = tempfile::tempdir().unwrap();
+    run(
+        three.path(),
+        &every_step.replace(
+            "checkpoint_every = 1",
+            "checkpoint_every = 1\nkeep_checkpoints = 3",
+        ),
+        false,
+    );
+    assert_eq!(
+        checkpoint_steps(three.path()),
+        ["step-00000003", "step-00000004", "step-00000005"]
+    );
+    let default = tempfile::tempdir().unwrap();
+    run(default.path(), &every_step, false);
+    assert_eq!(
+        checkpoint_steps(default.path()),
+        ["step-00000004", "step-00000005"]
+    );
+}
+
+#[test]
+fn the_sort_baseline_runs_with_one_override_and_is_checked_against_profk() {
+    let text = synthetic_config("batchtopk", "", 1).replace(
+        "[log]",
+        "[selector]\nkind = \"profk\"\ncompare = true\ncompare_every = 4\n[log]",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("cfg.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let s = sae::run::train_sae(&sae::run::RunOptions {
+        config: cfg,
+        overrides: vec!["selector.kind=sort".into()],
+        out: Some(dir.path().join("run")),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(s.step, 12);
+    let meta = std::fs::read_to_string(dir.path().join("run/run.json")).unwrap();
+    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
+    assert_eq!(meta["selector"], "sort");
+}

@@ -14,6 +14,7 @@ use crate::gpt2::{Gpt2, HookPoint};
 use crate::models::{candle_dtype, load_model, open_device};
 use candle_core::DType;
 use eval::{ConfigSource, DeviceSpec, Dtype};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -35,7 +36,7 @@ fn default_split() -> Split {
     Split::Train
 }
 fn default_held_out() -> f64 {
-    0.1
+    eval::config::DEFAULT_HELD_OUT_FRACTION
 }
 
 /// Keys renamed when the commands' configs took one vocabulary (old → new); the whole `[corpus]`
@@ -50,10 +51,11 @@ pub const RENAMED: &[(&str, &str)] = &[
     ("corpus.repeat", "data.repeat"),
     ("corpus", "data"),
     ("model.device", "device"),
+    ("data.eval_fraction", "data.held_out_fraction"),
 ];
 
-/// `extract`'s TOML config.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The config of `extract`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtractConfig {
     /// `tiny`, `random:<size>[:seed]`, a model directory or a Hugging Face hub id.
@@ -64,11 +66,15 @@ pub struct ExtractConfig {
     /// `cpu`, `cuda` or `cuda:N`.
     #[serde(default)]
     pub device: DeviceSpec,
+    /// The directory the shards and manifest.json are written to (`--out` overrides it).
     pub out_dir: PathBuf,
+    /// Where activations are read, e.g. `blocks.2.hook_resid_post`, `resid_pre.0`, `ln_final`.
+    #[schemars(with = "Vec<String>")]
     pub hook_points: Vec<HookPoint>,
     /// dtype of the stored activations.
     #[serde(default)]
     pub dtype: Dtype,
+    /// Stored tokens per shard file.
     pub tokens_per_shard: usize,
     /// Contexts per forward pass.
     #[serde(default = "default_batch")]
@@ -85,11 +91,12 @@ pub struct ExtractConfig {
     /// Threads that hash and write shards while the model runs.
     #[serde(default = "default_writers")]
     pub writer_threads: usize,
+    /// The corpus and how it is cut into contexts.
     pub data: ExtractData,
 }
 
 /// `[data]`: the corpus and how it is cut into contexts, with the keys train-sae and finetune use.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtractData {
     /// `default` (the shipped Shakespeare), a .txt / .jsonl / .jsonl.gz / .jsonl.zst / .parquet
@@ -149,7 +156,8 @@ impl ExtractConfig {
     pub fn from_source(source: &ConfigSource) -> Result<Self> {
         let cfg: Self = source.parse(RENAMED).map_err(|e| match e {
             eval::Error::Config { key, message } => Error::Config { key, message },
-            other => Error::config(source.path.display().to_string(), other.to_string()),
+            // A parse error names the file and line, an override error the `--set` itself.
+            other => Error::Run(other),
         })?;
         cfg.validate()?;
         Ok(cfg)

@@ -6,10 +6,18 @@ use profk::epsilon::{self, Band, Config, Input, Trial};
 
 use super::params::PlanDevice;
 
+/// The device a build can run: a CPU build has no CUDA path to measure.
+const DEFAULT_DEVICE: &str = if cfg!(feature = "cuda") {
+    "cuda"
+} else {
+    "cpu"
+};
+
 #[derive(clap::Args)]
 pub struct EpsilonArgs {
     /// Where the attempts run: the CUDA path, or the CPU path (use a small --attempts there).
-    #[arg(long, value_enum, default_value = "cuda")]
+    /// Default: cuda in a build with the `cuda` feature, cpu otherwise.
+    #[arg(long, value_enum, default_value = DEFAULT_DEVICE)]
     device: PlanDevice,
     /// Elements per row.
     #[arg(long, default_value = "65536", value_parser = parse_usize)]

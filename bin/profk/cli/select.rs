@@ -110,13 +110,76 @@ pub fn run(args: SelectArgs) -> anyhow::Result<()> {
         )
     })?;
     if args.stats {
-        println!("{:#?}", out.stats);
+        for line in stats_lines(&out.stats) {
+            println!("{line}");
+        }
     }
     let tensors = HashMap::from([
         ("values".to_string(), out.values.to_device(&Device::Cpu)?),
         ("indices".to_string(), out.indices.to_device(&Device::Cpu)?),
     ]);
     write_atomically(&tensors, &output)
+}
+
+/// What the selector did, one aspect per line: `name  value`.
+fn stats_lines(s: &profk::SelectStats) -> Vec<String> {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let mut lines = vec![
+        (
+            "selections",
+            format!("{} (exact without sampling: {})", s.rows, s.exact_rows),
+        ),
+        (
+            "attempts",
+            format!(
+                "{} in all, at most {} in one selection",
+                s.total_attempts, s.attempts
+            ),
+        ),
+    ];
+    if s.sample > 0 {
+        lines.push((
+            "plan per row",
+            format!(
+                "sample S = {}, threshold rank t = {}, buffer M = {}",
+                s.sample, s.threshold_rank, s.capacity
+            ),
+        ));
+        lines.push((
+            "retained R",
+            format!("{} (final attempts, summed over rows)", s.retained),
+        ));
+    }
+    lines.push((
+        "misses",
+        format!(
+            "R < k: {}, R > M: {}, fell back to exact: {} row(s)",
+            s.recall_failures, s.overflows, s.fallbacks
+        ),
+    ));
+    if s.row_reads > 0 {
+        lines.push((
+            "histogram reads",
+            format!(
+                "{} in all, at most {} of one row; {} row(s) read once",
+                s.row_reads, s.row_reads_most, s.read_once
+            ),
+        ));
+    }
+    lines.push((
+        "time",
+        format!(
+            "{:.3} ms (sample {:.3} ms, filter {:.3} ms, select {:.3} ms)",
+            ms(s.time_total),
+            ms(s.time_sample),
+            ms(s.time_filter),
+            ms(s.time_select)
+        ),
+    ));
+    lines
+        .into_iter()
+        .map(|(name, value)| format!("{name:<16} {value}"))
+        .collect()
 }
 
 fn open_device(device: DeviceArg) -> anyhow::Result<Device> {

@@ -10,8 +10,9 @@
 //! BatchTopK over layers·d (the same inputs, stacked).
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
+use profk::Selector;
 use rand::{Rng, SeedableRng};
-use sae::config::{Arch, AuxDecode, DecodeMode, Precision, SelectorKind};
+use sae::config::{Arch, AuxDecode, DecodeMode, Precision};
 use sae::model::{Sae, Shape};
 use sae::Config;
 use std::time::Instant;
@@ -120,7 +121,7 @@ fn main() -> anyhow::Result<()> {
     if cuda {
         activations::ops::keep_pool_memory(&device)?;
     }
-    let selectors: Vec<SelectorKind> = parse(&a.selectors)?;
+    let selectors: Vec<Selector> = parse(&a.selectors)?;
     let precisions: Vec<Precision> = parse(&a.precisions)?;
     let decodes: Vec<DecodeMode> = parse(&a.decodes)?;
     let aux_decodes: Vec<AuxDecode> = parse(&a.aux_decodes)?;
@@ -286,7 +287,7 @@ fn first_line(e: &sae::Error) -> String {
 struct Setup<'a> {
     device: &'a Device,
     precisions: &'a [Precision],
-    selectors: &'a [SelectorKind],
+    selectors: &'a [Selector],
     variants: &'a [(f64, AuxDecode)],
 }
 
