@@ -12,7 +12,8 @@ fn quick_tiny_config() -> String {
         ("held_out_tokens = 4096", "held_out_tokens = 512"),
         ("buffer_tokens = 65536", "buffer_tokens = 1024"),
         ("latents = 1024", "latents = 256"),
-        ("every = 10", "every = 1\nprogress = false"),
+        ("compare_every = 100", "compare_every = 2"),
+        ("every = 10", "every = 2\nprogress = false"),
     ] {
         assert!(
             text.contains(from),
