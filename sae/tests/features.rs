@@ -81,6 +81,7 @@ fn run(sae: &InferenceSae, opts: &FeatureOptions) -> eval::report::features::Fea
         activations: &embed,
         tokens: &tokens,
         context_len: T,
+        model: None,
     };
     let tok = Gpt2Tokenizer::new().unwrap();
     build(sae, &data, &tok, &["blocks.0.hook_resid_post".into()], opts).unwrap()
