@@ -79,16 +79,18 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// `train-sae configs/tiny.toml` with the quick overrides and `sets`, into `out`.
+/// `train-sae configs/tiny.toml` with the quick overrides (those `sets` names replaced) and `sets`,
+/// into `out`.
 fn train(out: &Path, sets: &[String], env: &[(&str, &Path)]) -> Output {
     let mut cmd = Command::new(TRAIN_SAE);
     cmd.current_dir(out.parent().unwrap())
         .arg(Path::new(ROOT).join("configs/tiny.toml"));
-    for s in QUICK
+    let key = |s: &str| s.split('=').next().unwrap_or_default().to_string();
+    let quick = QUICK
         .iter()
-        .map(|s| s.to_string())
-        .chain(sets.iter().cloned())
-    {
+        .filter(|q| sets.iter().all(|s| key(s) != key(q)))
+        .map(|q| q.to_string());
+    for s in quick.chain(sets.iter().cloned()) {
         cmd.arg("--set").arg(s);
     }
     cmd.arg("--out").arg(out);
