@@ -390,3 +390,110 @@ fn streams_repeat_and_in_memory_streams_match_contexts() {
     }
     assert_eq!(streamed, c.tokens);
 }
+
+/// Rows of token ids 0..n, n+1.. (short rows, packed as a stream), as a parquet list column.
+fn id_rows(rows: usize, len: i32) -> ArrayRef {
+    let rows = (0..rows as i32).map(|r| Some((0..len).map(move |i| Some(r * len + i))));
+    Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(rows))
+}
+
+#[test]
+fn token_columns_are_read_without_a_key_when_there_is_no_text_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pre.parquet");
+    write_parquet(
+        &path,
+        vec![
+            ("attention_mask", id_rows(30, 5)),
+            ("input_ids", id_rows(30, 5)),
+        ],
+        8,
+    );
+    let name = path.to_str().unwrap();
+    let source = CorpusSource::open(&CorpusSpec::new(name)).unwrap();
+    assert_eq!(source.detected_token_column(), Some("input_ids"));
+    assert_eq!(
+        source.detection_note().unwrap(),
+        format!("corpus {name}: no \"text\" column; reading token ids from \"input_ids\"")
+    );
+    let named = CorpusSpec {
+        token_column: Some("input_ids".into()),
+        ..CorpusSpec::new(name)
+    };
+    let got = all_contexts(&CorpusSpec::new(name), opts(Split::All, 8));
+    assert!(!got.is_empty());
+    assert_eq!(got, all_contexts(&named, opts(Split::All, 8)));
+    assert_eq!(
+        CorpusSource::open(&named).unwrap().detected_token_column(),
+        None,
+        "a named column is not a detected one"
+    );
+
+    // JSONL in any compression, with `tokens`; `input_ids` comes first when both are there.
+    let lines: String = (0..30)
+        .map(|r| {
+            serde_json::json!({ "tokens": (r * 5..r * 5 + 5).collect::<Vec<i32>>() }).to_string()
+                + "\n"
+        })
+        .collect();
+    let zst = dir.path().join("pre.jsonl.zst");
+    std::fs::write(&zst, zstd::encode_all(lines.as_bytes(), 3).unwrap()).unwrap();
+    let spec = CorpusSpec::new(zst.to_str().unwrap());
+    assert_eq!(
+        CorpusSource::open(&spec).unwrap().detected_token_column(),
+        Some("tokens")
+    );
+    assert_eq!(all_contexts(&spec, opts(Split::All, 8)), got);
+    let plain = dir.path().join("both.jsonl");
+    std::fs::write(&plain, "\n{\"tokens\": [1, 2], \"input_ids\": [3, 4]}\n").unwrap();
+    let source = CorpusSource::open(&CorpusSpec::new(plain.to_str().unwrap())).unwrap();
+    assert_eq!(source.detected_token_column(), Some("input_ids"));
+
+    // A text column wins; a column of that name that holds no integer lists is not taken.
+    let text = dir.path().join("text.parquet");
+    let t = texts(10);
+    write_parquet(
+        &text,
+        vec![("text", text_column(&t)), ("input_ids", id_rows(10, 3))],
+        4,
+    );
+    let spec = CorpusSpec::new(text.to_str().unwrap());
+    assert_eq!(
+        CorpusSource::open(&spec).unwrap().detected_token_column(),
+        None
+    );
+    assert_eq!(all_contexts(&spec, opts(Split::All, 16)), packed(&t, 16));
+    let strings = dir.path().join("strings.parquet");
+    write_parquet(&strings, vec![("input_ids", text_column(&t))], 4);
+    let e = CorpusSource::open(&CorpusSpec::new(strings.to_str().unwrap()))
+        .and_then(|s| s.contexts(opts(Split::All, 16), None))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("column `text`") && e.contains("input_ids"),
+        "{e}"
+    );
+
+    // A hub dataset alike.
+    let hub = tempfile::tempdir().unwrap();
+    let repo = fake_hub(hub.path(), &texts(12));
+    let data = repo.join("snapshots/0123456789abcdef0123456789abcdef01234567/data");
+    for f in std::fs::read_dir(&data).unwrap() {
+        std::fs::remove_file(f.unwrap().path()).unwrap();
+    }
+    write_parquet(
+        &data.join("train.parquet"),
+        vec![("input_ids", id_rows(30, 5))],
+        8,
+    );
+    let source = CorpusSource::open_with_hub(
+        &CorpusSpec::new("hf:owner/name"),
+        &[hub.path().to_path_buf()],
+    )
+    .unwrap();
+    assert_eq!(source.detected_token_column(), Some("input_ids"));
+    assert_eq!(
+        source.contexts(opts(Split::All, 8), None).unwrap().tokens,
+        got
+    );
+}

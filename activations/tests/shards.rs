@@ -1,11 +1,9 @@
 //! Extraction into shards (resume, byte-identity, config errors) and the shuffled reader.
-use activations::corpus::{default_corpus, Contexts, Corpus, Split};
+use activations::corpus::{default_corpus, CorpusSource, CorpusSpec, PackOptions, Split};
 use activations::shards::{
     extract, ExtractConfig, ExtractOptions, Manifest, ReaderOptions, ShardReader,
 };
-use activations::{
-    ActivationSource, Gpt2, Gpt2Config, Gpt2Tokenizer, HookPoint, OnTheFly, OnTheFlyOptions,
-};
+use activations::{ActivationSource, Gpt2, Gpt2Config, HookPoint, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -354,12 +352,16 @@ fn on_the_fly_serves_the_same_activations() {
         .collect();
 
     let model = Arc::new(Gpt2::load(&f.model_dir, DType::F32, &Device::Cpu).unwrap());
-    let stream = Corpus::load(&f.corpus)
+    let pack = PackOptions {
+        split: Split::All,
+        heldout_fraction: 0.0,
+        context_len: 16,
+        prepend_bos: true,
+    };
+    let contexts = CorpusSource::open(&CorpusSpec::new(f.corpus.as_str()))
         .unwrap()
-        .split(Split::All, 0.0)
-        .tokenize(&Gpt2Tokenizer::new().unwrap())
+        .contexts(pack, None)
         .unwrap();
-    let contexts = Contexts::pack(&stream, 16, true).unwrap();
     let hooks = cfg.hook_points.clone();
     let opts = OnTheFlyOptions {
         batch_contexts: 4,

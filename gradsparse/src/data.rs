@@ -52,6 +52,9 @@ impl Batches {
             token_column: d.token_column.clone(),
         })
         .map_err(corpus_err)?;
+        if let Some(note) = source.detection_note() {
+            eprintln!("{note}");
+        }
         let pack = |split: Split, max: Option<usize>| -> Result<Vec<Vec<u32>>> {
             let opts = PackOptions {
                 split,

@@ -162,6 +162,25 @@ pub enum DataConfig {
     },
 }
 
+impl DataConfig {
+    /// The corpus a model-backed source reads, as every command opens it.
+    pub fn corpus_spec(&self) -> Option<activations::corpus::CorpusSpec> {
+        match self {
+            DataConfig::Model {
+                corpus,
+                text_column,
+                token_column,
+                ..
+            } => Some(activations::corpus::CorpusSpec {
+                corpus: corpus.clone(),
+                text_column: text_column.clone(),
+                token_column: token_column.clone(),
+            }),
+            _ => None,
+        }
+    }
+}
+
 fn default_corpus() -> String {
     "default".into()
 }

@@ -8,7 +8,7 @@ use crate::checkpoint::{fold_scales, read_saelens, Exported};
 use crate::config::{Arch, Config, DataConfig};
 use crate::model::Sae;
 use crate::{Error, Result};
-use activations::corpus::{Contexts, Corpus, Split};
+use activations::corpus::{Contexts, CorpusSource, Split};
 use activations::tokenizer::END_OF_TEXT;
 use activations::{Gpt2, Gpt2Tokenizer, HookPoint};
 use candle_core::{DType, Device, Tensor};
@@ -24,6 +24,10 @@ use std::path::Path;
 
 mod output_tokens;
 mod sampling;
+mod plan;
+mod shards;
+pub use plan::DashboardPlan;
+pub use shards::{build_from_shards, StoredContexts};
 
 /// How many latents, examples and tokens a dashboard build takes.
 #[derive(Clone, Debug, PartialEq)]
@@ -217,9 +221,21 @@ impl InferenceSae {
     }
 }
 
-/// Raw activations [B·T, layers·d_model] of token ids [B, T] (hook points side by side): a model's
-/// forward to its hook points.
-pub type Activations<'a> = &'a dyn Fn(&Tensor) -> Result<Tensor>;
+/// Raw activations [contexts.len()·T, layers·d_model] (hook points side by side) of held-out
+/// contexts, given by their indices and their token ids [B, T]: a model's forward to its hook points,
+/// or rows read back from activation shards.
+pub trait ContextActivations {
+    fn of(&self, contexts: &[usize], tokens: &Tensor) -> Result<Tensor>;
+}
+
+/// A function of the token ids alone (a model's forward).
+impl<F: Fn(&Tensor) -> Result<Tensor>> ContextActivations for F {
+    fn of(&self, _contexts: &[usize], tokens: &Tensor) -> Result<Tensor> {
+        self(tokens)
+    }
+}
+
+pub type Activations<'a> = &'a dyn ContextActivations;
 
 /// Held-out contexts and what turns them into the SAE's inputs.
 pub struct HeldoutContexts<'a> {
@@ -227,6 +243,9 @@ pub struct HeldoutContexts<'a> {
     /// Token ids [contexts · context_len], each context starting with BOS.
     pub tokens: &'a [u32],
     pub context_len: usize,
+    /// The model the activations are of, when it is at hand (its unembedding reads the decoder
+    /// directions as output tokens).
+    pub model: Option<&'a Gpt2>,
 }
 
 impl HeldoutContexts<'_> {
@@ -245,7 +264,7 @@ impl HeldoutContexts<'_> {
             .flat_map(|&c| self.context(c).iter().copied())
             .collect();
         let tokens = Tensor::from_vec(ids, (contexts.len(), self.context_len), device)?;
-        let x = (self.activations)(&tokens)?;
+        let x = self.activations.of(contexts, &tokens)?;
         let rows = contexts.len() * self.context_len;
         if x.dims2()?.0 != rows {
             return Err(Error::Shape(format!(
@@ -585,29 +604,37 @@ pub fn histogram(densities: &[f64], bins_per_decade: usize) -> DensityHistogram 
     }
 }
 
-/// The held-out split of a model-backed config, packed as training packs it.
-pub fn heldout_tokens(cfg: &Config, tokenizer: &Gpt2Tokenizer) -> Result<Contexts> {
-    let DataConfig::Model {
-        corpus,
-        context,
-        held_out_fraction,
-        ..
-    } = &cfg.data
+/// The first `max_contexts` contexts of a model-backed config's held-out split, read as training
+/// reads them: the same corpus reader, held-out fraction and context length.
+pub fn heldout_tokens(cfg: &Config, max_contexts: usize) -> Result<Contexts> {
+    corpus_contexts(cfg, Split::Heldout, max_contexts)
+}
+
+/// The first `max_contexts` contexts of `split` of a model-backed config's corpus, as training packs them.
+fn corpus_contexts(cfg: &Config, split: Split, max_contexts: usize) -> Result<Contexts> {
+    let (Some(spec), DataConfig::Model {
+            context,
+            held_out_fraction,
+            ..
+        }) = (cfg.data.corpus_spec(), &cfg.data)
     else {
         return Err(not_model_backed());
     };
-    let corpus = Corpus::load(corpus)?;
-    let stream = corpus
-        .split(Split::Heldout, *held_out_fraction)
-        .tokenize(tokenizer)?;
-    Ok(Contexts::pack(&stream, *context, true)?)
+    let source = CorpusSource::open(&spec)?;
+    let pack = crate::run::pack_options(split, *context, *held_out_fraction);
+    Ok(source.contexts(pack, Some(max_contexts))?)
+}
+
+/// Contexts of `context_len` tokens a dashboard build reads.
+pub fn contexts_wanted(opts: &FeatureOptions, context_len: usize) -> usize {
+    opts.max_tokens.div_ceil(context_len.max(1)).max(1)
 }
 
 fn not_model_backed() -> Error {
     Error::config(
         "data.source",
-        "feature dashboards need a model-backed run (data.source = \"model\"): shards do not say \
-         which model and corpus produced them",
+        "feature dashboards need the run's tokens: a model and corpus (data.source = \"model\") \
+         or activation shards (data.source = \"shards\")",
     )
 }
 
@@ -631,7 +658,8 @@ pub fn hook_points(cfg: &Config) -> Vec<HookPoint> {
 }
 
 /// Builds `RUN/features.json` for a run from an SAE in SAELens' layout (`sae_dir`: a checkpoint folder;
-/// by default the run's final `RUN/sae/`) and its config's model and corpus, and rewrites the run's
+/// by default the run's final `RUN/sae/`) and its config's data: the held-out split of its corpus
+/// through its model, or its held-out shards (else its training shards). Rewrites the run's
 /// report.html with them.
 pub fn build_for_run(
     run_dir: &Path,
@@ -650,35 +678,60 @@ pub fn build_for_run(
         .map_err(|e| Error::Data(format!("{}/config.json: {e}", run_dir.display())))?;
     let sae_dir = sae_dir.map_or_else(|| run_dir.join("sae"), Path::to_path_buf);
     let sae = InferenceSae::from_saelens(&sae_dir, device)?;
-    let DataConfig::Model { model, dtype, .. } = &cfg.data else {
-        return Err(not_model_backed());
+    let dashboards = match &cfg.data {
+        DataConfig::Model { model, dtype, .. } => {
+            let dtype = activations::models::candle_dtype(*dtype);
+            let model = activations::models::load_model(model, dtype, device)?;
+            build_from_model(&sae, &cfg, &model, opts)?
+        }
+        DataConfig::Shards {
+            dir, held_out_dir, ..
+        } => shards::build_from_shards(&sae, held_out_dir.as_deref().unwrap_or(dir), opts, device)?,
+        DataConfig::Synthetic { .. } => return Err(not_model_backed()),
     };
-    let dtype = activations::models::candle_dtype(*dtype);
-    let model = activations::models::load_model(model, dtype, device)?;
-    let dashboards = build_from_model(&sae, &cfg, &model, opts)?;
     dashboards.write(run.path())?;
     eval::report::write_run_report(&run)?;
     Ok(dashboards)
 }
 
-/// The dashboards of `sae` on the held-out split of a model-backed `cfg`, through `model`.
+/// The dashboards of `sae` on the held-out split of a model-backed `cfg` (its training split when the
+/// held-out one is empty), through `model`.
 pub fn build_from_model(
     sae: &InferenceSae,
     cfg: &Config,
     model: &Gpt2,
     opts: &FeatureOptions,
 ) -> Result<FeatureDashboards> {
-    let tokenizer = Gpt2Tokenizer::new()?;
-    let contexts = heldout_tokens(cfg, &tokenizer)?;
-    let hooks = hook_points(cfg);
-    let activations = |tokens: &Tensor| model_activations(model, &hooks, tokens);
+    let DataConfig::Model { context, .. } = &cfg.data else {
+        return Err(not_model_backed());
+    };
+    let n = contexts_wanted(opts, *context);
+    let mut contexts = heldout_tokens(cfg, n)?;
+    if contexts.is_empty() {
+        // As the run did (a corpus of one document has no held-out split).
+        contexts = corpus_contexts(cfg, Split::Train, n)?;
+    }
+    build_through_model(sae, model, &hook_points(cfg), &contexts, opts)
+}
+
+/// The dashboards of `sae` on `contexts`, their activations from `model` at `hooks`.
+pub fn build_through_model(
+    sae: &InferenceSae,
+    model: &Gpt2,
+    hooks: &[HookPoint],
+    contexts: &Contexts,
+    opts: &FeatureOptions,
+) -> Result<FeatureDashboards> {
+    let activations = |tokens: &Tensor| model_activations(model, hooks, tokens);
     let data = HeldoutContexts {
         activations: &activations,
         tokens: &contexts.tokens,
         context_len: contexts.context_len,
+        model: Some(model),
     };
+    let names: Vec<String> = hooks.iter().map(|h| h.to_string()).collect();
     let unembedding = Unembedding::of_model(Some(model));
-    build(sae, &data, &tokenizer, &hook_names(cfg), &unembedding, opts)
+    build(sae, &data, &Gpt2Tokenizer::new()?, &names, &unembedding, opts)
 }
 
 #[cfg(test)]

@@ -5,10 +5,11 @@
 use crate::checkpoint::{link_saelens, load_state, save_state, write_saelens, StateImage};
 use crate::config::{Config, DataConfig, Precision};
 use crate::data::{skip, with_layer_axis, Synthetic};
+use crate::features::{contexts_wanted, DashboardPlan, FeatureOptions};
 use crate::heldout::heldout_rows;
 use crate::trainer::Trainer;
 use crate::{Error, Result};
-use activations::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
+use activations::corpus::{CorpusSource, PackOptions, Split};
 use activations::gpt2::Patch;
 use activations::{ActivationSource, Gpt2, HookPoint, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
@@ -44,6 +45,16 @@ pub struct RunSummary {
     pub no_held_out: Option<String>,
 }
 
+/// How a model-backed run packs its corpus (training, held-out evaluation and dashboards alike):
+/// contexts of `context` tokens, BOS first, `held_out_fraction` of the documents held out.
+pub(crate) fn pack_options(split: Split, context: usize, held_out_fraction: f64) -> PackOptions {
+    PackOptions {
+        split,
+        heldout_fraction: held_out_fraction,
+        context_len: context,
+        prepend_bos: true,
+    }
+}
 /// Contexts per model forward when activations are produced on the fly.
 const BATCH_CONTEXTS: usize = 8;
 /// What a resume may change; every other key must be as the run was started.
@@ -145,6 +156,13 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         run_dir: run_dir.clone(),
     };
     let mut facts = details(&cfg);
+    facts.insert("dashboards".into(), job.data.dashboards.describe().into());
+    if let Some(c) = &job.data.detected_token_column {
+        facts.insert(
+            "corpus_column".into(),
+            format!("token ids from \"{c}\" (no \"text\" column)").into(),
+        );
+    }
     if let Some(w) = &random_weights {
         facts.insert("warning".into(), w.clone().into());
     }
@@ -171,11 +189,16 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
             write_saelens(&sae_dir, &t.cfg, &t.sae, t.threshold, &t.scales)?;
         }
         crate::hub::write_release(run_dir.path(), None)?;
-        if let Some(splice) = &job.data.splice {
-            let sae = crate::features::InferenceSae::from_trained(&t.sae, t.threshold, &t.scales)?;
-            let opts = crate::features::FeatureOptions::default();
-            crate::features::build_from_model(&sae, &t.cfg, &splice.model, &opts)?
-                .write(run_dir.path())?;
+        match job.data.dashboards.unavailable() {
+            Some(why) => eprintln!("no feature dashboards: {why}"),
+            None => {
+                let sae =
+                    crate::features::InferenceSae::from_trained(&t.sae, t.threshold, &t.scales)?;
+                let opts = FeatureOptions::default();
+                if let Some(dashboards) = job.data.dashboards.build(&sae, &opts, &device)? {
+                    dashboards.write(run_dir.path())?;
+                }
+            }
         }
         // The report the launcher wrote, again with the dashboards.
         eval::report::write_report(std::slice::from_ref(&run_dir), &run_dir.report_path())?;
@@ -268,11 +291,15 @@ fn set_precision(p: Precision) {
 #[cfg(not(feature = "cuda"))]
 fn set_precision(_: Precision) {}
 
-/// The training stream, the held-out activations, and (for a model source) what CE-loss recovered needs.
+/// The training stream, the held-out activations, (for a model source) what CE-loss recovered needs, and
+/// where the feature dashboards come from.
 pub struct Data {
     pub train: Box<dyn ActivationSource>,
     pub heldout: Option<Tensor>,
     pub splice: Option<Splice>,
+    pub dashboards: DashboardPlan,
+    /// The corpus' token column, read because it has no text column and the config names none.
+    pub detected_token_column: Option<String>,
 }
 
 /// A model, the SAE's hook points (one per layer of the SAE) and held-out contexts: the SAE is spliced in there
@@ -312,6 +339,10 @@ impl Data {
                     train: Box::new(make(cfg.seed)),
                     heldout,
                     splice: None,
+                    dashboards: DashboardPlan::Unavailable(
+                        "synthetic data has no tokens to show".into(),
+                    ),
+                    detected_token_column: None,
                 })
             }
             DataConfig::Shards {
@@ -343,10 +374,14 @@ impl Data {
                     }
                     None => None,
                 };
+                let dashboards =
+                    DashboardPlan::shards(dir, held_out_dir.as_deref(), "data.held_out_dir")?;
                 Ok(Self {
                     train: Box::new(open(dir, true, *prefetch)?),
                     heldout,
                     splice: None,
+                    dashboards,
+                    detected_token_column: None,
                 })
             }
             DataConfig::Model {
@@ -354,8 +389,6 @@ impl Data {
                 hook,
                 layers,
                 corpus,
-                text_column,
-                token_column,
                 context,
                 held_out_fraction,
                 dtype,
@@ -363,29 +396,30 @@ impl Data {
                 buffer_tokens,
                 shuffle_contexts,
                 prefetch,
+                ..
             } => {
                 let dtype = activations::models::candle_dtype(*dtype);
                 let model = Arc::new(activations::models::load_model(model, dtype, device)?);
                 check_model_fit(layers, *context, model.config())?;
                 let hooks: Vec<HookPoint> = layers.iter().map(|&l| hook.at(l)).collect();
-                let source = CorpusSource::open(&CorpusSpec {
-                    corpus: corpus.clone(),
-                    text_column: text_column.clone(),
-                    token_column: token_column.clone(),
+                let spec = cfg.data.corpus_spec().ok_or_else(|| {
+                    Error::config("data.corpus", "a model-backed source names its corpus")
                 })?;
+                let source = CorpusSource::open(&spec)?;
+                if let Some(note) = source.detection_note() {
+                    eprintln!("{note}");
+                }
                 // A streamed corpus is read only as far as the run needs (rows per context: context − 1).
                 let rows = context.saturating_sub(1).max(1);
                 let bound = |tokens: usize| source.is_streamed().then(|| tokens.div_ceil(rows));
                 let train_tokens = cfg.train.steps as usize * cfg.train.batch_size;
-                let held_need = bound(*held_out_tokens).map(|n| n.max(cfg.eval.ce_contexts));
+                let dashboard_opts = FeatureOptions::default();
+                let held_need = bound(*held_out_tokens).map(|n| {
+                    n.max(cfg.eval.ce_contexts)
+                        .max(contexts_wanted(&dashboard_opts, *context))
+                });
                 let pack = |split, max| {
-                    let opts = PackOptions {
-                        split,
-                        heldout_fraction: *held_out_fraction,
-                        context_len: *context,
-                        prepend_bos: true,
-                    };
-                    source.contexts(opts, max)
+                    source.contexts(pack_options(split, *context, *held_out_fraction), max)
                 };
                 let train_ctx = pack(Split::Train, bound(train_tokens))?;
                 let held_ctx = pack(Split::Heldout, held_need)?;
@@ -414,6 +448,13 @@ impl Data {
                         held
                     }
                 };
+                let dashboards = DashboardPlan::model(
+                    model.clone(),
+                    hooks.clone(),
+                    (&held_ctx, &train_ctx),
+                    corpus,
+                    &dashboard_opts,
+                );
                 let train = OnTheFly::new(
                     model.clone(),
                     train_ctx,
@@ -429,6 +470,8 @@ impl Data {
                     train: Box::new(train),
                     heldout,
                     splice,
+                    dashboards,
+                    detected_token_column: source.detected_token_column().map(str::to_string),
                 })
             }
         }

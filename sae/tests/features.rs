@@ -95,6 +95,7 @@ fn run_with(
         activations: &embed,
         tokens: &tokens,
         context_len: T,
+        model: None,
     };
     let tok = Gpt2Tokenizer::new().unwrap();
     build(

@@ -103,6 +103,20 @@ pub fn data_files(root: &Path, accept: impl Fn(FileKind) -> bool) -> Result<Vec<
         .collect())
 }
 
+/// The lines of a JSONL file, decompressed.
+pub(crate) fn open_lines(path: &Path, compression: Compression) -> Result<Box<dyn BufRead + Send>> {
+    let raw = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    Ok(match compression {
+        Compression::None => Box::new(BufReader::new(raw)),
+        Compression::Gzip => Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(
+            BufReader::new(raw),
+        ))),
+        Compression::Zstd => Box::new(BufReader::new(
+            zstd::stream::read::Decoder::new(raw).map_err(|e| Error::io(path, e))?,
+        )),
+    })
+}
+
 /// What a document holds: text to tokenize, or token ids used as they are.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -203,24 +217,14 @@ impl DocumentReader {
 
     fn open_file(&self, index: usize) -> Result<OpenFile> {
         let f = &self.files[index];
-        let open = || std::fs::File::open(&f.path).map_err(|e| Error::io(&f.path, e));
         Ok(match f.kind {
             FileKind::Text => OpenFile::Text(Some(
                 std::fs::read_to_string(&f.path).map_err(|e| Error::io(&f.path, e))?,
             )),
-            FileKind::Jsonl(c) => {
-                let raw = open()?;
-                let lines: Box<dyn BufRead + Send> = match c {
-                    Compression::None => Box::new(BufReader::new(raw)),
-                    Compression::Gzip => Box::new(BufReader::new(
-                        flate2::read::MultiGzDecoder::new(BufReader::new(raw)),
-                    )),
-                    Compression::Zstd => Box::new(BufReader::new(
-                        zstd::stream::read::Decoder::new(raw).map_err(|e| Error::io(&f.path, e))?,
-                    )),
-                };
-                OpenFile::Lines { lines, line: 0 }
-            }
+            FileKind::Jsonl(c) => OpenFile::Lines {
+                lines: open_lines(&f.path, c)?,
+                line: 0,
+            },
             FileKind::Parquet => {
                 OpenFile::Parquet(ParquetDocuments::open(&self.dataset, &f.path, &self.field)?)
             }

@@ -3,6 +3,7 @@
 //! joined by `<|endoftext|>` and packed into fixed-length contexts, in memory or streamed.
 //!
 //! Every command opens its corpus with [`CorpusSource::open`]; see `docs/corpora.md`.
+mod detect;
 mod files;
 mod hub;
 mod open;
@@ -10,6 +11,7 @@ mod parquet;
 mod shakespeare;
 mod stream;
 
+pub use detect::TOKEN_COLUMNS;
 pub use files::{Compression, DataFile, Field, FileKind};
 pub use hub::HubDataset;
 pub use open::{CorpusSource, CorpusSpec, DEFAULT_TEXT_COLUMN};
@@ -71,8 +73,8 @@ pub fn default_corpus() -> Corpus {
 impl Corpus {
     /// `"default"` (the shipped corpus), a .txt file (one document), a .jsonl file (one document
     /// per line, from its `"text"` field), or a directory (its .txt and .jsonl files, recursively,
-    /// in path order).
-    pub fn load(spec: &str) -> Result<Self> {
+    /// in path order). Commands open corpora with [`CorpusSource::open`], which reads these so.
+    pub(crate) fn load(spec: &str) -> Result<Self> {
         if spec == "default" {
             return Ok(default_corpus());
         }

@@ -1,4 +1,5 @@
 //! The one way every command opens its corpus: `[data] corpus` and its column keys.
+use super::detect;
 use super::files::{data_files, DataFile, DocumentReader, Field, FileKind};
 use super::hub::{self, HubDataset};
 use super::stream::{ContextStream, CorpusStream, PackOptions};
@@ -33,15 +34,16 @@ impl CorpusSpec {
         }
     }
 
-    fn field(&self) -> Result<Field> {
+    /// The field a config names; None when it names neither column.
+    fn field(&self) -> Result<Option<Field>> {
         match (&self.text_column, &self.token_column) {
             (Some(_), Some(_)) => Err(Error::config(
                 "data.token_column",
                 "set either text_column or token_column, not both",
             )),
-            (_, Some(c)) => Ok(Field::Tokens(c.clone())),
-            (Some(c), None) => Ok(Field::Text(c.clone())),
-            (None, None) => Ok(Field::Text(DEFAULT_TEXT_COLUMN.into())),
+            (_, Some(c)) => Ok(Some(Field::Tokens(c.clone()))),
+            (Some(c), None) => Ok(Some(Field::Text(c.clone()))),
+            (None, None) => Ok(None),
         }
     }
 }
@@ -58,6 +60,8 @@ pub enum CorpusSource {
         dataset: String,
         files: Vec<DataFile>,
         field: Field,
+        /// The field is a token column found without `token_column` ([`super::detect`]).
+        detected: bool,
     },
 }
 
@@ -69,20 +73,26 @@ impl CorpusSource {
 
     /// Opens `spec` with hub datasets looked for in `hub_roots`, in order.
     pub fn open_with_hub(spec: &CorpusSpec, hub_roots: &[PathBuf]) -> Result<Self> {
-        let field = spec.field()?;
+        let named = spec.field()?;
         let name = spec.corpus.as_str();
+        let field_of = |files: &[DataFile]| match &named {
+            Some(f) => Ok((f.clone(), false)),
+            None => detect::default_field(name, files),
+        };
         if let Some(rest) = name.strip_prefix(hub::PREFIX) {
             let dataset = HubDataset::parse(rest)?;
             let dir = dataset.locate(hub_roots)?;
             let files = hub::dataset_files(&dataset, &dir)?;
+            let (field, detected) = field_of(&files)?;
             return Ok(Self::Streamed {
                 dataset: name.to_string(),
                 files,
                 field,
+                detected,
             });
         }
-        let default_text = field == Field::Text(DEFAULT_TEXT_COLUMN.into());
-        if name == "default" && default_text {
+        let text = Field::Text(DEFAULT_TEXT_COLUMN.into());
+        if name == "default" && named.as_ref().is_none_or(|f| *f == text) {
             return Ok(Self::InMemory(Corpus::load(name)?));
         }
         let path = Path::new(name);
@@ -101,7 +111,8 @@ impl CorpusSource {
                 message: "no data files (.txt, .jsonl, .jsonl.gz, .jsonl.zst, .parquet)".into(),
             });
         }
-        if default_text && files.iter().all(|f| f.kind.in_memory()) {
+        let (field, detected) = field_of(&files)?;
+        if field == text && files.iter().all(|f| f.kind.in_memory()) {
             return Ok(Self::InMemory(Corpus::load(name)?));
         }
         if matches!(field, Field::Tokens(_)) && files.iter().any(|f| f.kind == FileKind::Text) {
@@ -114,6 +125,30 @@ impl CorpusSource {
             dataset: name.to_string(),
             files,
             field,
+            detected,
+        })
+    }
+
+    /// The token column read because the dataset has no `text` column and none was named (see
+    /// [`super::detect::TOKEN_COLUMNS`]).
+    pub fn detected_token_column(&self) -> Option<&str> {
+        match self {
+            Self::Streamed {
+                field: Field::Tokens(c),
+                detected: true,
+                ..
+            } => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The line a command prints when it reads a detected token column.
+    pub fn detection_note(&self) -> Option<String> {
+        let Self::Streamed { dataset, .. } = self else {
+            return None;
+        };
+        self.detected_token_column().map(|c| {
+            format!("corpus {dataset}: no \"{DEFAULT_TEXT_COLUMN}\" column; reading token ids from \"{c}\"")
         })
     }
 
@@ -129,6 +164,7 @@ impl CorpusSource {
                 dataset,
                 files,
                 field,
+                ..
             } => {
                 let reader = DocumentReader::new(dataset, files.clone(), field.clone());
                 Ok(Box::new(CorpusStream::new(reader, opts, repeat)?))

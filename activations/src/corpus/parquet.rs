@@ -45,7 +45,7 @@ impl ParquetDocuments {
         let dtype = schema.field(index).data_type();
         let fits = match field {
             Field::Text(_) => is_text(dtype),
-            Field::Tokens(_) => list_item(dtype).is_some_and(DataType::is_integer),
+            Field::Tokens(_) => is_token_list(dtype),
         };
         if !fits {
             let want = match field {
@@ -152,6 +152,27 @@ impl ParquetDocuments {
             })
             .collect()
     }
+}
+
+/// The columns of a parquet file (from its footer) and whether each holds lists of integers.
+pub(super) fn columns(dataset: &str, path: &Path) -> Result<Vec<(String, bool)>> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| Error::Dataset {
+        dataset: dataset.to_string(),
+        file: path.to_path_buf(),
+        column: None,
+        message: format!("unreadable parquet: {e}"),
+    })?;
+    Ok(builder
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), is_token_list(f.data_type())))
+        .collect())
+}
+
+fn is_token_list(dtype: &DataType) -> bool {
+    list_item(dtype).is_some_and(DataType::is_integer)
 }
 
 fn is_text(dtype: &DataType) -> bool {

@@ -354,6 +354,9 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         .map_err(|message| Error::config("data.context", message))?;
 
     let source = CorpusSource::open(&cfg.data.spec())?;
+    if let Some(note) = source.detection_note() {
+        eprintln!("{note}");
+    }
     let kept = t - usize::from(cfg.drop_bos);
     // A streamed corpus is read only as far as `max_tokens` needs.
     let needed = cfg
