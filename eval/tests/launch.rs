@@ -75,7 +75,10 @@ fn resumes_check_the_config_and_the_lock() {
     let err = Launch::open(spec(tmp.path(), 0.2, 8, true))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("train.lr") && err.contains("differs"), "{err}");
+    assert!(
+        err.contains("train.lr") && err.contains("was 0.1") && err.contains("now 0.2"),
+        "{err}"
+    );
     let err = Launch::open(spec(tmp.path(), 0.1, 8, false))
         .unwrap_err()
         .to_string();

@@ -143,7 +143,7 @@ pub struct SparsifyConfig {
 }
 
 /// How the gradient reaches the optimizer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum SparsifyMode {
     /// Error feedback: the top `density` of the accumulated gradient is applied, the rest carried over.

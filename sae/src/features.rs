@@ -23,8 +23,8 @@ use std::collections::BinaryHeap;
 use std::path::Path;
 
 mod output_tokens;
-mod sampling;
 mod plan;
+mod sampling;
 mod shards;
 pub use plan::DashboardPlan;
 pub use shards::{build_from_shards, StoredContexts};
@@ -612,11 +612,14 @@ pub fn heldout_tokens(cfg: &Config, max_contexts: usize) -> Result<Contexts> {
 
 /// The first `max_contexts` contexts of `split` of a model-backed config's corpus, as training packs them.
 fn corpus_contexts(cfg: &Config, split: Split, max_contexts: usize) -> Result<Contexts> {
-    let (Some(spec), DataConfig::Model {
+    let (
+        Some(spec),
+        DataConfig::Model {
             context,
             held_out_fraction,
             ..
-        }) = (cfg.data.corpus_spec(), &cfg.data)
+        },
+    ) = (cfg.data.corpus_spec(), &cfg.data)
     else {
         return Err(not_model_backed());
     };
@@ -731,7 +734,14 @@ pub fn build_through_model(
     };
     let names: Vec<String> = hooks.iter().map(|h| h.to_string()).collect();
     let unembedding = Unembedding::of_model(Some(model));
-    build(sae, &data, &Gpt2Tokenizer::new()?, &names, &unembedding, opts)
+    build(
+        sae,
+        &data,
+        &Gpt2Tokenizer::new()?,
+        &names,
+        &unembedding,
+        opts,
+    )
 }
 
 #[cfg(test)]
