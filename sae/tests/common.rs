@@ -134,11 +134,10 @@ pub fn run(dir: &std::path::Path, text: &str, resume: bool) -> sae::run::RunSumm
     .unwrap()
 }
 
-/// The exported SAELens weights of the run in `dir/run`.
+/// The exported SAELens weights of the run in `dir/run` (its one SAE in the Hub layout of `run/sae`).
 pub fn weights(dir: &std::path::Path) -> std::collections::HashMap<String, Tensor> {
-    sae::checkpoint::read_saelens(&dir.join("run/sae"))
-        .unwrap()
-        .1
+    let sae = sae::hub::find_sae(&dir.join("run/sae")).unwrap();
+    sae::checkpoint::read_saelens(&sae).unwrap().1
 }
 
 /// configs/tiny.toml shrunk to a few quick steps, with `edits` (from, to) applied after; every `from` must

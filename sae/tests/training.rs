@@ -102,7 +102,7 @@ fn training_reduces_loss_and_exports_saelens_layout() {
     let m = s.final_eval.unwrap();
     assert!(m["heldout_fvu"] < 0.5, "held-out FVU {}", m["heldout_fvu"]);
     assert!((m["heldout_l0"] - 4.0).abs() < 1e-9);
-    let (cfg, w) = read_saelens(&dir.path().join("run/sae")).unwrap();
+    let (cfg, w) = read_saelens(&sae::hub::find_sae(&dir.path().join("run/sae")).unwrap()).unwrap();
     assert_eq!(cfg["architecture"], "jumprelu");
     assert_eq!(cfg["d_in"], 16);
     assert_eq!(cfg["d_sae"], 64);
