@@ -35,6 +35,18 @@ const SLURM_PORT_BASE: u64 = 20_000;
 const SLURM_PORT_SPAN: u64 = 20_000;
 
 impl WorldEnv {
+    /// Rank 0 of 1: a distributed mode started without a launcher (nothing to rendezvous with).
+    pub fn single() -> WorldEnv {
+        WorldEnv {
+            rank: 0,
+            world: 1,
+            local_rank: 0,
+            master_addr: "127.0.0.1".into(),
+            master_port: 0,
+            launcher: Launcher::Torchrun,
+        }
+    }
+
     /// The process environment's answer: `None` when no launcher variable is set (a plain run).
     pub fn from_process() -> Result<Option<WorldEnv>> {
         Self::from_vars(|name| std::env::var(name).ok())

@@ -8,10 +8,14 @@
 //! is the test double that lets the rank logic run in CI, no transport for users.
 
 pub mod bootstrap;
+mod config;
 pub mod env;
 mod error;
 mod exchange;
+mod join;
+pub use config::{DistributedConfig, DistributedMode, GradientExchange, SelectScope};
 pub use exchange::AsExchange;
+pub use join::join;
 #[cfg(feature = "cuda")]
 mod nccl;
 mod thread;
