@@ -37,11 +37,11 @@ pub struct RunArgs {
     pub config_reference: bool,
 }
 
-/// This build as run.json records it (`eval::BuildInfo`, serializable), from the same values as
+/// This build as run.json records it (`harness::BuildInfo`, serializable), from the same values as
 /// `--version`.
-pub fn build_info() -> eval::BuildInfo {
+pub fn build_info() -> harness::BuildInfo {
     let info = runtime::build_info!();
-    eval::BuildInfo {
+    harness::BuildInfo {
         version: info.version,
         commit: info.commit,
         dirty: info.dirty,
@@ -60,7 +60,7 @@ impl RunArgs {
 
 /// docs/config.md: every key of the configs of `train-sae`, `extract` and `finetune`, from their types.
 pub fn config_reference() -> String {
-    use eval::config_reference::{markdown, CommandSchema};
+    use harness::config_reference::{markdown, CommandSchema};
     let commands = [
         CommandSchema {
             command: "train-sae",

@@ -26,7 +26,7 @@ fn main() -> anyhow::Result<()> {
         overrides: args.run.set,
         out: args.run.out,
         resume: args.run.resume,
-        stop: eval::StopSignal::install()?,
+        stop: runtime::signal::StopSignal::install()?,
         build: sparsetrain::build_info(),
     };
     let summary = sae::run::train_sae(&opts)?;

@@ -57,7 +57,7 @@ fn main() -> anyhow::Result<()> {
     if args.max_tokens.is_some() {
         cfg.data.max_tokens = args.max_tokens;
     }
-    let stop = eval::StopSignal::install()?;
+    let stop = runtime::signal::StopSignal::install()?;
     let opts = ExtractOptions {
         progress: !args.quiet,
         stop: stop.clone(),
@@ -71,7 +71,7 @@ fn main() -> anyhow::Result<()> {
             stop.describe(),
             report.shards_written,
             cfg.out_dir.display(),
-            eval::lock::command_line()
+            runtime::lock::command_line()
         );
         sparsetrain::exit_with(stop.exit_code());
     }

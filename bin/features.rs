@@ -51,7 +51,7 @@ struct Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    let device = activations::models::parse_device(&cli.device)?;
+    let device = runtime::device::parse_device(&cli.device)?;
     let opts = FeatureOptions {
         latents: cli.sample,
         examples: cli.examples,

@@ -53,7 +53,7 @@ fn main() -> anyhow::Result<()> {
         out: args.run.out,
         resume: args.run.resume,
         runs_root: None,
-        stop: eval::StopSignal::install()?,
+        stop: runtime::signal::StopSignal::install()?,
         progress_bar: true,
         build: sparsetrain::build_info(),
         install_default: args.install_default,

@@ -7,7 +7,7 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use eval::RunDir;
+use harness::RunDir;
 use std::path::{Path, PathBuf};
 
 /// Write one self-contained HTML page comparing runs: step and selection time, the speed-up of profk
@@ -68,7 +68,7 @@ fn main() -> Result<()> {
     let dirs = runs
         .iter()
         .map(|p| RunDir::open_existing(p))
-        .collect::<eval::Result<Vec<_>>>()?;
+        .collect::<harness::Result<Vec<_>>>()?;
     let data = eval::report::write_report_paired(&dirs, &forced, &out)
         .with_context(|| format!("writing the report {}", out.display()))?;
     print!("{}", eval::report::summary_text(&data, &forced));

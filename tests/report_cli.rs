@@ -1,5 +1,8 @@
 //! `sparsetrain-report RUN... --out FILE.html` (the report tool, named so no shell built-in shadows it).
-use eval::{Metrics, Record, RunDir, RunMeta};
+use harness::Metrics;
+use harness::Record;
+use harness::RunDir;
+use harness::RunMeta;
 use std::path::Path;
 use std::process::{Command, Output};
 

@@ -3,8 +3,9 @@
 //! leaves no temporary and no manifest, and the rerun then completes to the same bytes.
 use activations::corpus::default_corpus;
 use activations::shards::{extract, ExtractConfig, ExtractOptions};
-use activations::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device};
+use gpt2::Gpt2;
+use gpt2::Gpt2Config;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;

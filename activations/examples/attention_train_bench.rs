@@ -8,10 +8,10 @@
 //! Shapes are `BxTxHxHD`; f32, TF32 GEMMs on CUDA unless `--no-tf32`; `--gemm pointers` selects the
 //! op's pointer-array batched GEMMs. Prints a markdown table of
 //! medians (the device synchronized after each call; the backward seeds d(out) with ones).
-use activations::models::parse_device;
-use activations::ops::{causal_attention_train_with, AttentionGemms};
 use candle_core::{Device, Tensor, Var, D};
 use clap::Parser;
+use gpt2::ops::{causal_attention_train_with, AttentionGemms};
+use runtime::device::parse_device;
 
 mod common;
 
@@ -87,7 +87,7 @@ fn main() -> anyhow::Result<()> {
         let [b, t, h, hd] = parse_shape(s)?;
         let d = h * hd;
         let qkv = Var::from_tensor(&Tensor::randn(0f32, 1.0, (b, t, 3 * d), &dev)?)?;
-        let mask = activations::gpt2::causal_mask(0, t, &dev)?;
+        let mask = gpt2::causal_mask(0, t, &dev)?;
         let fwd = time(&dev, a.iters, || {
             causal_attention_train_with(qkv.as_tensor(), h, gemms)?;
             Ok(())

@@ -4,11 +4,13 @@
 //!
 //! Prints a markdown table: tokens/s of `forward_hooks` to the given depth (with and without
 //! chunked attention) and milliseconds of the ops one block is made of, at the model's shapes.
-use activations::models::{parse_device, parse_dtype};
-use activations::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
-use activations::{Gpt2, Gpt2Config, HookPoint};
 use candle_core::{Device, Tensor};
 use clap::Parser;
+use gpt2::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
+use gpt2::Gpt2;
+use gpt2::Gpt2Config;
+use gpt2::HookPoint;
+use runtime::device::{parse_device, parse_dtype};
 
 mod common;
 
@@ -94,7 +96,7 @@ fn main() -> anyhow::Result<()> {
     let host = std::sync::Mutex::new(vec![0u8; n * d * dtype.size_in_bytes()]);
     #[cfg(feature = "cuda")]
     let copier = if dev.is_cuda() {
-        Some(activations::ops::PinnedCopier::new(&dev)?)
+        Some(gpt2::ops::PinnedCopier::new(&dev)?)
     } else {
         None
     };

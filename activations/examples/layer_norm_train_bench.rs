@@ -11,9 +11,9 @@
 //! gradient bookkeeping (the seed, a zero buffer and an add per input); the row "candle's backward
 //! bookkeeping" times the same for `affine(x, 1, 0)`, whose own backward is one pass. Medians of
 //! 10 rounds of `--iters / 10` calls back to back. Prints a markdown table with the memory floor of each direction.
-use activations::ops::layer_norm_train;
 use candle_core::{DType, Device, Tensor, Var};
 use clap::Parser;
+use gpt2::ops::layer_norm_train;
 
 mod common;
 

@@ -6,12 +6,12 @@
 //!
 //! CUDA: n = 2048 tokens (GPT-2 XL widths), f32 with TF32 products; CPU: the tiny model's widths
 //! at its training batch (2 x 256 tokens). On CUDA the driver's memory pool keeps freed memory
-//! (a caching allocator, as PyTorch has; see `activations::ops::keep_pool_memory`). Each run is `y.backward()` of the layer's output
+//! (a caching allocator, as PyTorch has; see `gpt2::ops::keep_pool_memory`). Each run is `y.backward()` of the layer's output
 //! (seed gradient all ones) for x, W and b, and the forward alone; medians of `--iters` runs after warm-ups. Prints a
 //! markdown table with the CUDA floor (6 n d_in d_out flops at `--peak-tflops`).
-use activations::ops::{linear_train, Activation};
 use candle_core::{Device, Tensor, Var};
 use clap::Parser;
+use gpt2::ops::{linear_train, Activation};
 
 mod common;
 
@@ -62,7 +62,7 @@ fn main() -> anyhow::Result<()> {
     // Freed memory stays in the pool, as in PyTorch's caching allocator.
     #[cfg(feature = "cuda")]
     if dev.is_cuda() {
-        activations::ops::keep_pool_memory(&dev)?;
+        gpt2::ops::keep_pool_memory(&dev)?;
     }
     let (n, shapes) = if dev.is_cuda() {
         (

@@ -5,8 +5,9 @@
 //!
 //!     cargo run --release -p activations --example pack_tiny -- MODEL_DIR activations/assets/tiny-gpt2.safetensors.zst
 use activations::corpus::default_corpus;
-use activations::{Gpt2, Gpt2Tokenizer};
+use activations::Gpt2Tokenizer;
 use candle_core::{DType, Device, Tensor};
+use gpt2::Gpt2;
 use std::collections::HashMap;
 
 fn main() -> anyhow::Result<()> {

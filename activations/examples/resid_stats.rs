@@ -8,9 +8,9 @@
 use activations::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use activations::models::load_model;
 use activations::tokenizer::END_OF_TEXT;
-use activations::HookPoint;
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
+use gpt2::HookPoint;
 
 #[derive(Parser)]
 struct Args {

@@ -35,8 +35,9 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// Loading the config, opening the device, locking the output, handling signals.
     #[error(transparent)]
-    Run(#[from] eval::Error),
+    Runtime(#[from] runtime::Error),
 
     #[error("config: `{key}`: {message}")]
     Config { key: String, message: String },

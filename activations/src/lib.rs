@@ -13,8 +13,6 @@ pub mod tokenizer;
 pub mod upload;
 
 pub use error::{Error, Result};
-// The model and its ops lived here; their old paths keep working.
-pub use gpt2::{self, ops, Gpt2, Gpt2Config, HookPoint};
 pub use shards::{ReaderOptions, ShardReader};
 pub use source::{ActivationSource, OnTheFly, OnTheFlyOptions};
 pub use tokenizer::Gpt2Tokenizer;

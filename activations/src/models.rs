@@ -1,14 +1,14 @@
 //! One string names any model the tools can run.
 use crate::error::{Error, Result};
-use crate::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device};
+use gpt2::{Gpt2, Gpt2Config};
 
 /// Loads a model from a spec:
 /// - `tiny`: the default tiny model, trained on the shipped corpus ([`crate::tiny::default_model_as`]);
 /// - `tiny-random`: the same shape with its random initialization ([`crate::tiny::random_model`]);
 /// - `random:<size>` or `random:<size>:<seed>`: GPT-2 shapes (`gpt2`, `medium`, `large`, `xl`,
 ///   `tiny`) with random weights, for benchmarks and tests;
-/// - anything else: a directory or Hugging Face hub id ([`crate::gpt2::locate`]).
+/// - anything else: a directory or Hugging Face hub id ([`gpt2::locate`]).
 pub fn load_model(spec: &str, dtype: DType, device: &Device) -> Result<Gpt2> {
     if spec == "tiny" {
         return crate::tiny::default_model_as(dtype, device);
@@ -47,7 +47,7 @@ pub fn weights_identity(spec: &str) -> Result<String> {
         let (size, seed) = rest.split_once(':').unwrap_or((rest, "0"));
         return Ok(format!("random:{size}:{seed}"));
     }
-    files_sha256(&crate::gpt2::locate(spec)?.weights)
+    files_sha256(&gpt2::locate(spec)?.weights)
 }
 
 /// `sha256:<hex>` of the bytes of `files` read one after the other: for a single file what
@@ -90,51 +90,4 @@ pub fn random_weights_warning(spec: &str) -> Option<String> {
              zero ablation, so CE-loss recovered measures nothing; use a trained model (`tiny`)"
         )
     })
-}
-
-/// Parses `f32`, `bf16`, `f16` (also `float32`, `bfloat16`, `float16`).
-pub fn parse_dtype(key: &str, s: &str) -> Result<DType> {
-    match s {
-        "f32" | "float32" => Ok(DType::F32),
-        "bf16" | "bfloat16" => Ok(DType::BF16),
-        "f16" | "float16" => Ok(DType::F16),
-        _ => Err(Error::config(
-            key,
-            format!("`{s}`: expected f32, bf16 or f16"),
-        )),
-    }
-}
-
-/// Parses `cpu`, `cuda`, `cuda:N` (through [`eval::DeviceSpec`]) and opens the device.
-pub fn parse_device(s: &str) -> Result<Device> {
-    let spec = s.parse().map_err(|e: String| Error::config("device", e))?;
-    open_device("device", spec)
-}
-
-/// Opens the device a config's `key` names; a CUDA device on a build without CUDA, or one that
-/// does not exist, is an error naming the key.
-pub fn open_device(key: &str, spec: eval::DeviceSpec) -> Result<Device> {
-    match spec {
-        eval::DeviceSpec::Cpu => Ok(Device::Cpu),
-        eval::DeviceSpec::Cuda(_) if !candle_core::utils::cuda_is_available() => {
-            Err(Error::config(
-                key,
-                format!(
-                    "{spec}: this build has no CUDA support (build with --features cuda, or use \"cpu\")"
-                ),
-            ))
-        }
-        eval::DeviceSpec::Cuda(n) => {
-            Device::new_cuda(n).map_err(|e| Error::config(key, format!("{spec}: {e}")))
-        }
-    }
-}
-
-/// The candle dtype of a config's dtype value.
-pub fn candle_dtype(d: eval::Dtype) -> DType {
-    match d {
-        eval::Dtype::F32 => DType::F32,
-        eval::Dtype::Bf16 => DType::BF16,
-        eval::Dtype::F16 => DType::F16,
-    }
 }

@@ -2,9 +2,9 @@
 //! or straight from the model ([`OnTheFly`]).
 use crate::corpus::Contexts;
 use crate::error::Result;
-use crate::gpt2::{Gpt2, HookPoint};
 use crate::prefetch::{refill_depth, ChunkSource, Prefetch};
 use candle_core::{DType, Device, Tensor};
+use gpt2::{Gpt2, HookPoint};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -2,8 +2,8 @@
 //! Shakespeare by `finetune configs/tiny-model-recipe.toml`, shipped inside the binary (bf16, zstd; see
 //! docs/tiny-model.md). A model installed in [`model_dir`] (by `finetune --install-default`) is loaded instead.
 use crate::error::{Error, Result};
-use crate::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device};
+use gpt2::{Gpt2, Gpt2Config};
 use std::path::PathBuf;
 
 /// Seed of the tiny model's random initialization (the start of its training).

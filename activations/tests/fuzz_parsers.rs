@@ -7,7 +7,8 @@ use activations::corpus::Split;
 use activations::shards::{
     header_len, parse_header, CorpusInfo, Manifest, ShardInfo, MAX_HEADER_BYTES,
 };
-use activations::{Gpt2Config, HookPoint};
+use gpt2::Gpt2Config;
+use gpt2::HookPoint;
 use proptest::prelude::*;
 use std::path::Path;
 

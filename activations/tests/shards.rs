@@ -3,8 +3,11 @@ use activations::corpus::{default_corpus, CorpusSource, CorpusSpec, PackOptions,
 use activations::shards::{
     extract, ExtractConfig, ExtractOptions, Manifest, ReaderOptions, ShardReader,
 };
-use activations::{ActivationSource, Gpt2, Gpt2Config, HookPoint, OnTheFly, OnTheFlyOptions};
+use activations::{ActivationSource, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
+use gpt2::Gpt2;
+use gpt2::Gpt2Config;
+use gpt2::HookPoint;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -38,12 +38,12 @@ fn two_runs_give_a_page_with_charts_tables_and_the_speed_up() {
 #[test]
 fn a_single_run_without_timing_metrics_still_renders() {
     let tmp = tempfile::tempdir().unwrap();
-    let run = eval::RunDir::create_at(&tmp.path().join("bare")).unwrap();
-    let mut m = eval::Metrics::new();
+    let run = harness::RunDir::create_at(&tmp.path().join("bare")).unwrap();
+    let mut m = harness::Metrics::new();
     m.insert("loss".into(), 2.0);
     std::fs::write(
         run.metrics_path(),
-        eval::Record::train(1, 10, 0.1, m).to_json_line(),
+        harness::Record::train(1, 10, 0.1, m).to_json_line(),
     )
     .unwrap();
     let html = render(&[RunData::load(&run).unwrap()]).unwrap();
@@ -78,26 +78,26 @@ fn a_single_run_with_timing_gets_its_charts() {
 }
 
 /// Replaces a run's config.json by `edit` applied to it.
-fn edit_config(run: &eval::RunDir, edit: impl FnOnce(&mut serde_json::Value)) {
+fn edit_config(run: &harness::RunDir, edit: impl FnOnce(&mut serde_json::Value)) {
     let mut config = run.read_config_json().unwrap().unwrap();
     edit(&mut config);
     run.write_config("", &config).unwrap();
 }
 
 /// Replaces a run's run.json by `edit` applied to it.
-fn edit_meta(run: &eval::RunDir, edit: impl FnOnce(&mut eval::RunMeta)) {
+fn edit_meta(run: &harness::RunDir, edit: impl FnOnce(&mut harness::RunMeta)) {
     let mut meta = run.read_meta().unwrap();
     edit(&mut meta);
     run.write_meta(&meta).unwrap();
 }
 
-fn page(runs: &[&eval::RunDir], forced: &[(usize, usize)]) -> String {
+fn page(runs: &[&harness::RunDir], forced: &[(usize, usize)]) -> String {
     let data: Vec<RunData> = runs.iter().map(|r| RunData::load(r).unwrap()).collect();
     eval::report::render_paired(&data, forced).unwrap()
 }
 
 fn pairs_of(
-    runs: &[&eval::RunDir],
+    runs: &[&harness::RunDir],
     forced: &[(usize, usize)],
 ) -> Vec<eval::report::pairing::Pairing> {
     let data: Vec<RunData> = runs.iter().map(|r| RunData::load(r).unwrap()).collect();
@@ -239,7 +239,7 @@ fn every_run_has_its_own_colour_and_label() {
 #[test]
 fn a_single_run_shows_the_speed_up_of_its_own_checks() {
     let tmp = tempfile::tempdir().unwrap();
-    let run = eval::RunDir::create_at(&tmp.path().join("checked")).unwrap();
+    let run = harness::RunDir::create_at(&tmp.path().join("checked")).unwrap();
     run.write_config(
         "",
         &serde_json::json!({"selector": {"kind": "profk", "compare_with": "sort"}}),
@@ -247,13 +247,13 @@ fn a_single_run_shows_the_speed_up_of_its_own_checks() {
     .unwrap();
     let lines: String = (1..=40u64)
         .map(|step| {
-            let mut m = eval::Metrics::new();
+            let mut m = harness::Metrics::new();
             m.insert("step_ms".into(), 10.0);
             m.insert("select_ms".into(), 0.5);
             if step % 10 == 0 {
                 m.insert("compare_select_ms".into(), 1.5);
             }
-            eval::Record::train(step, step * 100, 0.1, m).to_json_line()
+            harness::Record::train(step, step * 100, 0.1, m).to_json_line()
         })
         .collect();
     std::fs::write(run.metrics_path(), lines).unwrap();
@@ -267,13 +267,13 @@ fn a_single_run_shows_the_speed_up_of_its_own_checks() {
 }
 
 /// A fine-tune run: train loss and eval records with its unigram baselines.
-fn finetune_run(root: &std::path::Path, name: &str, mode: &str, step_ms: f64) -> eval::RunDir {
-    let run = eval::RunDir::create_at(&root.join(name)).unwrap();
-    run.write_meta(&eval::RunMeta {
+fn finetune_run(root: &std::path::Path, name: &str, mode: &str, step_ms: f64) -> harness::RunDir {
+    let run = harness::RunDir::create_at(&root.join(name)).unwrap();
+    run.write_meta(&harness::RunMeta {
         task: "finetune".into(),
         selector: "profk".into(),
         provenance: Some(common::provenance()),
-        ..eval::RunMeta::default()
+        ..harness::RunMeta::default()
     })
     .unwrap();
     let density = if mode == "dense" { 1.0 } else { 0.01 };
@@ -285,20 +285,20 @@ fn finetune_run(root: &std::path::Path, name: &str, mode: &str, step_ms: f64) ->
     .unwrap();
     let mut lines = String::new();
     for step in 1..=20u64 {
-        let mut m = eval::Metrics::new();
+        let mut m = harness::Metrics::new();
         m.insert("step_ms".into(), step_ms);
         m.insert("loss".into(), 8.0 - 0.1 * step as f64);
         if mode != "dense" {
             m.insert("ef_residual_norm".into(), 1.0 + step as f64);
             m.insert("ef_kept_share".into(), 0.3);
         }
-        lines.push_str(&eval::Record::train(step, step * 64, 0.1, m).to_json_line());
+        lines.push_str(&harness::Record::train(step, step * 64, 0.1, m).to_json_line());
         if step % 10 == 0 {
-            let mut e = eval::Metrics::new();
+            let mut e = harness::Metrics::new();
             e.insert("eval_loss".into(), 7.5 - 0.05 * step as f64);
             e.insert("unigram_entropy".into(), 6.1);
             e.insert("unigram_eval_loss".into(), 6.37095044);
-            lines.push_str(&eval::Record::eval(step, step * 64, 0.1, e).to_json_line());
+            lines.push_str(&harness::Record::eval(step, step * 64, 0.1, e).to_json_line());
         }
     }
     std::fs::write(run.metrics_path(), lines).unwrap();
@@ -346,9 +346,9 @@ fn a_run_without_held_out_data_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let run = synthetic_run(tmp.path(), "shards", "profk", 0.5, 10);
     let mut text = std::fs::read_to_string(run.metrics_path()).unwrap();
-    let mut e = eval::Metrics::new();
+    let mut e = harness::Metrics::new();
     e.insert("heldout_tokens".into(), 0.0);
-    text.push_str(&eval::Record::eval(10, 40960, 0.1, e).to_json_line());
+    text.push_str(&harness::Record::eval(10, 40960, 0.1, e).to_json_line());
     std::fs::write(run.metrics_path(), text).unwrap();
     let data = RunData::load(&run).unwrap();
     let html = render(std::slice::from_ref(&data)).unwrap();

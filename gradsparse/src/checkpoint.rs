@@ -1,5 +1,5 @@
 //! Checkpoints: the model in Hugging Face layout (config.json + model.safetensors, loadable by
-//! `activations::gpt2::Gpt2::load`), plus `optimizer.safetensors` (residual, velocity, AdamW moments)
+//! `gpt2::Gpt2::load`), plus `optimizer.safetensors` (residual, velocity, AdamW moments)
 //! and `trainer_state.json` (steps, layout), each written atomically.
 use crate::error::{Error, Result};
 use crate::trainer::Trainer;
@@ -59,7 +59,8 @@ pub fn save(trainer: &Trainer, dir: &Path) -> Result<()> {
             .collect(),
         momentum_correction: trainer.feedback().velocity().is_some(),
     };
-    eval::atomic::write_json_atomic(&dir.join(STATE_FILE), &state).map_err(|e| fail(e.to_string()))
+    harness::atomic::write_json_atomic(&dir.join(STATE_FILE), &state)
+        .map_err(|e| fail(e.to_string()))
 }
 
 /// Restores `trainer` from a checkpoint written by [`save`] for the same model and config.

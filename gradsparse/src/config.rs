@@ -2,8 +2,11 @@
 use crate::adamw::AdamWParams;
 use crate::error::{Error, Result};
 use crate::select::Scope;
-use eval::{ConfigSource, DeviceSpec, LogConfig, SelectorConfig};
+use harness::LogConfig;
+use harness::SelectorConfig;
 use profk::Selector;
+use runtime::config::ConfigSource;
+use runtime::config::DeviceSpec;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -52,7 +55,7 @@ pub struct FinetuneConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     /// A size name (`tiny`, `gpt2`, `gpt2-medium`, `gpt2-large`, `gpt2-xl`) for random weights, or
-    /// with `init = "load"` a directory / hub id that `activations::gpt2::locate` resolves.
+    /// with `init = "load"` a directory / hub id that `gpt2::locate` resolves.
     pub name: String,
     /// `random` (GPT-2's initialisation, seeded) or `load` (pretrained weights from `name`).
     pub init: Init,
@@ -186,7 +189,7 @@ impl Default for DataConfig {
             text_column: None,
             token_column: None,
             context: 128,
-            held_out_fraction: eval::config::DEFAULT_HELD_OUT_FRACTION,
+            held_out_fraction: activations::corpus::DEFAULT_HELD_OUT_FRACTION,
             synthetic: false,
         }
     }
@@ -206,7 +209,7 @@ impl Default for TrainConfig {
             eps: adam.eps,
             weight_decay: adam.weight_decay,
             checkpoint_every: 0,
-            keep_checkpoints: eval::train_loop::DEFAULT_KEEP_CHECKPOINTS,
+            keep_checkpoints: harness::train_loop::DEFAULT_KEEP_CHECKPOINTS,
             eval_every: 0,
             eval_batches: 8,
         }
@@ -254,11 +257,11 @@ impl FinetuneConfig {
 
     fn from_source(source: &ConfigSource) -> Result<Self> {
         let cfg: Self = source.parse(RENAMED).map_err(|e| match e {
-            eval::Error::Parse { message, line, .. } => {
+            runtime::Error::Parse { message, line, .. } => {
                 let key = message.split('`').nth(1).unwrap_or("<toml>").to_string();
                 Error::config(key, format!("line {line}: {message}"))
             }
-            eval::Error::Config { key, message } => Error::Config { key, message },
+            runtime::Error::Config { key, message } => Error::Config { key, message },
             other => other.into(),
         })?;
         cfg.validate()?;
@@ -321,7 +324,7 @@ impl FinetuneConfig {
         )?;
         if m.init == Init::Random {
             check(
-                activations::gpt2::Gpt2Config::by_name(&m.name).is_some(),
+                gpt2::Gpt2Config::by_name(&m.name).is_some(),
                 "model.name",
                 format!("{:?} is not a size name (tiny, gpt2, gpt2-medium, gpt2-large, gpt2-xl); set model.init = \"load\" to load a directory", m.name),
             )?;

@@ -23,7 +23,9 @@ pub enum Error {
     #[error(transparent)]
     Selector(#[from] profk::Error),
     #[error(transparent)]
-    Eval(#[from] eval::Error),
+    Harness(#[from] harness::Error),
+    #[error(transparent)]
+    Runtime(#[from] runtime::Error),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

@@ -3,8 +3,8 @@
 use crate::config::FinetuneConfig;
 use crate::{Error, Result};
 use activations::memory::{shortfall, Need};
-use activations::Gpt2Config;
 use candle_core::Device;
+use gpt2::Gpt2Config;
 
 /// Floats per token, layer and unit of width that a block keeps for its backward pass (layer-norm
 /// inputs, q/k/v, attention output, the 4d-wide MLP hidden before and after GELU, residuals).
@@ -49,7 +49,7 @@ pub fn estimate(cfg: &FinetuneConfig, model: &Gpt2Config, cuda: bool) -> Vec<Nee
     let logits = if cuda {
         tokens.saturating_mul(v).saturating_mul(2)
     } else {
-        tokens.min(activations::ops::loss_chunk_rows(model.vocab_size) as u128) * v
+        tokens.min(gpt2::ops::loss_chunk_rows(model.vocab_size) as u128) * v
     };
     vec![
         Need {

@@ -4,9 +4,11 @@ use crate::config::FinetuneConfig;
 use crate::data::Batches;
 use crate::error::{Error, Result};
 use crate::trainer::{build_model, device_of, StepReport, Trainer};
-use eval::metrics::names;
-use eval::train_loop::{LoopConfig, LoopSummary, StepContext, StepOutput};
-use eval::{Metrics, Progress, StopSignal};
+use harness::metrics::names;
+use harness::train_loop::{LoopConfig, LoopSummary, StepContext, StepOutput};
+use harness::Metrics;
+use harness::Progress;
+use runtime::signal::StopSignal;
 use std::path::{Path, PathBuf};
 
 /// Metric names of a fine-tuning step besides eval's shared ones (loss, select_ms, step_ms...).
@@ -45,7 +47,7 @@ pub struct RunOptions {
     /// Show the progress bar.
     pub progress_bar: bool,
     /// The binary's build, recorded in run.json (`sparsetrain::build_info()`).
-    pub build: eval::BuildInfo,
+    pub build: harness::BuildInfo,
     /// After a run that finished, install the trained model as the default tiny model
     /// (`activations::tiny::model_dir()`), which `model = "tiny"` then loads (`--install-default`).
     pub install_default: bool,
@@ -72,7 +74,7 @@ struct LoopTrainer {
     unigram_eval_loss: Option<f64>,
 }
 
-impl eval::Trainer for LoopTrainer {
+impl harness::Trainer for LoopTrainer {
     type Error = Error;
 
     fn step(&mut self, ctx: StepContext) -> Result<StepOutput> {
@@ -161,7 +163,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         std::thread::spawn(move || model_identity(&model, seed))
     };
     let model = build_model(&cfg, &device)?;
-    if opts.install_default && model.config() != &activations::Gpt2Config::tiny() {
+    if opts.install_default && model.config() != &gpt2::Gpt2Config::tiny() {
         return Err(Error::config(
             "model.name",
             format!(
@@ -182,7 +184,7 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         .join()
         .map_err(|_| Error::config("model.name", "hashing the weights failed"))??;
 
-    let launch = eval::Launch::open(eval::LaunchSpec {
+    let launch = harness::Launch::open(harness::LaunchSpec {
         command: "finetune".into(),
         task: "finetune".into(),
         resolved: serde_json::to_value(&cfg)
@@ -220,6 +222,10 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         unigram_eval_loss,
     };
     let finished = launch.train(&mut looped, &loop_cfg, start, details, &opts.stop)?;
+    if !finished.stopped() {
+        let run = harness::RunDir::open_existing(&finished.run_dir)?;
+        eval::report::write_run_report(&run)?;
+    }
 
     let installed_tiny = if opts.install_default && !finished.stopped() {
         let dir = activations::tiny::model_dir();
@@ -249,7 +255,7 @@ fn model_identity(model: &crate::config::ModelConfig, seed: u64) -> Result<Strin
     match model.init {
         crate::config::Init::Random => Ok(format!("random:{}:{seed}", model.name)),
         crate::config::Init::Load => {
-            let files = activations::gpt2::locate(&model.name).map_err(|e| err(e.to_string()))?;
+            let files = gpt2::locate(&model.name).map_err(|e| err(e.to_string()))?;
             activations::models::files_sha256(&files.weights).map_err(|e| err(e.to_string()))
         }
     }

@@ -8,9 +8,9 @@ use crate::feedback::ErrorFeedback;
 use crate::layout::FlatLayout;
 use crate::mass::sum_of_squares;
 use crate::select::{k_for, Scope, Selection, SelectorChoice};
-use activations::gpt2::{Gpt2, Gpt2Config};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
+use gpt2::{Gpt2, Gpt2Config};
 use std::time::{Duration, Instant};
 
 /// What one step did and how long each stage took (device synchronized between stages).
@@ -83,9 +83,9 @@ pub struct Trainer {
 }
 
 /// The device a config's `device` names.
-pub fn device_of(spec: eval::DeviceSpec) -> Result<Device> {
-    activations::models::open_device("device", spec).map_err(|e| match e {
-        activations::Error::Config { key, message } => Error::Config { key, message },
+pub fn device_of(spec: runtime::config::DeviceSpec) -> Result<Device> {
+    runtime::device::open_device("device", spec).map_err(|e| match e {
+        runtime::Error::Config { key, message } => Error::Config { key, message },
         other => Error::config("device", other.to_string()),
     })
 }
@@ -113,7 +113,7 @@ impl Trainer {
             candle_core::cuda::set_gemm_reduced_precision_f32(cfg.model.tf32);
             // Freed memory stays in the pool, as in PyTorch's caching allocator; otherwise every
             // step's synchronisation unmaps it and the next step maps it again.
-            activations::ops::keep_pool_memory(&device).map_err(Error::Candle)?;
+            gpt2::ops::keep_pool_memory(&device).map_err(Error::Candle)?;
         }
         let varmap = VarMap::new();
         let model = model.to_varmap(&varmap).map_err(|e| Error::Param {
@@ -370,7 +370,7 @@ impl Trainer {
     /// GPT-2's coordinates) add into the residual in place and return no gradient, so no gradient
     /// tensor is written, accumulated by candle, and read again by the update pass. The others return
     /// theirs as usual. With momentum correction `u = μ·u + g` comes first, so every gradient is returned.
-    fn gradient_sinks(&self) -> Result<Option<activations::ops::SinkGuard>> {
+    fn gradient_sinks(&self) -> Result<Option<gpt2::ops::SinkGuard>> {
         if momentum_correction(&self.cfg) {
             return Ok(None);
         }
@@ -383,13 +383,13 @@ impl Trainer {
             .map(|(var, span)| {
                 (
                     var.as_tensor(),
-                    activations::ops::GradSink {
+                    gpt2::ops::GradSink {
                         buffer: residual.clone(),
                         offset: span.offset,
                     },
                 )
             });
-        Ok(Some(activations::ops::sink_gradients(targets)?))
+        Ok(Some(gpt2::ops::sink_gradients(targets)?))
     }
 
     /// Mean next-token loss per predicted token over `max_contexts` held-out contexts spread over
@@ -416,7 +416,7 @@ impl Trainer {
 }
 
 /// Model errors surface as candle errors with their message.
-fn candle_of(e: activations::gpt2::Error) -> candle_core::Error {
+fn candle_of(e: gpt2::Error) -> candle_core::Error {
     candle_core::Error::Msg(e.to_string())
 }
 

@@ -97,7 +97,7 @@ fn compare_defaults_to_the_other_selector() {
 #[test]
 fn shared_keys_have_the_same_defaults_as_train_sae() {
     let cfg = FinetuneConfig::from_toml("").unwrap();
-    assert_eq!(cfg.selector, eval::SelectorConfig::default());
+    assert_eq!(cfg.selector, harness::SelectorConfig::default());
     assert_eq!(cfg.selector.compare_every, 100);
     assert_eq!(cfg.train.keep_checkpoints, 2);
     assert_eq!(cfg.data.held_out_fraction, 0.1);

@@ -1,6 +1,6 @@
 //! The tiny model trains, checkpoints in Hugging Face layout, and resumes to the same state.
-use activations::gpt2::Gpt2;
 use candle_core::{DType, Device, Tensor};
+use gpt2::Gpt2;
 use gradsparse::data::Batches;
 use gradsparse::run::{finetune, RunOptions};
 use gradsparse::trainer::{build_model, device_of};
@@ -165,23 +165,26 @@ fn run_resumes_like_an_uninterrupted_run() {
         std::fs::read(dir.join("model.safetensors")).unwrap()
     };
     assert_eq!(weights(&full), weights(&resumed));
-    let records = eval::metrics::read_records(&resumed.run_dir.join("metrics.jsonl")).unwrap();
+    let records = harness::metrics::read_records(&resumed.run_dir.join("metrics.jsonl")).unwrap();
     let train: Vec<u64> = records
         .iter()
-        .filter(|r| r.kind == eval::RecordKind::Train)
+        .filter(|r| r.kind == harness::RecordKind::Train)
         .map(|r| r.step)
         .collect();
     assert_eq!(train, vec![1, 2, 3, 4]);
     assert!(records.iter().any(|r| r.metrics.contains_key("select_ms")));
     // run.json names the starting weights: a random initialization by its size and seed.
-    let meta = eval::RunDir::open_existing(&resumed.run_dir)
+    let meta = harness::RunDir::open_existing(&resumed.run_dir)
         .unwrap()
         .read_meta()
         .unwrap();
     let provenance = meta.provenance.expect("run.json records the provenance");
     assert_eq!(provenance.model_sha256.as_deref(), Some("random:tiny:3"));
     // Every logged step measures the error feedback.
-    for r in records.iter().filter(|r| r.kind == eval::RecordKind::Train) {
+    for r in records
+        .iter()
+        .filter(|r| r.kind == harness::RecordKind::Train)
+    {
         let share = r.metrics["ef_kept_share"];
         assert!(share > 0.0 && share <= 1.0, "step {}: {share}", r.step);
         assert!(r.metrics["ef_residual_norm"] > 0.0, "step {}", r.step);

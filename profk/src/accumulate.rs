@@ -79,7 +79,7 @@ pub struct Accumulation<'a> {
     pub residual: &'a Tensor,
     /// One gradient per span, any shape with the span's element count; f16/bf16/f64 are converted to
     /// f32. `None`: nothing to add, the span's gradient is already in the residual (a backward pass
-    /// that accumulates into it, `activations::ops::sink_gradients`) or it has none; the pass then
+    /// that accumulates into it, `gpt2::ops::sink_gradients`) or it has none; the pass then
     /// only reads the residual there. Needs no velocity (momentum correction adds to it first).
     pub grads: &'a [Option<Tensor>],
     /// DGC velocity (flat f32, like the residual), updated in place; `None` adds the gradients.

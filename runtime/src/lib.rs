@@ -1,4 +1,7 @@
 //! What every crate of the workspace shares at run time, below all of them in the crate graph:
+//! - [`config`]: a command's TOML config with `--set` overrides, errors naming the user's line, and
+//!   the `device` and dtype values; [`device`]: the one device opener;
+//! - [`lock`]: one process per directory; [`signal`]: SIGINT/SIGTERM as a request to stop;
 //! - [`build_info`]: the version, git commit and cargo features a binary was built with;
 //! - [`fs`]: crash-safe file writes (temporary sibling, fsync, rename, directory fsync);
 //! - `cuda` (feature `cuda`): embedded kernel fatbins, loaded once per CUDA context;
@@ -8,13 +11,20 @@
 //!   signatures written out for each op;
 //! - [`workspace_file`]: the workspace's fixtures and tools, found without a build-time path.
 pub mod build_info;
+pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod device;
+mod error;
 pub mod fs;
+pub mod host;
+pub mod lock;
+pub mod signal;
 #[cfg(feature = "cuda")]
 pub mod to_host;
 mod workspace;
 
+pub use error::{Error, Result};
 pub use workspace::{workspace_file, ROOT_ENV};
 
 /// `test_device!(name, body)`: the test `name::cpu`, and `name::cuda` under the calling crate's `cuda`

@@ -7,7 +7,7 @@
 //!   and the checkpoint is a quarter smaller,
 //! - `trainer_state.json`: step, tokens consumed (the data position), threshold, input scales, config.
 //!
-//! The training loop (eval::train_loop) writes the folder under a temporary name and renames it into place.
+//! The training loop (harness::train_loop) writes the folder under a temporary name and renames it into place.
 use crate::config::{Arch, Config, DataConfig};
 use crate::model::{Sae, Shape};
 use crate::trainer::Trainer;

@@ -1,12 +1,14 @@
 //! The TOML configuration of `train-sae`. Every key is known (unknown keys are errors) and every value is
 //! checked; an error names the dotted key.
 use crate::{Error, Result};
-use activations::HookPoint;
-use eval::{ConfigSource, DeviceSpec, Dtype};
+use gpt2::HookPoint;
+use runtime::config::ConfigSource;
+use runtime::config::DeviceSpec;
+use runtime::config::Dtype;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use eval::SelectorConfig;
+pub use harness::SelectorConfig;
 use std::path::{Path, PathBuf};
 
 /// Keys of the other commands' old vocabulary, refused with the name this config uses.
@@ -46,7 +48,7 @@ pub struct Config {
     pub selector: SelectorConfig,
     /// Logging, the progress bar and Weights & Biases.
     #[serde(default)]
-    pub log: eval::LogConfig,
+    pub log: harness::LogConfig,
     /// The final evaluation.
     #[serde(default)]
     pub eval: EvalConfig,
@@ -191,7 +193,7 @@ fn default_held_out() -> usize {
     8192
 }
 fn default_held_out_fraction() -> f64 {
-    eval::config::DEFAULT_HELD_OUT_FRACTION
+    activations::corpus::DEFAULT_HELD_OUT_FRACTION
 }
 fn default_true() -> bool {
     true
@@ -422,7 +424,7 @@ fn default_eps() -> f64 {
     1e-8
 }
 fn default_keep_checkpoints() -> usize {
-    eval::train_loop::DEFAULT_KEEP_CHECKPOINTS
+    harness::train_loop::DEFAULT_KEEP_CHECKPOINTS
 }
 fn default_decay_start() -> f64 {
     0.8
@@ -493,7 +495,7 @@ impl Config {
 
     fn from_source(source: &ConfigSource) -> Result<Self> {
         let cfg: Config = source.parse(RENAMED).map_err(|e| match e {
-            eval::Error::Parse {
+            runtime::Error::Parse {
                 path,
                 line,
                 message,

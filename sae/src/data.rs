@@ -1,7 +1,8 @@
 //! Activation batches for training: helpers over `activations::ActivationSource` and a synthetic source.
 use crate::Result;
-use activations::{ActivationSource, HookPoint};
+use activations::ActivationSource;
 use candle_core::{Device, Tensor};
+use gpt2::HookPoint;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};

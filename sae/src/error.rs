@@ -38,9 +38,11 @@ pub enum Error {
     #[error(transparent)]
     Activations(#[from] activations::Error),
     #[error(transparent)]
-    Model(#[from] activations::gpt2::Error),
+    Model(#[from] gpt2::Error),
     #[error(transparent)]
-    Run(#[from] eval::Error),
+    Run(#[from] harness::Error),
+    #[error(transparent)]
+    Runtime(#[from] runtime::Error),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }

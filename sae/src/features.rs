@@ -10,11 +10,13 @@ use crate::model::Sae;
 use crate::{Error, Result};
 use activations::corpus::{Contexts, CorpusSource, Split};
 use activations::tokenizer::END_OF_TEXT;
-use activations::{Gpt2, Gpt2Tokenizer, HookPoint};
+use activations::Gpt2Tokenizer;
 use candle_core::{DType, Device, Tensor};
 use eval::report::features::{
     DensityHistogram, Example, FeatureDashboards, LatentDashboard, QuantileGroup,
 };
+use gpt2::Gpt2;
+use gpt2::HookPoint;
 pub use output_tokens::Unembedding;
 use output_tokens::{output_effects, OutputEffects};
 use sampling::Window;
@@ -670,7 +672,7 @@ pub fn build_for_run(
     opts: &FeatureOptions,
     device: &Device,
 ) -> Result<FeatureDashboards> {
-    let run = eval::RunDir::open_existing(run_dir)?;
+    let run = harness::RunDir::open_existing(run_dir)?;
     let cfg_json = run.read_config_json()?.ok_or_else(|| {
         Error::Data(format!(
             "{} has no config.json to say which model and corpus the SAE was trained on",
@@ -683,7 +685,7 @@ pub fn build_for_run(
     let sae = InferenceSae::from_saelens(&sae_dir, device)?;
     let dashboards = match &cfg.data {
         DataConfig::Model { model, dtype, .. } => {
-            let dtype = activations::models::candle_dtype(*dtype);
+            let dtype = runtime::device::candle_dtype(*dtype);
             let model = activations::models::load_model(model, dtype, device)?;
             build_from_model(&sae, &cfg, &model, opts)?
         }

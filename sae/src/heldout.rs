@@ -5,8 +5,9 @@ use crate::Result;
 use activations::corpus::Contexts;
 use activations::source::hook_rows;
 use activations::tokenizer::END_OF_TEXT;
-use activations::{Gpt2, HookPoint};
 use candle_core::{DType, Tensor};
+use gpt2::Gpt2;
+use gpt2::HookPoint;
 
 /// Whether a token's activations take part in FVU and L0.
 pub fn is_evaluated(token: u32) -> bool {

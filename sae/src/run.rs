@@ -10,10 +10,16 @@ use crate::heldout::heldout_rows;
 use crate::trainer::Trainer;
 use crate::{Error, Result};
 use activations::corpus::{CorpusSource, PackOptions, Split};
-use activations::gpt2::Patch;
-use activations::{ActivationSource, Gpt2, HookPoint, OnTheFly, OnTheFlyOptions};
+use activations::{ActivationSource, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
-use eval::{LoopConfig, Metrics, Progress, StepContext, StepOutput};
+use gpt2::Gpt2;
+use gpt2::HookPoint;
+use gpt2::Patch;
+use harness::LoopConfig;
+use harness::Metrics;
+use harness::Progress;
+use harness::StepContext;
+use harness::StepOutput;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -27,10 +33,10 @@ pub struct RunOptions {
     pub out: Option<PathBuf>,
     /// Continue the run in `out` from its latest checkpoint.
     pub resume: bool,
-    /// Stop request: [`eval::StopSignal::install`] in the binary (SIGINT, SIGTERM).
-    pub stop: eval::StopSignal,
+    /// Stop request: [`runtime::signal::StopSignal::install`] in the binary (SIGINT, SIGTERM).
+    pub stop: runtime::signal::StopSignal,
     /// The binary's build, recorded in run.json (`sparsetrain::build_info()`).
-    pub build: eval::BuildInfo,
+    pub build: harness::BuildInfo,
 }
 
 /// What a finished (or stopped) run reports.
@@ -76,12 +82,12 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         let data = cfg.data.clone();
         std::thread::spawn(move || model_identity(&data))
     };
-    let device = activations::models::open_device("device", cfg.device)?;
+    let device = runtime::device::open_device("device", cfg.device)?;
     let device_ready = began.elapsed();
     set_precision(cfg.train.precision);
     #[cfg(feature = "cuda")]
     if device.is_cuda() {
-        activations::ops::keep_pool_memory(&device)?;
+        gpt2::ops::keep_pool_memory(&device)?;
     }
     // The model and data load before the run directory exists: a missing model leaves nothing behind.
     let mut data = Data::open(&cfg, &device)?;
@@ -105,7 +111,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let model_sha256 = hashing
         .join()
         .map_err(|_| Error::Data("hashing the model weights failed".into()))??;
-    let launch = eval::Launch::open(eval::LaunchSpec {
+    let launch = harness::Launch::open(harness::LaunchSpec {
         command: "train-sae".into(),
         task: "sae".into(),
         resolved: serde_json::to_value(&cfg)
@@ -203,7 +209,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         // The report the launcher wrote, again with the dashboards.
         eval::report::write_report(std::slice::from_ref(&run_dir), &run_dir.report_path())?;
         if cfg.log.wandb {
-            eval::wandb::log_artifact(&run_dir, &cfg.log, &sae_dir, "sae", "model");
+            harness::wandb::log_artifact(&run_dir, &cfg.log, &sae_dir, "sae", "model");
         }
     }
     // Where a whole run's wall time goes beside the loop's own (bench/data_path.py reads this line).
@@ -398,7 +404,7 @@ impl Data {
                 prefetch,
                 ..
             } => {
-                let dtype = activations::models::candle_dtype(*dtype);
+                let dtype = runtime::device::candle_dtype(*dtype);
                 let model = Arc::new(activations::models::load_model(model, dtype, device)?);
                 check_model_fit(layers, *context, model.config())?;
                 let hooks: Vec<HookPoint> = layers.iter().map(|&l| hook.at(l)).collect();
@@ -489,11 +495,7 @@ impl Data {
 }
 
 /// The model must have the layers and positions the config asks for.
-fn check_model_fit(
-    layers: &[usize],
-    context: usize,
-    model: &activations::Gpt2Config,
-) -> Result<()> {
+fn check_model_fit(layers: &[usize], context: usize, model: &gpt2::Gpt2Config) -> Result<()> {
     let depth = model.n_layer;
     if let Some(&l) = layers.iter().find(|&&l| l >= depth) {
         return Err(Error::config(
@@ -539,10 +541,10 @@ struct SaeJob {
     /// The last step failed reading its batch, before anything was updated.
     data_failed: bool,
     /// Where the evaluations' latent-density histograms go.
-    run_dir: eval::RunDir,
+    run_dir: harness::RunDir,
 }
 
-impl eval::Trainer for SaeJob {
+impl harness::Trainer for SaeJob {
     type Error = Error;
 
     fn step(&mut self, ctx: StepContext) -> Result<StepOutput> {
@@ -559,10 +561,10 @@ impl eval::Trainer for SaeJob {
         let data_wait_ms = 1e3 * waited.elapsed().as_secs_f64();
         let s = self.trainer.train_step(&raw, ctx.log)?;
         let mut m = Metrics::new();
-        m.insert(eval::metrics::names::DATA_WAIT_MS.into(), data_wait_ms);
+        m.insert(harness::metrics::names::DATA_WAIT_MS.into(), data_wait_ms);
         m.insert("select_ms".into(), s.select_ms);
         if let Some(ms) = s.compare_ms {
-            m.insert(eval::metrics::names::COMPARE_SELECT_MS.into(), ms);
+            m.insert(harness::metrics::names::COMPARE_SELECT_MS.into(), ms);
         }
         m.insert("lr".into(), s.lr);
         m.insert("threshold".into(), s.threshold);
@@ -598,10 +600,13 @@ impl eval::Trainer for SaeJob {
         save_state(dir, &self.trainer)
     }
 
-    fn checkpoint_image(&mut self, _progress: &Progress) -> Result<Option<eval::CheckpointImage>> {
+    fn checkpoint_image(
+        &mut self,
+        _progress: &Progress,
+    ) -> Result<Option<harness::CheckpointImage>> {
         let image = StateImage::of(&self.trainer)?;
         Ok(Some(Box::new(move |dir: &Path| {
-            image.write(dir).map_err(eval::ImageError::from)
+            image.write(dir).map_err(harness::ImageError::from)
         })))
     }
 
@@ -624,7 +629,7 @@ impl eval::Trainer for SaeJob {
             m.insert("heldout_fvu_threshold".into(), e.fvu_threshold);
             m.insert("heldout_l0_threshold".into(), e.l0_threshold);
             m.insert("heldout_rare_fraction".into(), e.rare_fraction);
-            let density = eval::latent_density::LatentDensity::of(
+            let density = harness::latent_density::LatentDensity::of(
                 progress.step,
                 e.tokens as u64,
                 &e.latent_density,

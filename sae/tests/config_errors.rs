@@ -121,11 +121,14 @@ fn the_shared_vocabulary_is_accepted_with_the_shared_defaults() {
     else {
         panic!("a model source")
     };
-    assert_eq!(held_out_fraction, eval::config::DEFAULT_HELD_OUT_FRACTION);
-    assert_eq!(cfg.selector, eval::SelectorConfig::default());
+    assert_eq!(
+        held_out_fraction,
+        activations::corpus::DEFAULT_HELD_OUT_FRACTION
+    );
+    assert_eq!(cfg.selector, harness::SelectorConfig::default());
     assert_eq!(
         cfg.train.keep_checkpoints,
-        eval::train_loop::DEFAULT_KEEP_CHECKPOINTS
+        harness::train_loop::DEFAULT_KEEP_CHECKPOINTS
     );
     let cfg = Config::from_toml(&model("held_out_fraction = 0.25")).unwrap();
     assert!(matches!(

@@ -2,8 +2,8 @@
 //! hook point in one forward, checked against identity and layer-swapped stand-ins, against single-hook
 //! splices computed by hand, and present in a run's final eval.
 mod common;
-use activations::HookPoint;
 use candle_core::{Device, Tensor};
+use gpt2::HookPoint;
 use sae::run::{ce_loss_recovered, ce_splices, Data};
 use sae::{Config, Trainer};
 use std::path::Path;
@@ -112,7 +112,7 @@ fn crosscoder_splice_matches_single_hook_splices_by_hand() {
         .reconstruct_threshold(&x, trainer.threshold.max(0.0))
         .unwrap();
     let loss = |logits: Tensor| -> f64 {
-        activations::Gpt2::next_token_loss(&logits, tokens)
+        gpt2::Gpt2::next_token_loss(&logits, tokens)
             .unwrap()
             .to_scalar::<f32>()
             .unwrap() as f64

@@ -110,7 +110,7 @@ fn a_full_disk_during_a_checkpoint_loses_nothing() {
     assert!(line.contains("too large"), "{line}");
     assert_eq!(temporaries(&out), Vec::<PathBuf>::new(), "temporaries left");
     let latest =
-        eval::train_loop::resume_point(&eval::RunDir::open_existing(&out).unwrap()).unwrap();
+        harness::train_loop::resume_point(&harness::RunDir::open_existing(&out).unwrap()).unwrap();
     assert_eq!(
         latest.progress.step, 6,
         "latest stays on the complete checkpoint"

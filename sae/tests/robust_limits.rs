@@ -127,7 +127,7 @@ progress = false
 
 #[test]
 fn model_limits_name_their_keys() {
-    let n_pos = activations::Gpt2Config::tiny().n_positions;
+    let n_pos = gpt2::Gpt2Config::tiny().n_positions;
     let err = expect_err(
         &model_config("", "[2]", n_pos + 1),
         &["data.context", &format!("2..={n_pos}")],

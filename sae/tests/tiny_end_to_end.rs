@@ -24,7 +24,7 @@ fn tiny_model_run_end_to_end() {
     let report = std::fs::read_to_string(dir.path().join("run/report.html")).unwrap();
     assert!(dir.path().join("run/features.json").is_file() && report.contains("id=\"features\""));
     // run.json names the weights read: the shipped model's bytes, as the asset file hashes.
-    let meta = eval::RunDir::open_existing(&dir.path().join("run"))
+    let meta = harness::RunDir::open_existing(&dir.path().join("run"))
         .unwrap()
         .read_meta()
         .unwrap();

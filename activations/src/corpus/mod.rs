@@ -12,6 +12,11 @@ mod shakespeare;
 mod stream;
 
 pub use detect::TOKEN_COLUMNS;
+
+/// The share of a corpus' documents held out from training, unless `data.held_out_fraction` says
+/// otherwise: the same in every command, so that train-sae, extract and finetune split a corpus alike.
+pub const DEFAULT_HELD_OUT_FRACTION: f64 = 0.1;
+
 pub use files::{Compression, DataFile, Field, FileKind};
 pub use hub::HubDataset;
 pub use open::{CorpusSource, CorpusSpec, DEFAULT_TEXT_COLUMN};

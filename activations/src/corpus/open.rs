@@ -66,9 +66,9 @@ pub enum CorpusSource {
 }
 
 impl CorpusSource {
-    /// Opens `spec`, looking for hub datasets in [`crate::gpt2::hf_cache_roots`].
+    /// Opens `spec`, looking for hub datasets in [`gpt2::hf_cache_roots`].
     pub fn open(spec: &CorpusSpec) -> Result<Self> {
-        Self::open_with_hub(spec, &crate::gpt2::hf_cache_roots())
+        Self::open_with_hub(spec, &gpt2::hf_cache_roots())
     }
 
     /// Opens `spec` with hub datasets looked for in `hub_roots`, in order.

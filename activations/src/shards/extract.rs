@@ -10,10 +10,13 @@ use super::shard_file::{self, shard_file_name, st_dtype_name, ShardLayout, Shard
 use crate::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use crate::error::{Error, Result};
 use crate::fsutil;
-use crate::gpt2::{Gpt2, HookPoint};
-use crate::models::{candle_dtype, load_model, open_device};
+use crate::models::load_model;
 use candle_core::DType;
-use eval::{ConfigSource, DeviceSpec, Dtype};
+use gpt2::{Gpt2, HookPoint};
+use runtime::config::ConfigSource;
+use runtime::config::DeviceSpec;
+use runtime::config::Dtype;
+use runtime::device::{candle_dtype, open_device};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -36,7 +39,7 @@ fn default_split() -> Split {
     Split::Train
 }
 fn default_held_out() -> f64 {
-    eval::config::DEFAULT_HELD_OUT_FRACTION
+    crate::corpus::DEFAULT_HELD_OUT_FRACTION
 }
 
 /// Keys renamed when the commands' configs took one vocabulary (old → new); the whole `[corpus]`
@@ -155,9 +158,9 @@ impl ExtractConfig {
 
     pub fn from_source(source: &ConfigSource) -> Result<Self> {
         let cfg: Self = source.parse(RENAMED).map_err(|e| match e {
-            eval::Error::Config { key, message } => Error::Config { key, message },
+            runtime::Error::Config { key, message } => Error::Config { key, message },
             // A parse error names the file and line, an override error the `--set` itself.
-            other => Error::Run(other),
+            other => Error::Runtime(other),
         })?;
         cfg.validate()?;
         Ok(cfg)
@@ -203,7 +206,7 @@ pub struct ExtractOptions {
     pub progress: bool,
     /// Stop after the shard being cut when this is requested (SIGINT / SIGTERM in the binary); the
     /// report then says `complete: false` and a rerun continues.
-    pub stop: eval::StopSignal,
+    pub stop: runtime::signal::StopSignal,
     /// Stop (without a manifest, as a killed run would) after writing this many new shards.
     pub stop_after_new_shards: Option<usize>,
 }
@@ -438,7 +441,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     let dir = cfg.out_dir.as_path();
     fsutil::create_dir_all(dir)?;
     // One extraction per directory for the whole run; the lock names the process holding it.
-    let _lock = eval::DirLock::acquire(dir)?;
+    let _lock = runtime::lock::DirLock::acquire(dir)?;
     remove_stale_temps(dir)?;
     let old_manifest = if dir.join(MANIFEST_FILE).is_file() {
         let old = Manifest::read(dir)?;

@@ -1,8 +1,8 @@
 //! `manifest.json`: what a directory of activation shards holds.
 use crate::error::{Error, Result};
 use crate::fsutil;
-use crate::gpt2::{Gpt2Config, HookPoint};
 use candle_core::DType;
+use gpt2::{Gpt2Config, HookPoint};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -69,7 +69,7 @@ pub fn dtype_name(dtype: DType) -> &'static str {
 
 impl Manifest {
     pub fn shard_dtype(&self) -> Result<DType> {
-        crate::models::parse_dtype("manifest.dtype", &self.dtype)
+        Ok(runtime::device::parse_dtype("manifest.dtype", &self.dtype)?)
     }
 
     pub fn read(dir: &Path) -> Result<Self> {

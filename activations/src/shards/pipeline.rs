@@ -6,9 +6,9 @@ use super::manifest::ShardInfo;
 use super::shard_file::{self, shard_file_name, ShardMeta};
 use crate::corpus::Contexts;
 use crate::error::{Error, Result};
-use crate::gpt2::{Gpt2, HookPoint};
 use crate::source::hook_rows;
 use candle_core::{DType, Device, Tensor};
+use gpt2::{Gpt2, HookPoint};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
@@ -123,14 +123,14 @@ fn touched_buffer(capacity: usize) -> Vec<u8> {
 enum Rows {
     Tensor(Tensor),
     #[cfg(feature = "cuda")]
-    Pinned(crate::ops::PendingCopy),
+    Pinned(gpt2::ops::PendingCopy),
 }
 
 /// Moves activation rows to host memory: asynchronous copies into page-locked buffers on CUDA,
 /// a plain copy elsewhere.
 struct HostCopy {
     #[cfg(feature = "cuda")]
-    pinned: Option<crate::ops::PinnedCopier>,
+    pinned: Option<gpt2::ops::PinnedCopier>,
 }
 
 impl HostCopy {
@@ -140,7 +140,7 @@ impl HostCopy {
         Ok(Self {
             #[cfg(feature = "cuda")]
             pinned: if device.is_cuda() {
-                Some(crate::ops::PinnedCopier::new(device)?)
+                Some(gpt2::ops::PinnedCopier::new(device)?)
             } else {
                 None
             },
@@ -194,7 +194,7 @@ fn cut_shards(
     rows: mpsc::Receiver<(Rows, Vec<u32>)>,
     (host_copy, buffers): (&HostCopy, Buffers),
     jobs: mpsc::SyncSender<Job>,
-    (stop_after, stop): (Option<usize>, &eval::StopSignal),
+    (stop_after, stop): (Option<usize>, &runtime::signal::StopSignal),
     progress: &indicatif::ProgressBar,
 ) -> Result<(usize, bool)> {
     let stopped = || Error::shard(plan.dir, "writer threads stopped");
@@ -250,7 +250,7 @@ pub(super) fn run(
     model: &Gpt2,
     contexts: &Contexts,
     stop_after: Option<usize>,
-    stop: &eval::StopSignal,
+    stop: &runtime::signal::StopSignal,
     progress: &indicatif::ProgressBar,
 ) -> Result<Outcome> {
     let (b, t, kept) = (

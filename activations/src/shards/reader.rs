@@ -12,11 +12,11 @@
 use super::manifest::{Manifest, ACTIVATIONS_TENSOR, TOKENS_TENSOR};
 use super::verified;
 use crate::error::{Error, Result};
-use crate::gpt2::HookPoint;
 use crate::prefetch::{refill_depth, ChunkSource, Prefetch};
 use crate::source::{ActivationSource, ShuffleBuffer, ShuffledRows};
 use crate::upload::Uploader;
 use candle_core::{DType, Device, Tensor};
+use gpt2::HookPoint;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -2,6 +2,7 @@
 use anyhow::{bail, Context};
 use candle_core::{Device, Tensor};
 use profk::{Mode, NanPolicy, Order, Selector, TopKOptions};
+use runtime::config::DeviceSpec;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -25,9 +26,9 @@ pub struct SelectArgs {
     /// error: a NaN in the input is an error; largest: NaN ranks above +inf.
     #[arg(long, value_enum, default_value = "error")]
     pub nan: NanArg,
-    /// cpu or cuda (needs a build with the cuda feature).
-    #[arg(long, value_enum, default_value = "cpu")]
-    pub device: DeviceArg,
+    /// cpu, cuda or cuda:N (cuda needs a build with the cuda feature).
+    #[arg(long, default_value = "cpu")]
+    pub device: DeviceSpec,
     /// profk, sort, select or radix: all give the same answer.
     #[arg(long, value_enum, default_value = "profk")]
     pub selector: SelectorArg,
@@ -61,12 +62,6 @@ pub enum NanArg {
 }
 
 #[derive(clap::ValueEnum, Clone, Copy)]
-pub enum DeviceArg {
-    Cpu,
-    Cuda,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy)]
 pub enum SelectorArg {
     Profk,
     Sort,
@@ -76,8 +71,8 @@ pub enum SelectorArg {
 
 pub fn run(args: SelectArgs) -> anyhow::Result<()> {
     // Before any work: an output that is the input (or a link to it) would destroy it.
-    let output = eval::check_output_path(&args.output, &[&args.input])?;
-    let device = open_device(args.device)?;
+    let output = harness::check_output_path(&args.output, &[&args.input])?;
+    let device = runtime::device::open_device("--device", args.device)?;
     let x = load_tensor(&args.input, &args.tensor, &device)?;
     let opts = TopKOptions {
         selector: match args.selector {
@@ -180,18 +175,6 @@ fn stats_lines(s: &profk::SelectStats) -> Vec<String> {
         .into_iter()
         .map(|(name, value)| format!("{name:<16} {value}"))
         .collect()
-}
-
-fn open_device(device: DeviceArg) -> anyhow::Result<Device> {
-    match device {
-        DeviceArg::Cpu => Ok(Device::Cpu),
-        DeviceArg::Cuda if cfg!(feature = "cuda") => {
-            Device::new_cuda(0).context("opening CUDA device 0")
-        }
-        DeviceArg::Cuda => {
-            bail!("--device cuda: this profk was built without CUDA; rebuild with --features cuda")
-        }
-    }
 }
 
 fn load_tensor(path: &Path, name: &str, device: &Device) -> anyhow::Result<Tensor> {

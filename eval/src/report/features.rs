@@ -3,8 +3,8 @@
 
 use super::html::escape;
 use super::plots::{density_histogram, short_number};
-use crate::atomic::write_atomic;
-use crate::error::{Error, Result};
+use harness::atomic::write_atomic;
+use harness::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::path::Path;

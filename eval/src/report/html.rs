@@ -11,10 +11,10 @@ use super::summary::{
     DenseBaseline, RunSummary, SpeedUp,
 };
 use super::RunData;
-use crate::error::Result;
-use crate::metrics::{names, RecordKind};
-use crate::run_dir::iso_timestamp;
+use harness::error::Result;
+use harness::metrics::{names, RecordKind};
 use plotters::style::RGBColor;
+use runtime::host::iso_timestamp;
 use std::fmt::Write;
 
 const STYLE: &str = "
@@ -138,7 +138,7 @@ impl XAxis {
         }
     }
 
-    fn of(self, rec: &crate::metrics::Record) -> f64 {
+    fn of(self, rec: &harness::metrics::Record) -> f64 {
         match self {
             XAxis::Step => rec.step as f64,
             XAxis::Tokens => rec.tokens as f64,
@@ -568,7 +568,7 @@ pub fn page(runs: &[RunData], labels: &[String], pairs: &[Pairing]) -> Result<St
 
 /// The warning a run's last evaluation calls for when it had no held-out tokens (`heldout_tokens`
 /// 0): what was not measured and how to get it.
-pub fn no_held_out_warning(final_eval: &crate::metrics::Metrics) -> Option<String> {
+pub fn no_held_out_warning(final_eval: &harness::metrics::Metrics) -> Option<String> {
     (final_eval.get("heldout_tokens") == Some(&0.0)).then(|| {
         "no held-out evaluation (heldout_tokens 0): heldout_fvu and heldout_l0 were not measured, \
          only the training batches' fvu and l0. For one, set data.held_out_tokens (activations \
@@ -814,13 +814,13 @@ fn provenance_table(
     summaries: &[RunSummary],
     colors: &[RGBColor],
 ) {
-    type Fact = fn(&crate::provenance::Provenance) -> String;
+    type Fact = fn(&harness::provenance::Provenance) -> String;
     const FACTS: [(&str, Fact); 7] = [
         ("host", |p| p.host.clone()),
         ("CPU", |p| p.cpu.clone()),
         ("GPUs", |p| {
             if p.gpus.is_empty() {
-                crate::provenance::NONE.into()
+                harness::provenance::NONE.into()
             } else {
                 p.gpus.join(", ")
             }
@@ -831,7 +831,7 @@ fn provenance_table(
         ("model weights", |p| {
             p.model_sha256
                 .clone()
-                .unwrap_or_else(|| crate::provenance::NONE.into())
+                .unwrap_or_else(|| harness::provenance::NONE.into())
         }),
     ];
     out.push_str("<h3>Where the runs ran</h3>\n<table><tr><th class=\"l\">run</th>");
@@ -1037,7 +1037,7 @@ fn metric_table(
     metrics: &[String],
     summaries: &[RunSummary],
     colors: &[RGBColor],
-    pick: impl Fn(&RunSummary) -> &crate::metrics::Metrics,
+    pick: impl Fn(&RunSummary) -> &harness::metrics::Metrics,
 ) {
     out.push_str("<table><tr><th class=\"l\">metric</th>");
     for (s, c) in summaries.iter().zip(colors) {

@@ -6,7 +6,7 @@
 
 use super::summary::FAST_SELECTOR;
 use super::RunData;
-use crate::provenance::Provenance;
+use harness::provenance::Provenance;
 use serde_json::Value;
 
 /// Keys that never decide what a run computes or how fast: its name and how it reports.

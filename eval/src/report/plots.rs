@@ -1,6 +1,6 @@
 //! SVG charts (plotters, SVG backend): lines over steps and per-run bars, returned as SVG text.
 
-use crate::error::{Error, Result};
+use harness::error::{Error, Result};
 use plotters::chart::MeshStyle;
 use plotters::coord::ranged1d::{
     AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter,

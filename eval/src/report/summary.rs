@@ -4,7 +4,7 @@
 
 use super::pairing::{PairKind, Pairing};
 use super::RunData;
-use crate::metrics::{names, Metrics, Record, RecordKind};
+use harness::metrics::{names, Metrics, Record, RecordKind};
 use std::collections::BTreeSet;
 
 /// The selector whose speed-up the report shows.

@@ -2,7 +2,14 @@
 
 #![allow(dead_code)]
 
-use eval::{Metrics, Progress, Record, RunDir, RunMeta, StepContext, StepOutput, Trainer};
+use harness::Metrics;
+use harness::Progress;
+use harness::Record;
+use harness::RunDir;
+use harness::RunMeta;
+use harness::StepContext;
+use harness::StepOutput;
+use harness::Trainer;
 use std::path::Path;
 
 /// A fresh run folder `name` in a temporary directory, which lives as long as the first value.
@@ -48,15 +55,15 @@ impl FakeTrainer {
 }
 
 impl Trainer for FakeTrainer {
-    type Error = eval::Error;
+    type Error = harness::Error;
 
-    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, eval::Error> {
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, harness::Error> {
         assert_eq!(
             ctx.step, self.steps_taken,
             "the loop counts steps like the trainer"
         );
         if self.fail_at == Some(ctx.step) {
-            return Err(eval::Error::Report(format!(
+            return Err(harness::Error::Report(format!(
                 "injected failure at {}",
                 ctx.step
             )));
@@ -72,7 +79,7 @@ impl Trainer for FakeTrainer {
         })
     }
 
-    fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<(), eval::Error> {
+    fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<(), harness::Error> {
         let state = serde_json::json!({ "x": self.x, "steps": self.steps_taken });
         std::fs::write(dir.join("state.json"), state.to_string()).expect("write state");
         Ok(())
@@ -82,7 +89,7 @@ impl Trainer for FakeTrainer {
         self.fail_intact
     }
 
-    fn eval(&mut self, _progress: &Progress) -> Result<Metrics, eval::Error> {
+    fn eval(&mut self, _progress: &Progress) -> Result<Metrics, harness::Error> {
         let mut m = Metrics::new();
         m.insert("fvu".into(), self.x / 2.0);
         Ok(m)
@@ -90,13 +97,13 @@ impl Trainer for FakeTrainer {
 }
 
 /// The conditions every synthetic run ran under.
-pub fn provenance() -> eval::Provenance {
-    eval::Provenance {
+pub fn provenance() -> harness::Provenance {
+    harness::Provenance {
         host: "node-1".into(),
         cpu: "Some CPU".into(),
         gpus: vec!["NVIDIA H100 80GB HBM3".into()],
         gpu_driver: "550.54.15".into(),
-        build: eval::BuildInfo {
+        build: harness::BuildInfo {
             version: "0.1.0".into(),
             commit: "0123456789abcdef0123456789abcdef01234567".into(),
             dirty: false,

@@ -119,7 +119,7 @@ fn main() -> anyhow::Result<()> {
     let cuda = device.is_cuda();
     #[cfg(feature = "cuda")]
     if cuda {
-        activations::ops::keep_pool_memory(&device)?;
+        gpt2::ops::keep_pool_memory(&device)?;
     }
     let selectors: Vec<Selector> = parse(&a.selectors)?;
     let precisions: Vec<Precision> = parse(&a.precisions)?;
@@ -550,7 +550,7 @@ fn form_label(t: &sae::Trainer, form: AuxDecode, batch: usize, n_dead: usize, d:
 fn reset_peak(_device: &Device) -> anyhow::Result<()> {
     #[cfg(feature = "cuda")]
     if _device.is_cuda() {
-        activations::ops::reset_pool_peak(_device)?;
+        gpt2::ops::reset_pool_peak(_device)?;
     }
     Ok(())
 }
@@ -562,7 +562,7 @@ fn peak_gib(_device: &Device) -> anyhow::Result<String> {
         _device.synchronize()?;
         return Ok(format!(
             "{:.1}",
-            activations::ops::pool_peak_bytes(_device)? as f64 / (1u64 << 30) as f64
+            gpt2::ops::pool_peak_bytes(_device)? as f64 / (1u64 << 30) as f64
         ));
     }
     Ok("-".into())

@@ -3,9 +3,10 @@
 //! row for a crosscoder, the one nearest the output).
 use super::InferenceSae;
 use crate::{Error, Result};
-use activations::{Gpt2, Gpt2Tokenizer};
+use activations::Gpt2Tokenizer;
 use candle_core::{DType, Device, Tensor};
 use eval::report::features::{Histogram, TokenEffect};
+use gpt2::Gpt2;
 use std::cmp::Ordering;
 
 /// The unembedding the decoder directions go through, or why a run has none.

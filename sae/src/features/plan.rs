@@ -5,9 +5,10 @@ use super::{build_through_model, contexts_wanted, shards, FeatureOptions, Infere
 use crate::{Error, Result};
 use activations::corpus::Contexts;
 use activations::shards::Manifest;
-use activations::{Gpt2, HookPoint};
 use candle_core::Device;
 use eval::report::features::FeatureDashboards;
+use gpt2::Gpt2;
+use gpt2::HookPoint;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -7,9 +7,10 @@ use crate::{Error, Result};
 use activations::corpus::Contexts;
 use activations::shards::Manifest;
 use activations::tokenizer::END_OF_TEXT;
-use activations::{Gpt2, Gpt2Tokenizer, ReaderOptions, ShardReader};
+use activations::{Gpt2Tokenizer, ReaderOptions, ShardReader};
 use candle_core::{DType, Device, Tensor};
 use eval::report::features::FeatureDashboards;
+use gpt2::Gpt2;
 use std::path::Path;
 
 /// Rows per context in `m`'s shards.
@@ -106,7 +107,8 @@ impl StoredContexts {
 
 /// The model `m` names, for its unembedding; None (said on stderr) when it does not load here.
 fn model_of(m: &Manifest, device: &Device) -> Option<Gpt2> {
-    let loaded = activations::models::parse_dtype("model_dtype", &m.model_dtype)
+    let loaded = runtime::device::parse_dtype("model_dtype", &m.model_dtype)
+        .map_err(activations::Error::from)
         .and_then(|dtype| activations::models::load_model(&m.model, dtype, device));
     match loaded {
         Ok(model) => Some(model),

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::Path;
 
 /// What is recorded where a fact could not be read.
-pub const UNKNOWN: &str = "unknown";
+use runtime::host::{host_name, UNKNOWN};
 /// The GPU and driver of a machine without an NVIDIA driver.
 pub const NONE: &str = "none";
 
@@ -133,15 +133,6 @@ impl Provenance {
 
 /// How one fact is read from a [`Provenance`], for comparisons.
 type Fact = fn(&Provenance) -> String;
-
-/// The host name (as the lock file records it).
-pub fn host_name() -> String {
-    read_trimmed("/proc/sys/kernel/hostname")
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| UNKNOWN.into())
-}
 
 /// The CPU's model name (Linux: the first `model name` of /proc/cpuinfo).
 pub fn cpu_model() -> String {

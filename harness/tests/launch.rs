@@ -3,7 +3,12 @@
 mod common;
 
 use common::FakeTrainer;
-use eval::{ConfigSource, Launch, LaunchSpec, LogConfig, LoopConfig, StopSignal};
+use harness::Launch;
+use harness::LaunchSpec;
+use harness::LogConfig;
+use harness::LoopConfig;
+use runtime::config::ConfigSource;
+use runtime::signal::StopSignal;
 use std::path::Path;
 
 fn spec(root: &Path, lr: f64, steps: u64, resume: bool) -> LaunchSpec {
@@ -25,7 +30,7 @@ fn spec(root: &Path, lr: f64, steps: u64, resume: bool) -> LaunchSpec {
             progress: false,
             ..LogConfig::default()
         },
-        build: eval::BuildInfo {
+        build: harness::BuildInfo {
             version: "9.9.9".into(),
             commit: "0123456789abcdef0123456789abcdef01234567".into(),
             dirty: true,
@@ -35,7 +40,11 @@ fn spec(root: &Path, lr: f64, steps: u64, resume: bool) -> LaunchSpec {
     }
 }
 
-fn train(launch: Launch, trainer: &mut FakeTrainer, steps: u64) -> eval::Result<eval::Finished> {
+fn train(
+    launch: Launch,
+    trainer: &mut FakeTrainer,
+    steps: u64,
+) -> harness::Result<harness::Finished> {
     let mut cfg = LoopConfig::new(steps, &LogConfig::default());
     cfg.progress_bar = false;
     let start = launch.resume_from().map(|c| c.progress).unwrap_or_default();
@@ -177,7 +186,7 @@ fn run_json_records_where_and_with_what_the_run_ran() {
     assert_eq!(p["model_sha256"], "sha256:00ff");
     assert_eq!(
         p["host"].as_str().unwrap(),
-        eval::provenance::host_name(),
+        runtime::host::host_name(),
         "the host as the lock file names it"
     );
     // A resume under another build keeps the earlier conditions beside the new ones.

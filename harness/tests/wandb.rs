@@ -2,8 +2,15 @@
 //! (`pip install -r tools/requirements-wandb.txt`). Without it they print how to enable them and
 //! pass, except under CI (`CI` set, as `.ci/run` sets it), which installs wandb: there they fail.
 
-use eval::metrics::read_records;
-use eval::{LogConfig, Metrics, MetricsSink, Record, RunDir, RunMeta, SinkOptions, WandbOptions};
+use harness::metrics::read_records;
+use harness::LogConfig;
+use harness::Metrics;
+use harness::MetricsSink;
+use harness::Record;
+use harness::RunDir;
+use harness::RunMeta;
+use harness::SinkOptions;
+use harness::WandbOptions;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -241,7 +248,7 @@ fn an_eval_with_latent_densities_logs_their_histogram() {
         return;
     };
     let densities: Vec<f64> = (0..64).map(|i| f64::from(i) / 64.0).collect();
-    let histogram = eval::latent_density::LatentDensity::of(5, 1000, &densities);
+    let histogram = harness::latent_density::LatentDensity::of(5, 1000, &densities);
     histogram.write(&run).unwrap();
     let sink = MetricsSink::create(&run, SinkOptions::for_run(&run, &meta, &log)).unwrap();
     log_some(&sink, 5);
@@ -270,7 +277,7 @@ fn the_sae_folder_is_logged_as_an_artifact_of_the_run() {
     std::fs::create_dir(&sae).unwrap();
     std::fs::write(sae.join("cfg.json"), "{}").unwrap();
     std::fs::write(sae.join("sae_weights.safetensors"), [0u8; 64]).unwrap();
-    eval::wandb::log_artifact(&run, &log, &sae, "sae", "model");
+    harness::wandb::log_artifact(&run, &log, &sae, "sae", "model");
     let artifacts = &offline_records(run.path())["artifacts"];
     assert_eq!(artifacts.as_array().map(Vec::len), Some(1), "{artifacts}");
     let a = &artifacts[0];

@@ -2,8 +2,9 @@
 //! text parses to records or to an error naming the line, never a panic.
 //!
 //! Case counts (20 000 in all, about a second): random lines 10 000, mutated valid files 10 000.
-use eval::metrics::parse_records;
-use eval::{Metrics, Record};
+use harness::metrics::parse_records;
+use harness::Metrics;
+use harness::Record;
 use proptest::prelude::*;
 use std::path::Path;
 

@@ -3,10 +3,18 @@
 //!
 //! cargo run --release -p eval --example sink_overhead
 
-use eval::{
-    LogConfig, LoopConfig, Metrics, MetricsSink, Progress, Record, RunDir, SinkOptions,
-    StepContext, StepOutput, StopSignal, Trainer,
-};
+use harness::LogConfig;
+use harness::LoopConfig;
+use harness::Metrics;
+use harness::MetricsSink;
+use harness::Progress;
+use harness::Record;
+use harness::RunDir;
+use harness::SinkOptions;
+use harness::StepContext;
+use harness::StepOutput;
+use harness::Trainer;
+use runtime::signal::StopSignal;
 use std::path::Path;
 use std::time::Instant;
 
@@ -19,14 +27,14 @@ fn metrics(step: u64) -> Metrics {
 struct Idle;
 
 impl Trainer for Idle {
-    type Error = eval::Error;
-    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, eval::Error> {
+    type Error = harness::Error;
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, harness::Error> {
         Ok(StepOutput {
             tokens: 4096,
             metrics: metrics(ctx.step),
         })
     }
-    fn save_checkpoint(&mut self, _: &Path, _: &Progress) -> Result<(), eval::Error> {
+    fn save_checkpoint(&mut self, _: &Path, _: &Progress) -> Result<(), harness::Error> {
         Ok(())
     }
 }
@@ -35,7 +43,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn main() -> eval::Result<()> {
+fn main() -> harness::Result<()> {
     let tmp = std::env::temp_dir().join(format!("sink-overhead-{}", std::process::id()));
     let n = 100_000u64;
 
@@ -62,7 +70,7 @@ fn main() -> eval::Result<()> {
     let mut cfg = LoopConfig::new(n, &log);
     cfg.final_eval = false;
     let t = Instant::now();
-    eval::train_loop::run(
+    harness::train_loop::run(
         &mut Idle,
         &run,
         &sink,

@@ -3,11 +3,21 @@
 mod common;
 
 use common::FakeTrainer;
-use eval::train_loop::{resume_point, run};
-use eval::{
-    CheckpointImage, ImageError, LogConfig, LoopConfig, LoopSummary, MetricsSink, Outcome,
-    Progress, RunDir, SinkOptions, StepContext, StepOutput, StopSignal, Trainer,
-};
+use harness::train_loop::{resume_point, run};
+use harness::CheckpointImage;
+use harness::ImageError;
+use harness::LogConfig;
+use harness::LoopConfig;
+use harness::LoopSummary;
+use harness::MetricsSink;
+use harness::Outcome;
+use harness::Progress;
+use harness::RunDir;
+use harness::SinkOptions;
+use harness::StepContext;
+use harness::StepOutput;
+use harness::Trainer;
+use runtime::signal::StopSignal;
 use std::path::Path;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -54,9 +64,9 @@ impl ImageTrainer {
 }
 
 impl Trainer for ImageTrainer {
-    type Error = eval::Error;
+    type Error = harness::Error;
 
-    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, eval::Error> {
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, harness::Error> {
         self.release();
         if let Some((at, stop)) = &self.stop_at {
             if ctx.step == *at {
@@ -66,11 +76,14 @@ impl Trainer for ImageTrainer {
         self.inner.step(ctx)
     }
 
-    fn save_checkpoint(&mut self, dir: &Path, p: &Progress) -> Result<(), eval::Error> {
+    fn save_checkpoint(&mut self, dir: &Path, p: &Progress) -> Result<(), harness::Error> {
         self.inner.save_checkpoint(dir, p)
     }
 
-    fn checkpoint_image(&mut self, p: &Progress) -> Result<Option<CheckpointImage>, eval::Error> {
+    fn checkpoint_image(
+        &mut self,
+        p: &Progress,
+    ) -> Result<Option<CheckpointImage>, harness::Error> {
         let state = serde_json::json!({ "x": self.inner.x, "steps": self.inner.steps_taken });
         let gate = self.gate.clone();
         let fail = self.fail_write_at == Some(p.step);
@@ -92,7 +105,7 @@ impl Trainer for ImageTrainer {
         )))
     }
 
-    fn eval(&mut self, p: &Progress) -> Result<eval::Metrics, eval::Error> {
+    fn eval(&mut self, p: &Progress) -> Result<harness::Metrics, harness::Error> {
         self.release();
         self.inner.eval(p)
     }
@@ -116,7 +129,11 @@ fn run_loop(
     trainer: &mut ImageTrainer,
     total: u64,
     stop: &StopSignal,
-) -> (tempfile::TempDir, RunDir, Result<LoopSummary, eval::Error>) {
+) -> (
+    tempfile::TempDir,
+    RunDir,
+    Result<LoopSummary, harness::Error>,
+) {
     let (tmp, run_dir) = common::temp_run(name);
     let sink = MetricsSink::create(&run_dir, SinkOptions::default()).unwrap();
     let summary = run(

@@ -1,12 +1,21 @@
 mod common;
 
 use common::FakeTrainer;
-use eval::metrics::read_records;
-use eval::train_loop::{resume_point, run};
-use eval::{
-    LogConfig, LoopConfig, LoopSummary, MetricsSink, Outcome, Progress, RecordKind, RunDir,
-    SinkOptions, StepContext, StepOutput, StopSignal, Trainer,
-};
+use harness::metrics::read_records;
+use harness::train_loop::{resume_point, run};
+use harness::LogConfig;
+use harness::LoopConfig;
+use harness::LoopSummary;
+use harness::MetricsSink;
+use harness::Outcome;
+use harness::Progress;
+use harness::RecordKind;
+use harness::RunDir;
+use harness::SinkOptions;
+use harness::StepContext;
+use harness::StepOutput;
+use harness::Trainer;
+use runtime::signal::StopSignal;
 
 fn config(total: u64, log_every: u64, checkpoint_every: u64) -> LoopConfig {
     let mut cfg = LoopConfig::new(
@@ -28,7 +37,7 @@ fn run_through(
     dir: &RunDir,
     sink: &MetricsSink,
     cfg: &LoopConfig,
-) -> Result<LoopSummary, eval::Error> {
+) -> Result<LoopSummary, harness::Error> {
     run(
         trainer,
         dir,
@@ -91,14 +100,18 @@ struct StopsAt {
 }
 
 impl Trainer for StopsAt {
-    type Error = eval::Error;
-    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, eval::Error> {
+    type Error = harness::Error;
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, harness::Error> {
         if ctx.step == self.at {
             self.stop.request();
         }
         self.inner.step(ctx)
     }
-    fn save_checkpoint(&mut self, dir: &std::path::Path, p: &Progress) -> Result<(), eval::Error> {
+    fn save_checkpoint(
+        &mut self,
+        dir: &std::path::Path,
+        p: &Progress,
+    ) -> Result<(), harness::Error> {
         self.inner.save_checkpoint(dir, p)
     }
 }

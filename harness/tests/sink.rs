@@ -1,7 +1,12 @@
 mod common;
 
-use eval::metrics::read_records;
-use eval::{Metrics, MetricsSink, Record, RecordKind, RunDir, SinkOptions};
+use harness::metrics::read_records;
+use harness::Metrics;
+use harness::MetricsSink;
+use harness::Record;
+use harness::RecordKind;
+use harness::RunDir;
+use harness::SinkOptions;
 
 fn record(step: u64) -> Record {
     let mut m = Metrics::new();
@@ -88,7 +93,7 @@ fn run_dir_refuses_to_overwrite_a_run_and_opens_it_for_resume() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("out");
     let run = RunDir::create_at(&dir).unwrap();
-    run.write_meta(&eval::RunMeta::default()).unwrap();
+    run.write_meta(&harness::RunMeta::default()).unwrap();
     let err = RunDir::create_at(&dir).unwrap_err().to_string();
     assert!(err.contains("--resume"), "{err}");
     assert_eq!(RunDir::open_existing(&dir).unwrap(), run);

@@ -12,11 +12,11 @@ pub mod plots;
 pub mod summary;
 mod text;
 
-use crate::atomic::write_atomic;
-use crate::error::{Error, Result};
-use crate::metrics::{read_records, Record, RecordKind};
-use crate::output_path::check_output_path;
-use crate::run_dir::{
+use harness::atomic::write_atomic;
+use harness::error::{Error, Result};
+use harness::metrics::{read_records, Record, RecordKind};
+use harness::output_path::check_output_path;
+use harness::run_dir::{
     RunDir, RunMeta, CONFIG_JSON_FILE, CONFIG_TOML_FILE, METRICS_FILE, RUN_META_FILE,
 };
 use std::path::{Path, PathBuf};

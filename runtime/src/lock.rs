@@ -6,7 +6,7 @@
 //! by the next one; its record is then overwritten.
 
 use crate::error::{Error, Result};
-use crate::run_dir::iso_timestamp;
+use crate::host::{host_name, iso_timestamp};
 use fs4::fs_std::FileExt;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -77,7 +77,7 @@ impl DirLock {
         }
         let me = Holder {
             pid: std::process::id(),
-            host: crate::provenance::host_name(),
+            host: host_name(),
             command: command_line(),
             since: iso_timestamp(SystemTime::now()),
         };

@@ -2,11 +2,17 @@
 mod common;
 
 use common::FakeTrainer;
-use eval::train_loop::{resume_point, run};
-use eval::{
-    LogConfig, LoopConfig, Metrics, MetricsSink, Progress, SinkOptions, StepContext, StepOutput,
-    StopSignal, Trainer,
-};
+use harness::train_loop::{resume_point, run};
+use harness::LogConfig;
+use harness::LoopConfig;
+use harness::Metrics;
+use harness::MetricsSink;
+use harness::Progress;
+use harness::SinkOptions;
+use harness::StepContext;
+use harness::StepOutput;
+use harness::Trainer;
+use runtime::signal::StopSignal;
 use std::path::Path;
 
 /// A trainer whose checkpoint write fails (as on a full disk) after writing part of its state.
@@ -16,22 +22,22 @@ struct FailingSave {
 }
 
 impl Trainer for FailingSave {
-    type Error = eval::Error;
-    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, eval::Error> {
+    type Error = harness::Error;
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, harness::Error> {
         self.inner.step(ctx)
     }
-    fn save_checkpoint(&mut self, dir: &Path, progress: &Progress) -> Result<(), eval::Error> {
+    fn save_checkpoint(&mut self, dir: &Path, progress: &Progress) -> Result<(), harness::Error> {
         self.inner.save_checkpoint(dir, progress)?;
         if self.fail {
             std::fs::write(dir.join("weights.partial"), vec![0u8; 4096]).unwrap();
-            return Err(eval::Error::RunDir {
+            return Err(harness::Error::RunDir {
                 path: dir.join("weights"),
                 message: "writing: No space left on device (injected)".into(),
             });
         }
         Ok(())
     }
-    fn eval(&mut self, p: &Progress) -> Result<Metrics, eval::Error> {
+    fn eval(&mut self, p: &Progress) -> Result<Metrics, harness::Error> {
         self.inner.eval(p)
     }
 }

@@ -1,6 +1,7 @@
 //! The run setup every training command shares: config → run directory (new, resumed, or refused) →
-//! lock → metadata → metrics sink → [`train_loop::run`] → report. A trainer supplies only what
-//! differs: its config, its data and model, and how it builds or reloads its state.
+//! lock → metadata → metrics sink → [`train_loop::run`]. A trainer supplies only what differs: its
+//! config, its data and model, and how it builds or reloads its state; the command then writes what
+//! follows a completed run (its evaluation and `eval`'s report).
 //!
 //! ```text
 //! let launch = Launch::open(spec)?;                 // directory, lock, resume compatibility
@@ -9,13 +10,12 @@
 //!     None => (build()?, Progress::default()),      // a failure here removes the fresh directory
 //! };
 //! let finished = launch.train(&mut job, &loop_cfg, start, details, &stop)?;
+//! if !finished.stopped() { eval::report::write_run_report(&run)?; }
 //! std::process::exit(finished.exit_code());         // 0, or 128 + signal after a stop
 //! ```
 
-use crate::config::{ConfigSource, LogConfig};
+use crate::config::LogConfig;
 use crate::error::{Error, Result};
-use crate::interrupt::StopSignal;
-use crate::lock::{shell_quote, DirLock, LOCK_FILE};
 use crate::metrics::{MetricsSink, SinkOptions};
 use crate::output_path::check_output_dir;
 use crate::provenance::{BuildInfo, Provenance};
@@ -25,6 +25,9 @@ use crate::run_dir::{
 };
 use crate::train_loop::{self, LoopConfig, LoopSummary, Outcome, StepContext, StepOutput, Trainer};
 use crate::Metrics;
+use runtime::config::ConfigSource;
+use runtime::lock::{shell_quote, DirLock, LOCK_FILE};
+use runtime::signal::StopSignal;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -127,7 +130,7 @@ impl Launch {
             e
         };
         // Locked before looking inside, so two fresh starts on one --out cannot both pass the check.
-        let lock = DirLock::acquire(&dir).map_err(undo)?;
+        let lock = DirLock::acquire(&dir).map_err(|e| undo(e.into()))?;
         let run = match RunDir::create_at(&dir) {
             Ok(run) => run,
             Err(e) => {
@@ -162,7 +165,7 @@ impl Launch {
     }
 
     /// Writes the run's identity and config (fresh runs), opens the metrics sink, runs the loop from
-    /// `start`, closes the sink and, when the run completed, writes its report.
+    /// `start` and closes the sink.
     pub fn train<T: Trainer>(
         mut self,
         trainer: &mut T,
@@ -220,9 +223,7 @@ impl Launch {
         }
         let summary = result?;
         sink.finish()?;
-        if summary.outcome == Outcome::Completed {
-            crate::report::write_report(std::slice::from_ref(&self.run), &self.run.report_path())?;
-        } else {
+        if summary.outcome != Outcome::Completed {
             eprintln!(
                 "{}: stopped at step {} with checkpoint {}\nresume with: {}",
                 stop.describe(),

@@ -10,11 +10,11 @@
 use crate::atomic::{sync_dir, write_json_atomic};
 use crate::config::LogConfig;
 use crate::error::Error;
-use crate::interrupt::StopSignal;
 use crate::metrics::{names, Metrics, MetricsSink, Record};
 use crate::progress::{human, ProgressLines};
 use crate::run_dir::{Checkpoint, Progress, RunDir, PROGRESS_FILE};
 use indicatif::{ProgressBar, ProgressStyle};
+use runtime::signal::StopSignal;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -39,15 +39,14 @@ pub struct StepOutput {
     pub metrics: Metrics,
 }
 
-/// The error of a checkpoint written on another thread.
-pub type ImageError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::error::ImageError;
 
 /// A copy of a trainer's state, taken when the checkpoint is due: called with an empty folder (on the
 /// writer thread), it writes there what [`Trainer::save_checkpoint`] would have.
 pub type CheckpointImage = Box<dyn FnOnce(&Path) -> Result<(), ImageError> + Send>;
 
 /// A trainer the loop drives. Errors of the loop's own I/O reach the caller as `T::Error` through
-/// `From<eval::Error>`.
+/// `From<harness::Error>`.
 pub trait Trainer {
     type Error: From<Error>;
 

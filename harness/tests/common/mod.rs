@@ -1,0 +1,161 @@
+//! Synthetic runs for the tests: a fake trainer whose step sleeps nothing and reports made-up metrics.
+
+#![allow(dead_code)]
+
+use harness::Metrics;
+use harness::Progress;
+use harness::Record;
+use harness::RunDir;
+use harness::RunMeta;
+use harness::StepContext;
+use harness::StepOutput;
+use harness::Trainer;
+use std::path::Path;
+
+/// A fresh run folder `name` in a temporary directory, which lives as long as the first value.
+pub fn temp_run(name: &str) -> (tempfile::TempDir, RunDir) {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = RunDir::create(tmp.path(), name).unwrap();
+    (tmp, run)
+}
+
+/// A trainer with a deterministic loss curve; its whole state is `x` and the step count.
+pub struct FakeTrainer {
+    pub x: f64,
+    pub steps_taken: u64,
+    pub select_ms: f64,
+    pub fail_at: Option<u64>,
+    /// The injected failure leaves the state of the last step intact (a data error).
+    pub fail_intact: bool,
+}
+
+impl FakeTrainer {
+    pub fn new(select_ms: f64) -> FakeTrainer {
+        FakeTrainer {
+            x: 1.0,
+            steps_taken: 0,
+            select_ms,
+            fail_at: None,
+            fail_intact: false,
+        }
+    }
+
+    /// Restores from a checkpoint folder written by `save_checkpoint`.
+    pub fn load(dir: &Path, select_ms: f64) -> FakeTrainer {
+        let text = std::fs::read_to_string(dir.join("state.json")).expect("state.json");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        FakeTrainer {
+            x: v["x"].as_f64().expect("x"),
+            steps_taken: v["steps"].as_u64().expect("steps"),
+            select_ms,
+            fail_at: None,
+            fail_intact: false,
+        }
+    }
+}
+
+impl Trainer for FakeTrainer {
+    type Error = harness::Error;
+
+    fn step(&mut self, ctx: StepContext) -> Result<StepOutput, harness::Error> {
+        assert_eq!(
+            ctx.step, self.steps_taken,
+            "the loop counts steps like the trainer"
+        );
+        if self.fail_at == Some(ctx.step) {
+            return Err(harness::Error::Report(format!(
+                "injected failure at {}",
+                ctx.step
+            )));
+        }
+        self.x = 0.9 * self.x + 0.01;
+        self.steps_taken += 1;
+        let mut metrics = Metrics::new();
+        metrics.insert("loss".into(), self.x);
+        metrics.insert("select_ms".into(), self.select_ms);
+        Ok(StepOutput {
+            tokens: 100,
+            metrics,
+        })
+    }
+
+    fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<(), harness::Error> {
+        let state = serde_json::json!({ "x": self.x, "steps": self.steps_taken });
+        std::fs::write(dir.join("state.json"), state.to_string()).expect("write state");
+        Ok(())
+    }
+
+    fn intact_after_failed_step(&self) -> bool {
+        self.fail_intact
+    }
+
+    fn eval(&mut self, _progress: &Progress) -> Result<Metrics, harness::Error> {
+        let mut m = Metrics::new();
+        m.insert("fvu".into(), self.x / 2.0);
+        Ok(m)
+    }
+}
+
+/// The conditions every synthetic run ran under.
+pub fn provenance() -> harness::Provenance {
+    harness::Provenance {
+        host: "node-1".into(),
+        cpu: "Some CPU".into(),
+        gpus: vec!["NVIDIA H100 80GB HBM3".into()],
+        gpu_driver: "550.54.15".into(),
+        build: harness::BuildInfo {
+            version: "0.1.0".into(),
+            commit: "0123456789abcdef0123456789abcdef01234567".into(),
+            dirty: false,
+            features: vec!["cuda".into()],
+        },
+        model_sha256: Some("sha256:feed".into()),
+    }
+}
+
+/// Writes a finished synthetic run: `steps` train records with step and select times, an eval record.
+pub fn synthetic_run(
+    root: &Path,
+    config: &str,
+    selector: &str,
+    select_ms: f64,
+    steps: u64,
+) -> RunDir {
+    let run = RunDir::create_at(&root.join(format!("{config}-{selector}"))).expect("run dir");
+    run.write_meta(&RunMeta {
+        config_name: config.into(),
+        selector: selector.into(),
+        task: "sae".into(),
+        provenance: Some(provenance()),
+        ..RunMeta::default()
+    })
+    .expect("meta");
+    let resolved = serde_json::json!({
+        "name": config,
+        "device": "cpu",
+        "selector": {"kind": selector},
+        "sae": {"k": 32, "latents": 4096},
+        "train": {"steps": steps, "batch_size": 4096},
+    });
+    run.write_config("", &resolved).expect("config");
+    let mut lines = String::new();
+    for step in 1..=steps {
+        let mut m = Metrics::new();
+        let wobble = ((step as f64) * 0.7).sin() * 0.3;
+        m.insert("step_ms".into(), 10.0 + select_ms + wobble);
+        m.insert("select_ms".into(), select_ms * (1.0 + 0.1 * wobble));
+        m.insert("select_share".into(), select_ms / (10.0 + select_ms));
+        m.insert("loss".into(), 1.0 / (step as f64).sqrt());
+        m.insert("l0".into(), 32.0 + wobble);
+        if selector == "profk" {
+            m.insert("only_in_profk".into(), step as f64);
+        }
+        lines.push_str(&Record::train(step, step * 4096, step as f64 * 0.01, m).to_json_line());
+    }
+    let mut e = Metrics::new();
+    e.insert("fvu".into(), 0.2);
+    e.insert("ce_loss_recovered".into(), f64::NAN);
+    lines.push_str(&Record::eval(steps, steps * 4096, steps as f64 * 0.01, e).to_json_line());
+    std::fs::write(run.metrics_path(), lines).expect("metrics");
+    run
+}
