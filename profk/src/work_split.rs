@@ -128,8 +128,8 @@ const READ_BYTES_PER_US: f64 = 4.41e6;
 /// the launches saved (2^24 f32: 0.4 µs against 4; 2^28: 6 against 4). A benchmark may fix the
 /// count (`forced`: 1 or 2). Batches keep the redraw until they are measured without it.
 pub fn device_attempts(rows: u64, n: u64, bytes: u64, eps: f64, forced: Option<u32>) -> u32 {
-    if let Some(a) = forced {
-        return a.clamp(1, 2) as u32;
+    if let Some(attempts) = forced {
+        return attempts.clamp(1, 2);
     }
     let fallback_us = FALLBACK_READS * (n as f64 * bytes as f64) / READ_BYTES_PER_US;
     match rows == 1 && eps * fallback_us <= REDRAW_LAUNCHES_US {
