@@ -53,3 +53,29 @@ extern "C" __global__ void spin_ns(u64 ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < ns);
 }
+
+// The NaN count and the first NaN's index of the whole input, for the selections whose passes do not
+// count them (the baselines).
+template <typename T>
+__device__ void nan_scan(const T* x, u64 total, Global* g) {
+  u64 cnt = 0, first = ~0ull;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x)
+    if (Ops<T>::nan(x[i])) {
+      ++cnt;
+      if (i < first) first = i;
+    }
+  if (cnt) {
+    atomicAdd(&g->nan_count, cnt);
+    atomicMax(&g->nan_first, ~first);  // stored inverted: zero means none
+  }
+}
+
+#define NAN_SCAN(SUF, T)                                                                        \
+  extern "C" __global__ void nan_scan_##SUF(const T* x, u64 total, Global* g) {              \
+    dependent_launch_entry();                                                                   \
+    nan_scan<T>(x, total, g);                                                                   \
+  }
+
+NAN_SCAN(f32, float)
+NAN_SCAN(f16, __half)
+NAN_SCAN(bf16, __nv_bfloat16)

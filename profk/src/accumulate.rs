@@ -1,18 +1,18 @@
-//! Top-k of an accumulation: `acc = residual + g` over a list of tensors laid end to end in one flat
-//! residual (error feedback), updated in place and selected in the same call.
+//! Top-k of an accumulation: `acc = residual + g` over a list of tensors laid end to end in one
+//! flat residual (error feedback), updated in place and selected in the same call.
 //!
 //! With DGC momentum correction the addend is the velocity: `u = μ·u + g` (one fused multiply-add),
 //! then `acc = residual + u`. Both devices round the same way (one rounding per operation), so they
 //! compute bit-identical accumulations and hence the same selection.
 //!
 //! On CUDA, Prof-K's first attempt is fused with the update: the threshold is sampled from `acc`
-//! computed on the fly at the sampled positions, and one pass reads every gradient and the residual,
-//! writes `acc` back and keeps the candidates: one read of g, one read and one write of the residual.
-//! A redraw or the exact fallback runs on the updated residual, so no gradient is added twice. No flat
-//! copy of the gradients is made on either device.
+//! computed on the fly at the sampled positions, and one pass reads every gradient and the
+//! residual, writes `acc` back and keeps the candidates: one read of g, one read and one write of
+//! the residual. A redraw or the exact fallback runs on the updated residual, so no gradient is
+//! added twice. No flat copy of the gradients is made on either device.
 //!
-//! After the call the residual holds `acc` even when the call fails with a NaN error (the error names
-//! the first NaN coordinate of `acc`).
+//! After the call the residual holds `acc` even when the call fails with a NaN error (the error
+//! names the first NaN coordinate of `acc`).
 use crate::select::{self, Plan, TopK};
 use crate::{Error, Mode, Result, Selector, TopKOptions};
 use candle_core::{CpuStorage, DType, Device, Layout, Tensor};
@@ -77,10 +77,11 @@ impl FlatSpans {
 pub struct Accumulation<'a> {
     /// Flat f32 residual of [`FlatSpans::total`] coordinates, updated in place.
     pub residual: &'a Tensor,
-    /// One gradient per span, any shape with the span's element count; f16/bf16/f64 are converted to
-    /// f32. `None`: nothing to add, the span's gradient is already in the residual (a backward pass
-    /// that accumulates into it, `gpt2::ops::sink_gradients`) or it has none; the pass then
-    /// only reads the residual there. Needs no velocity (momentum correction adds to it first).
+    /// One gradient per span, any shape with the span's element count; f16/bf16/f64 are converted
+    /// to f32. `None`: nothing to add, the span's gradient is already in the residual (a backward
+    /// pass that accumulates into it, `gpt2::ops::sink_gradients`) or it has none; the pass
+    /// then only reads the residual there. Needs no velocity (momentum correction adds to it
+    /// first).
     pub grads: &'a [Option<Tensor>],
     /// DGC velocity (flat f32, like the residual), updated in place; `None` adds the gradients.
     pub velocity: Option<&'a Tensor>,
@@ -115,8 +116,8 @@ pub fn topk_accumulate(
     run(spans, acc, k, opts, plan)
 }
 
-/// [`topk_accumulate`] with explicit Prof-K parameters (tests and benchmarks: a poor plan forces the
-/// redraw or the fallback). `plan.sample` must lie in `[1, n]`.
+/// [`topk_accumulate`] with explicit Prof-K parameters (tests and benchmarks: a poor plan forces
+/// the redraw or the fallback). `plan.sample` must lie in `[1, n]`.
 pub fn topk_accumulate_with_plan(
     spans: &FlatSpans,
     acc: &Accumulation,

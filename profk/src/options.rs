@@ -99,8 +99,8 @@ pub struct TopKOptions {
     /// Failure budget of one attempt (split over the rows in row-wise mode).
     pub eps: f64,
     /// Skip the overflow check: an attempt with R > M returns the top k of the candidates it stored
-    /// instead of redrawing (exact with probability ≥ 1 − eps). R < k is still redrawn, so k distinct
-    /// in-range indices always come back.
+    /// instead of redrawing (exact with probability ≥ 1 − eps). R < k is still redrawn, so k
+    /// distinct in-range indices always come back.
     pub approximate: bool,
     /// Seed of the sampler; the output never depends on it.
     pub seed: u64,

@@ -4,13 +4,17 @@
 // Only `cuda/` calls these: without it they are here for their tests.
 #![cfg_attr(not(feature = "cuda"), allow(dead_code))]
 
+use crate::tuning::FilterChunk;
+
 /// Elements per work item of one filter block where the rows make many items (a multiple of
 /// [`FILTER_STEP`]).
 pub const FILTER_CHUNK: u64 = 1 << 16;
-/// Elements one filter block loads per step of its loop: 512 threads × 4 loads × 8 halves.
-pub const FILTER_STEP: u64 = 512 * 4 * 8;
-/// Elements a filter block stages before it flushes them (kernels/filter.cuh `SCAP`).
-pub const FILTER_STAGE: u64 = 2048;
+/// Elements one filter block loads per step of its loop: `FT` (512) threads × `UNROLL` (4) loads
+/// × 8 halves.
+pub const FILTER_STEP: u64 =
+    crate::kernel_defines::filter::FT * crate::kernel_defines::filter::UNROLL * 8;
+/// Elements a filter block stages before it flushes them.
+pub const FILTER_STAGE: u64 = crate::kernel_defines::filter::SCAP;
 /// Most items a filter block takes when [`filter_items_for_capacity`] splits a row further.
 const MAX_ITEMS_PER_BLOCK: u64 = 16;
 
@@ -18,19 +22,17 @@ const MAX_ITEMS_PER_BLOCK: u64 = 16;
 /// the blocks) that make more items than the grid has blocks. Those are cut into as many items per
 /// block as the buffer's capacity `cap` asks for ([`filter_items_for_capacity`]; one unless the
 /// buffer is large), of equal length to within a step. (Items of 2^16 left the last round of a pass
-/// to a few blocks: at 2^30, 16 of 264 blocks walked a 63rd item alone.) The benchmark may fix the
-/// items' length (`PROFK_FILTER_CHUNK=N`) or give each block one (`PROFK_FILTER_CHUNK=one`) to time
-/// either.
-pub fn filter_chunk(rows: u64, n: u64, blocks: u64, cap: u64) -> u64 {
-    let forced = crate::bench_env::var("PROFK_FILTER_CHUNK");
-    if let Some(c) = forced.and_then(|v| v.parse::<u64>().ok()) {
+/// to a few blocks: at 2^30, 16 of 264 blocks walked a 63rd item alone.) A benchmark may fix the
+/// items' length or give each block one (`tuning`) to time either.
+pub fn filter_chunk(rows: u64, n: u64, blocks: u64, cap: u64, tuning: FilterChunk) -> u64 {
+    if let FilterChunk::Elements(c) = tuning {
         return c.next_multiple_of(FILTER_STEP).max(FILTER_STEP);
     }
     if rows == 0 || rows * 16 > blocks || rows * n.div_ceil(FILTER_CHUNK) <= blocks {
         return FILTER_CHUNK;
     }
-    let per_block = match forced {
-        Some("one") => 1,
+    let per_block = match tuning {
+        FilterChunk::OnePerBlock => 1,
         _ => filter_items_for_capacity(cap, blocks / rows),
     };
     n.div_ceil(blocks / rows * per_block)
@@ -41,16 +43,16 @@ pub fn filter_chunk(rows: u64, n: u64, blocks: u64, cap: u64) -> u64 {
 /// its capacity `cap` keeps at most three quarters of a stage an item. A stage that fills before
 /// its item ends leaves every warp that keeps more an atomic of its own on the row's one counter;
 /// the flat row of 2^30 (k = 262144) keeps about 2000 elements a block with one item each, and its
-/// pass was 4 % slower than that of the row of 2^30 at k = 8192. Its capacity M = 883544 gives three
-/// items a block, at most 1118 elements each.
+/// pass was 4 % slower than that of the row of 2^30 at k = 8192. Its capacity M = 883544 gives
+/// three items a block, at most 1118 elements each.
 pub fn filter_items_for_capacity(cap: u64, row_blocks: u64) -> u64 {
     cap.div_ceil(FILTER_STAGE * 3 / 4)
         .div_ceil(row_blocks.max(1))
         .clamp(1, MAX_ITEMS_PER_BLOCK)
 }
 
-/// Threads of a selection block (kernels/select.cu).
-pub const SELECT_THREADS: u32 = 256;
+/// Threads of a selection block.
+pub const SELECT_THREADS: u32 = crate::kernel_defines::select::SEL_THREADS as u32;
 /// Most elements one selection block histograms per work item.
 const SELECT_CHUNK: u64 = 8192;
 /// Work items a selection aims for per SM: a few rows of a list (a sample, a buffer) split into
@@ -80,10 +82,10 @@ pub const RANK_LIST_MAX_ROWS: u64 = 16;
 
 /// The output places a block of the sorted lists' launch ranks for `rows` rows of k outputs: a
 /// multiple of 64 small enough that the blocks, one an SM, fill the device once; `None` past
-/// [`MAX_SLICE`] or [`RANK_LIST_MAX_ROWS`]. A benchmark may turn the path off (`PROFK_RANK_LIST=0`)
+/// [`MAX_SLICE`] or [`RANK_LIST_MAX_ROWS`]. A benchmark may turn the path off (`switched_off`)
 /// to time the selection and ranking it replaces.
-pub fn rank_list_slice(rows: u64, k: u64, sms: u32) -> Option<u64> {
-    if rows > RANK_LIST_MAX_ROWS || crate::bench_env::var("PROFK_RANK_LIST") == Some("0") {
+pub fn rank_list_slice(rows: u64, k: u64, sms: u32, switched_off: bool) -> Option<u64> {
+    if rows > RANK_LIST_MAX_ROWS || switched_off {
         return None;
     }
     let slice = (rows * k)
@@ -124,10 +126,10 @@ const READ_BYTES_PER_US: f64 = 4.41e6;
 /// queued in every call, whether or not a row failed; without them a failed row goes straight to
 /// the dense fallback. One row takes a single attempt where the fallback's expected cost is below
 /// the launches saved (2^24 f32: 0.4 µs against 4; 2^28: 6 against 4). A benchmark may fix the
-/// count (`PROFK_ATTEMPTS=1|2`). Batches keep the redraw until they are measured without it.
-pub fn device_attempts(rows: u64, n: u64, bytes: u64, eps: f64) -> u32 {
-    if let Some(a) = crate::bench_env::number("PROFK_ATTEMPTS") {
-        return a.clamp(1, 2) as u32;
+/// count (`forced`: 1 or 2). Batches keep the redraw until they are measured without it.
+pub fn device_attempts(rows: u64, n: u64, bytes: u64, eps: f64, forced: Option<u32>) -> u32 {
+    if let Some(attempts) = forced {
+        return attempts.clamp(1, 2);
     }
     let fallback_us = FALLBACK_READS * (n as f64 * bytes as f64) / READ_BYTES_PER_US;
     match rows == 1 && eps * fallback_us <= REDRAW_LAUNCHES_US {
@@ -142,23 +144,24 @@ mod tests {
 
     #[test]
     fn one_attempt_where_the_fallback_costs_less_than_the_redraw() {
-        assert_eq!(device_attempts(1, 1 << 24, 4, 1e-3), 1);
-        assert_eq!(device_attempts(1, 1 << 26, 4, 1e-3), 1);
-        assert_eq!(device_attempts(1, 1 << 28, 4, 1e-3), 2);
-        assert_eq!(device_attempts(1, 1 << 28, 2, 1e-4), 1);
-        assert_eq!(device_attempts(1, 1 << 30, 4, 1e-3), 2);
-        assert_eq!(device_attempts(2, 1 << 20, 4, 1e-3), 2);
-        assert_eq!(device_attempts(1024, 1 << 18, 4, 1e-6), 2);
+        assert_eq!(device_attempts(1, 1 << 24, 4, 1e-3, None), 1);
+        assert_eq!(device_attempts(1, 1 << 26, 4, 1e-3, None), 1);
+        assert_eq!(device_attempts(1, 1 << 28, 4, 1e-3, None), 2);
+        assert_eq!(device_attempts(1, 1 << 28, 2, 1e-4, None), 1);
+        assert_eq!(device_attempts(1, 1 << 30, 4, 1e-3, None), 2);
+        assert_eq!(device_attempts(2, 1 << 20, 4, 1e-3, None), 2);
+        assert_eq!(device_attempts(1024, 1 << 18, 4, 1e-6, None), 2);
     }
 
     #[test]
     fn long_rows_with_small_buffers_make_one_filter_item_per_block() {
-        // 2^30 at k = 8192 (M = 257363) over 264 blocks: 264 items of 249 steps, the last one shorter.
-        let c = filter_chunk(1, 1 << 30, 264, 257_363);
+        // 2^30 at k = 8192 (M = 257363) over 264 blocks: 264 items of 249 steps, the last one
+        // shorter.
+        let c = filter_chunk(1, 1 << 30, 264, 257_363, FilterChunk::ByRule);
         assert_eq!(c, 249 * FILTER_STEP);
         assert_eq!((1u64 << 30).div_ceil(c), 264);
         // Two rows of 2^28 share the blocks: 132 items each while their buffers fit the stages.
-        let c = filter_chunk(2, 1 << 28, 264, 1 << 17);
+        let c = filter_chunk(2, 1 << 28, 264, 1 << 17, FilterChunk::ByRule);
         assert!((1u64 << 28).div_ceil(c) <= 132);
         assert!((1u64 << 28).div_ceil(c - FILTER_STEP) > 132);
     }
@@ -166,11 +169,14 @@ mod tests {
     #[test]
     fn a_large_buffer_splits_a_long_row_into_more_items() {
         // The flat row of 2^30 at k = 262144 (M = 883544): three items a block of 83 steps.
-        assert_eq!(filter_chunk(1, 1 << 30, 264, 883_544), 83 * FILTER_STEP);
+        assert_eq!(
+            filter_chunk(1, 1 << 30, 264, 883_544, FilterChunk::ByRule),
+            83 * FILTER_STEP
+        );
         // At k = 8192 (M = 257363) one item a block, as with a small buffer.
         assert_eq!(
-            filter_chunk(1, 1 << 30, 264, 257_363),
-            filter_chunk(1, 1 << 30, 264, 1 << 10)
+            filter_chunk(1, 1 << 30, 264, 257_363, FilterChunk::ByRule),
+            filter_chunk(1, 1 << 30, 264, 1 << 10, FilterChunk::ByRule)
         );
     }
 
@@ -202,7 +208,7 @@ mod tests {
             (0, 1 << 30),
         ] {
             assert_eq!(
-                filter_chunk(rows, n, 264, 1 << 18),
+                filter_chunk(rows, n, 264, 1 << 18, FilterChunk::ByRule),
                 FILTER_CHUNK,
                 "{rows} x {n}"
             );
@@ -237,14 +243,14 @@ mod tests {
 
     #[test]
     fn rank_list_slices_fill_the_device_once_up_to_the_cap() {
-        assert_eq!(rank_list_slice(1, 8192, 132), Some(64));
-        assert_eq!(rank_list_slice(1, 20_000, 132), Some(192));
-        assert_eq!(rank_list_slice(3, 100, 132), Some(64));
-        assert_eq!(rank_list_slice(1, 67_584, 132), Some(512));
-        assert_eq!(rank_list_slice(1, 67_585, 132), None);
-        assert_eq!(rank_list_slice(17, 64, 132), None);
+        assert_eq!(rank_list_slice(1, 8192, 132, false), Some(64));
+        assert_eq!(rank_list_slice(1, 20_000, 132, false), Some(192));
+        assert_eq!(rank_list_slice(3, 100, 132, false), Some(64));
+        assert_eq!(rank_list_slice(1, 67_584, 132, false), Some(512));
+        assert_eq!(rank_list_slice(1, 67_585, 132, false), None);
+        assert_eq!(rank_list_slice(17, 64, 132, false), None);
         for (rows, k) in [(1u64, 8192u64), (1, 20_000), (4, 5000), (7, 1)] {
-            let slice = rank_list_slice(rows, k, 132).expect("within the cap");
+            let slice = rank_list_slice(rows, k, 132, false).expect("within the cap");
             assert!(rows * k.div_ceil(slice) <= 132, "{rows} x {k}");
         }
     }

@@ -8,7 +8,7 @@ test_device!(
     common::failure_rates_match_theory
 );
 
-// The CUDA path counts first attempts through the stage-skipping hook of the `bench` feature.
+// The CUDA path counts first attempts with `Tuning::first_attempt_only` (the `bench` feature).
 mod first_attempts {
     #[test]
     fn cpu() -> anyhow::Result<()> {

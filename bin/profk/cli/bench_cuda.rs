@@ -24,8 +24,8 @@ pub struct CudaBenchArgs {
     #[arg(long)]
     pub peers: bool,
     /// Time only the row-wise shapes (1024x2^18, 128x2^20, masked 8192x32768, then few rows of 2^20
-    /// to 2^24), in both output orders, by the default path, the histogram selection and the sampled
-    /// path.
+    /// to 2^24), in both output orders, by the default path, the histogram selection and the
+    /// sampled path.
     #[arg(long)]
     pub row_shapes: bool,
     /// Only the shapes whose label contains this text (e.g. "masked"), of the grid, --row-shapes,
@@ -42,6 +42,73 @@ pub struct CudaBenchArgs {
 
 #[cfg(all(feature = "cuda", feature = "bench"))]
 pub fn run(args: &CudaBenchArgs) -> anyhow::Result<()> {
+    let vars = std::env::vars().filter(|(name, _)| name.starts_with("PROFK_"));
+    let tuning = tuning_from(vars)?;
+    profk::tuning::scoped(tuning, || run_tuned(args))
+}
+
+/// The benchmark's tuning from the `PROFK_*` variables (each named on its `profk::Tuning` field):
+/// the one place the benchmark switches are read.
+#[cfg(all(feature = "cuda", feature = "bench"))]
+fn tuning_from(vars: impl Iterator<Item = (String, String)>) -> anyhow::Result<profk::Tuning> {
+    use profk::tuning::{FilterChunk, HistogramOutput};
+    let mut t = profk::Tuning::default();
+    for (name, value) in vars {
+        let number = || -> anyhow::Result<u64> {
+            value
+                .parse()
+                .map_err(|_| anyhow::anyhow!("{name}={value}: expected a number"))
+        };
+        let choice = |options: &[&str]| -> anyhow::Result<usize> {
+            options
+                .iter()
+                .position(|o| *o == value)
+                .ok_or_else(|| anyhow::anyhow!("{name}={value}: expected one of {options:?}"))
+        };
+        match name.as_str() {
+            "PROFK_GPU_SAMPLE" => t.sample_rows = Some(number()?),
+            "PROFK_GPU_SAMPLE_ONE" => t.sample_one_row = Some(number()?),
+            "PROFK_WHOLE_LIST_EPS_DIV" => t.whole_list_eps_div = Some(number()?),
+            "PROFK_ATTEMPTS" => t.attempts = Some(number()?.clamp(1, 2) as u32),
+            "PROFK_FILTER_CHUNK" => {
+                t.filter_chunk = match value.as_str() {
+                    "one" => FilterChunk::OnePerBlock,
+                    _ => FilterChunk::Elements(number()?),
+                }
+            }
+            "PROFK_PREFETCH_MB" => t.prefetch_mib = Some(number()?),
+            "PROFK_FILTER_BINS" => t.no_filter_bins = choice(&["1", "0"])? == 1,
+            "PROFK_SPREAD_PER" => t.spread_per = Some(number()?),
+            "PROFK_SAMPLE" => t.no_spread_sample = choice(&["spread", "block"])? == 1,
+            "PROFK_RANK_LIST" => t.no_rank_list = choice(&["1", "0"])? == 1,
+            "PROFK_RANK_WHOLE" => t.rank_whole = Some(choice(&["0", "1"])? == 1),
+            "PROFK_OUTPUT" => t.output_ranking = Some(choice(&["sort", "rank"])? == 1),
+            "PROFK_RANK_SLICE" => t.rank_slice = Some([64, 128][choice(&["64", "128"])?]),
+            "PROFK_RANK_THREADS" => t.rank_threads_512 = choice(&["1024", "512"])? == 1,
+            "PROFK_VALUE_SORT" => t.value_sort_whole = choice(&["key", "whole"])? == 1,
+            "PROFK_SORT_TILE" => t.sort_tile = Some([2048, 1024][choice(&["2048", "1024"])?]),
+            "PROFK_FALLBACK_PER_SM" => t.fallback_blocks_per_sm = Some(number()?),
+            "PROFK_ROWS_PER_SM" => t.histogram_blocks_per_sm = Some(number()?),
+            "PROFK_ROWS_OUTPUT" => {
+                t.histogram_output = [
+                    HistogramOutput::Full,
+                    HistogramOutput::Unsorted,
+                    HistogramOutput::None,
+                ][choice(&["sorted", "unsorted", "none"])?]
+            }
+            "PROFK_ROWS_DEAL" => t.histogram_static_rows = choice(&["1", "0"])? == 1,
+            "PROFK_POOL_RELEASE" => t.pool_release = choice(&["0", "1"])? == 1,
+            "PROFK_NO_DEPENDENT_LAUNCH" => t.no_dependent_launch = choice(&["0", "1"])? == 1,
+            // Read by bench/lib.sh, not by the selector.
+            "PROFK_CHECKED" => {}
+            _ => anyhow::bail!("{name}: not a Prof-K benchmark switch (see profk::Tuning)"),
+        }
+    }
+    Ok(t)
+}
+
+#[cfg(all(feature = "cuda", feature = "bench"))]
+fn run_tuned(args: &CudaBenchArgs) -> anyhow::Result<()> {
     use anyhow::Context;
     use candle_core::{DType, Device};
     let dev = Device::new_cuda(0).context("opening CUDA device 0")?;

@@ -1,4 +1,5 @@
-//! `profk params`: print the sample size, threshold rank, buffer capacity and failure probabilities.
+//! `profk params`: print the sample size, threshold rank, buffer capacity and failure
+//! probabilities.
 
 use anyhow::Context;
 use profk::params::{self, Params};
@@ -139,7 +140,8 @@ fn run_device(args: &ParamsArgs, device: PlanDevice) -> anyhow::Result<()> {
                 args.sms
             );
         }
-        // A row that fails on this path costs more than on others, so its plan takes part of the budget.
+        // A row that fails on this path costs more than on others, so its plan takes part of the
+        // budget.
         (Some(p), None) if p.eps < row_eps => print_table(
             &p,
             "exact (Theorem 4) for the sample size of this path, on part of the budget: a row that \

@@ -1,4 +1,5 @@
-//! `profk select`: the top k of one tensor of a safetensors file, written to another safetensors file.
+//! `profk select`: the top k of one tensor of a safetensors file, written to another safetensors
+//! file.
 use anyhow::{bail, Context};
 use candle_core::{Device, Tensor};
 use profk::{Mode, NanPolicy, Order, Selector, TopKOptions};

@@ -254,7 +254,6 @@ fn pass_only(
     model_name: &str,
     label: &str,
 ) -> anyhow::Result<()> {
-    use profk::cuda::skip;
     let choice = SelectorChoice {
         kind: Selector::Profk,
         compare_with: None,
@@ -262,8 +261,7 @@ fn pass_only(
     let mut ef = gradsparse::ErrorFeedback::new(layout.clone(), None, device)?;
     let mut times = Vec::new();
     for i in 0..args.warmup + args.steps {
-        let mask = skip::REDRAW | skip::BUFFER | skip::FALLBACK | skip::OUTPUT;
-        let sel = skip::with(mask, || {
+        let sel = profk::tuning::scoped(profk::Tuning::first_attempt_only(), || {
             ef.accumulate_select(
                 grads,
                 args.density,

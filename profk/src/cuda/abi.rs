@@ -5,21 +5,21 @@ use candle_core::cuda::cudarc::driver::DeviceRepr;
 pub const ROW_SEL_BYTES: usize = 48;
 /// Bytes of `RowRun` (counter, R, output fill, status, attempts, failure counts of one row).
 pub const ROW_RUN_BYTES: usize = 48;
-/// Bytes of `Global` (NaN count, inverted first NaN index, the work counter of a launch that deals its
-/// items, the rows a filter pass has finished).
+/// Bytes of `Global` (NaN count, inverted first NaN index, the work counter of a launch that deals
+/// its items, the rows a filter pass has finished).
 pub const GLOBAL_BYTES: usize = 32;
 
 pub const ROW_PENDING: u32 = 0;
 pub const ROW_OK: u32 = 1;
 pub const ROW_FALLBACK: u32 = 2;
 
-/// Bins of the filter's histogram of one row's kept keys (common.cuh `FILTER_BINS`).
-pub const FILTER_BINS: usize = 1728;
+/// Bins of the filter's histogram of one row's kept keys.
+pub const FILTER_BINS: usize = crate::kernel_defines::common::FILTER_BINS as usize;
 /// Bytes of that histogram with the selection's two counters after it (a u64 fill, a u32 arrival
 /// count), rounded to 8.
 pub const FILTER_BINS_BYTES: usize = (FILTER_BINS + 4) * 4;
-/// Composites of one bin the buffer's selection puts aside (kernels/select.cu `BIN_EDGE_CAP`).
-pub const BIN_EDGE_CAP: usize = 256 * 16;
+/// Composites of one bin the buffer's selection puts aside.
+pub const BIN_EDGE_CAP: usize = crate::kernel_defines::select::BIN_EDGE_CAP as usize;
 
 /// `RowRun` as read back by the host.
 #[repr(C)]
@@ -125,7 +125,8 @@ pub struct SampleArgs {
     pub list: RowList,
 }
 
-/// A work item of the accumulation pass: `len` coordinates of span `tensor` from flat offset `flat`.
+/// A work item of the accumulation pass: `len` coordinates of span `tensor` from flat offset
+/// `flat`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AccChunk {
@@ -195,7 +196,8 @@ pub struct RankListArgs {
     pub out: u64,
     /// One row: the filter's histogram of its kept keys (`FILTER_BINS` counts), or 0.
     pub bins: u64,
-    /// Keys by magnitude: a fallen-back row without the fallback's composites is read from the input.
+    /// Keys by magnitude: a fallen-back row without the fallback's composites is read from the
+    /// input.
     pub mag: i32,
     pub pad: i32,
 }

@@ -1,5 +1,5 @@
-//! The CUDA side of [`crate::accumulate`] (kernels/accumulate.cu): the chunk table of the spans, the
-//! plain accumulation pass, and the Prof-K call whose first attempt is fused with the update.
+//! The CUDA side of [`crate::accumulate`] (kernels/accumulate.cu): the chunk table of the spans,
+//! the plain accumulation pass, and the Prof-K call whose first attempt is fused with the update.
 use candle_core::cuda::cudarc::driver::{CudaSlice, CudaStream, DevicePtr};
 use candle_core::{Storage, Tensor};
 use std::sync::Arc;
@@ -9,9 +9,11 @@ use super::launch::{drv, Arena};
 use super::module::Family;
 use crate::accumulate::{Accumulation, FlatSpans};
 use crate::select::{Plan, Selection as RowsSpec, TopK};
+use crate::tuning::Tuning;
 use crate::{Error, Mode, Result, TopKOptions};
 
-/// Coordinates per work item of the pass: one iteration of a block (512 threads × 4 loads × 4 lanes).
+/// Coordinates per work item of the pass: one iteration of a block (512 threads × 4 loads × 4
+/// lanes).
 const CHUNK: u64 = 1 << 13;
 
 /// The spans' chunk table and starts on the device of one context, built once per [`FlatSpans`],
@@ -123,12 +125,12 @@ pub(crate) fn add_launch(arena: &Arena, a: &AccArgs) -> Result<()> {
 /// [`crate::accumulate`] on CUDA: one launch over all spans, queued on candle's stream.
 pub(crate) fn add(spans: &FlatSpans, acc: &Accumulation, grads: &[Option<Tensor>]) -> Result<()> {
     let launch = prepare(spans, acc, grads)?;
-    let arena = Arena::new(launch.stream.clone())?;
+    let arena = Arena::new(launch.stream.clone(), Tuning::active())?;
     add_launch(&arena, &launch.args)
 }
 
-/// [`crate::topk_accumulate`] on CUDA: the accumulation fused into Prof-K's first attempt (or a pass
-/// of its own before an exact selection), then the status read, which waits for the call.
+/// [`crate::topk_accumulate`] on CUDA: the accumulation fused into Prof-K's first attempt (or a
+/// pass of its own before an exact selection), then the status read, which waits for the call.
 pub(crate) fn topk(
     spans: &FlatSpans,
     acc: &Accumulation,
@@ -139,7 +141,15 @@ pub(crate) fn topk(
 ) -> Result<TopK> {
     let launch = prepare(spans, acc, grads)?;
     let spec = RowsSpec::new(&[spans.total()], k, Mode::Flat)?;
-    let d = super::topk_deferred_spec(acc.residual, &spec, opts, plan, Some(&launch.args), false)?;
+    let call = super::Call {
+        selection: &spec,
+        opts,
+        plan,
+        accumulation: Some(&launch.args),
+        histogram_allowed: false,
+        tuning: Tuning::active(),
+    };
+    let d = super::queue(acc.residual, &call)?;
     let stats = d.status.read()?;
     Ok(TopK {
         values: d.values,

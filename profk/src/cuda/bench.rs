@@ -1,9 +1,10 @@
-//! `profk bench --device cuda`: checks the CUDA path against the CPU path, then times Prof-K, `sort`
-//! and `radix` over the benchmark grid with CUDA events and prints one table.
+//! `profk bench --device cuda`: checks the CUDA path against the CPU path, then times Prof-K,
+//! `sort` and `radix` over the benchmark grid with CUDA events and prints one table.
 use candle_core::cuda::cudarc::driver::sys::CUevent_flags;
 use candle_core::{DType, Device, Tensor, D};
 use std::fmt::Write as _;
 
+use crate::tuning::{scoped, ForcedRoute, LeftOut, Tuning};
 use crate::{topk, topk_with_plan, Mode, NanPolicy, Order, Plan, Result, Selector, TopKOptions};
 
 /// Read bandwidth of the H200 measured with x.sum() at 2^30 floats (TB/s): the floor's denominator.
@@ -36,7 +37,8 @@ pub enum Dist {
     /// Uniform on [128.6, 128.7]: a narrow band, hard for radix digits.
     Uniform,
     Cauchy,
-    /// Rows of standard normals with a -inf tail over the second half (the masked block-selection shape).
+    /// Rows of standard normals with a -inf tail over the second half (the masked block-selection
+    /// shape).
     Masked,
 }
 
@@ -190,7 +192,8 @@ fn case(label: String, dims: Vec<usize>, k: usize, mode: Mode, dist: Dist) -> Ca
     }
 }
 
-/// How long [`time_queued`] keeps the stream busy before a call: longer than any call takes to queue.
+/// How long [`time_queued`] keeps the stream busy before a call: longer than any call takes to
+/// queue.
 const QUEUE_NS: u64 = 2_000_000;
 
 /// Median milliseconds per call over `reps` calls (CUDA events around each call, inputs rotated,
@@ -230,8 +233,8 @@ pub fn time_queued(xs: &[Tensor], k: usize, opts: &TopKOptions, reps: usize) -> 
 }
 
 /// Median milliseconds per call, attempts of the last call, aux bytes, and the median host
-/// milliseconds spent queuing a call and from its start to its first kernel launch (the device idles
-/// that long before the call's work).
+/// milliseconds spent queuing a call and from its start to its first kernel launch (the device
+/// idles that long before the call's work).
 fn time_calls(
     xs: &[Tensor],
     k: usize,
@@ -241,10 +244,7 @@ fn time_calls(
     queued: bool,
 ) -> Result<(f64, u32, usize, f64, f64)> {
     let call = |x: &Tensor| match plan {
-        Some(p) => {
-            let spec = crate::select::Selection::new(x.dims(), k, opts.mode)?;
-            super::topk_deferred_spec(x, &spec, opts, Some(p), None, false)
-        }
+        Some(p) => super::topk_deferred_with_plan(x, k, opts, p),
         None => super::topk_deferred(x, k, opts),
     };
     let Device::Cuda(dev) = xs[0].device() else {
@@ -266,7 +266,7 @@ fn time_calls(
     for i in 0..reps {
         let (a, b) = (ev()?, ev()?);
         if queued {
-            let arena = super::launch::Arena::new(stream.clone())?;
+            let arena = super::launch::Arena::new(stream.clone(), Tuning::active())?;
             let ns = super::launch::Arg::U64(QUEUE_NS);
             arena.launch_args(super::module::Family::Baselines, "spin_ns", 1, 32, &[ns])?;
         }
@@ -307,8 +307,8 @@ pub fn run_grid(
     run_cases(dev, labelled(grid(quick), only), false, dtype, out)
 }
 
-/// The shapes the peers are measured on (bench/peers/topk_peers.sh): single rows of 2^24, 2^28 and 2^30
-/// at k = 8192, the batched and masked rows, and the flat 8192x2^17 selection.
+/// The shapes the peers are measured on (bench/peers/topk_peers.sh): single rows of 2^24, 2^28 and
+/// 2^30 at k = 8192, the batched and masked rows, and the flat 8192x2^17 selection.
 pub fn peer_cases() -> Vec<Case> {
     const LABELS: [&str; 8] = [
         "2^24",
@@ -468,8 +468,9 @@ pub fn run_targets(dev: &Device, only: Option<&str>, out: &mut String) -> Result
     Ok(())
 }
 
-/// The row-wise shapes (the batched rows and the masked block-selection rows), then few rows
-/// small enough for the split histogram path: single rows of 2^20 to 2^24 at k = 8192, and 16 x 2^20.
+/// The row-wise shapes (the batched rows and the masked block-selection rows), then few
+/// rows small enough for the split histogram path: single rows of 2^20 to 2^24 at k = 8192, and 16
+/// x 2^20.
 pub fn row_cases() -> Vec<Case> {
     let mut v = batched_rows(&[(1024, 18), (128, 20)]);
     v.extend(masked_rows());
@@ -486,9 +487,9 @@ pub fn row_cases() -> Vec<Case> {
     v
 }
 
-/// Prof-K on the [`row_cases`] (those whose label contains `only`, when given) in both output orders:
-/// the default path, the histogram selection (`skip::ROW_KERNEL`, "row kernel") and the sampled path
-/// (`skip::ROWS`), beside the read floor.
+/// Prof-K on the [`row_cases`] (those whose label contains `only`, when given) in both output
+/// orders: the default path, the histogram selection ("row kernel") and the sampled path, beside
+/// the read floor.
 pub fn run_rows(dev: &Device, dtype: DType, only: Option<&str>, out: &mut String) -> Result<()> {
     table_head(
         out,
@@ -505,12 +506,16 @@ pub fn run_rows(dev: &Device, dtype: DType, only: Option<&str>, out: &mut String
                 ..Default::default()
             };
             let paths = [
-                ("default", 0),
-                ("row kernel", super::skip::ROW_KERNEL),
-                ("sampled", super::skip::ROWS),
+                ("default", ForcedRoute::ByShape),
+                ("row kernel", ForcedRoute::Histogram),
+                ("sampled", ForcedRoute::Sampled),
             ];
-            for (path, mask) in paths {
-                let (ms, _, aux) = super::skip::with(mask, || time(&xs, c.k, &opts, 30))?;
+            for (path, route) in paths {
+                let tuning = Tuning {
+                    route,
+                    ..Tuning::active()
+                };
+                let (ms, _, aux) = scoped(tuning, || time(&xs, c.k, &opts, 30))?;
                 writeln!(
                     out,
                     "| {} | {} | {:?} | {} | {:?} | {} | {:.3} | {:.3} | {:.2} | {:.1} |",
@@ -533,10 +538,23 @@ pub fn run_rows(dev: &Device, dtype: DType, only: Option<&str>, out: &mut String
     Ok(())
 }
 
-/// Times Prof-K with stages left out (see [`super::skip`]) on the shapes where the targets are set:
+/// Times Prof-K with stages left out (see [`LeftOut`]) on the shapes where the targets are set:
 /// the differences between rows place the time of each stage.
 pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
-    use super::skip;
+    let base = Tuning::active();
+    let without = |left_out: LeftOut| Tuning { left_out, ..base };
+    let no_redraw = LeftOut {
+        redraw: true,
+        ..LeftOut::default()
+    };
+    let no_fallback = LeftOut {
+        fallback: true,
+        ..no_redraw
+    };
+    let no_buffer = LeftOut {
+        buffer_selection: true,
+        ..no_fallback
+    };
     // 2^24 and 2^28, the target rows, and two row-wise batches.
     let small_rows = [1 << 24, 1 << 28].map(|n: usize| {
         let label = format!("2^{}", n.trailing_zeros());
@@ -563,21 +581,22 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
         .chain(targets())
         .chain(batches)
         .collect();
+    let block_sample = Tuning {
+        no_spread_sample: true,
+        ..base
+    };
     let variants = [
-        ("full", 0),
+        ("full", base),
         (
             "full, sample's threshold by one block or grid barriers",
-            skip::SPREAD,
+            block_sample,
         ),
-        ("- redraw launches", skip::REDRAW),
-        ("- redraw, fallback launches", skip::REDRAW | skip::FALLBACK),
-        (
-            "- redraw, fallback, buffer top-k",
-            skip::REDRAW | skip::FALLBACK | skip::BUFFER,
-        ),
+        ("- redraw launches", without(no_redraw)),
+        ("- redraw, fallback launches", without(no_fallback)),
+        ("- redraw, fallback, buffer top-k", without(no_buffer)),
         (
             "sample + filter only",
-            skip::REDRAW | skip::FALLBACK | skip::BUFFER | skip::OUTPUT,
+            without(LeftOut::AFTER_FIRST_ATTEMPT),
         ),
     ];
     table_head(
@@ -601,8 +620,8 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
             mode: c.mode,
             ..Default::default()
         };
-        for (name, mask) in variants {
-            let t = skip::with(mask, || time_calls(&xs, c.k, &opts, 20, None, false))?;
+        for (name, tuning) in variants {
+            let t = scoped(tuning, || time_calls(&xs, c.k, &opts, 20, None, false))?;
             row(name, (t.0, t.3, t.4));
         }
         // The device's own time: the full call with its work queued before it starts.
@@ -651,7 +670,8 @@ pub fn run_stages(dev: &Device, out: &mut String) -> Result<()> {
     Ok(())
 }
 
-/// Compares every selector on the device with the CPU path; returns the failures (empty = all equal).
+/// Compares every selector on the device with the CPU path; returns the failures (empty = all
+/// equal).
 pub fn check(dev: &Device) -> Result<Vec<String>> {
     let mut fails = Vec::new();
     let mut cases: Vec<(String, Tensor, usize, TopKOptions, Option<Plan>)> = Vec::new();
@@ -768,7 +788,8 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
         None,
     ));
     cases.push(("k=0".into(), x.clone(), 0, base.clone(), None));
-    // Plans that fail on purpose: recall failure every time (t = S) and overflow every time (M = k).
+    // Plans that fail on purpose: recall failure every time (t = S) and overflow every time (M =
+    // k).
     cases.push((
         "forced fallback".into(),
         x.clone(),
@@ -856,7 +877,13 @@ pub fn check(dev: &Device) -> Result<Vec<String>> {
             };
             let (want, got) = (
                 run(&cpu),
-                super::skip::with(if wide { super::skip::WIDE } else { 0 }, || run(&x)),
+                scoped(
+                    Tuning {
+                        force_wide: wide,
+                        ..Tuning::active()
+                    },
+                    || run(&x),
+                ),
             );
             let same = match (&want, &got) {
                 (Ok(w), Ok(g)) => {

@@ -1,4 +1,5 @@
-//! Stage 3 (kernels/filter.cu): one pass per pending row, buffer fill, exact R and the device-side check.
+//! Stage 3 (kernels/filter.cu): one pass per pending row, buffer fill, exact R and the device-side
+//! check.
 
 use super::abi::{AccArgs, AccFilterArgs, FilterArgs, RowList};
 use super::launch::{Arena, Dev};
@@ -7,9 +8,9 @@ use super::{Input, Shape};
 use crate::work_split::filter_chunk;
 use crate::Result;
 
-/// Bytes of the input a first attempt's blocks ask L2 for, together, while the sample's threshold is
-/// selected: about half of the H200's 50 MB L2, so that the pass finds them there before the
-/// streaming loads push them out. The benchmark may set it (`PROFK_PREFETCH_MB`, 0: none).
+/// Bytes of the input a first attempt's blocks ask L2 for, together, while the sample's threshold
+/// is selected: about half of the H200's 50 MB L2, so that the pass finds them there before the
+/// streaming loads push them out. A benchmark may set it (`tuning.prefetch_mib`, 0: none).
 const PREFETCH_BYTES: u64 = 24 << 20;
 
 pub struct Buffer {
@@ -27,8 +28,8 @@ pub struct Pass<'a> {
     pub last_attempt: bool,
     pub approximate: bool,
     pub rows: RowList,
-    /// Where the pass lists every row by status once it has finished them all (3 x rows ids, then the
-    /// 3 counts), in place of a launch of its own.
+    /// Where the pass lists every row by status once it has finished them all (3 x rows ids, then
+    /// the 3 counts), in place of a launch of its own.
     pub lists: Option<(u64, u64)>,
     /// One row: where the pass counts its kept keys by bin, for the buffer's selection; 0: none.
     pub bins: u64,
@@ -43,23 +44,31 @@ pub fn run(
     p: &Pass,
 ) -> Result<()> {
     let blocks = 2 * arena.sms as u64;
-    let chunk = filter_chunk(shape.rows, shape.n, blocks, buf.cap);
-    let cpr = shape.n.div_ceil(chunk).max(1);
-    let grid = (shape.rows * cpr).clamp(1, blocks);
-    let prefetch =
-        crate::bench_env::number("PROFK_PREFETCH_MB").map_or(PREFETCH_BYTES, |mb| mb << 20);
+    let chunk = filter_chunk(
+        shape.rows,
+        shape.n,
+        blocks,
+        buf.cap,
+        arena.tuning.filter_chunk,
+    );
+    let chunks_per_row = shape.n.div_ceil(chunk).max(1);
+    let grid = (shape.rows * chunks_per_row).clamp(1, blocks);
+    let prefetch = arena
+        .tuning
+        .prefetch_mib
+        .map_or(PREFETCH_BYTES, |mib| mib << 20);
     let args = FilterArgs {
         x: input.ptr,
         n: shape.n,
         rows: shape.rows,
         mag: input.mag as i32,
-        ib: shape.ib as i32,
+        ib: shape.index_bits as i32,
         use_tmin: p.use_tmin as i32,
         count_nan: p.count_nan as i32,
         cap: buf.cap,
         k,
         chunk,
-        cpr,
+        cpr: chunks_per_row,
         sel: p.state_sel.ptr,
         run: p.run.ptr,
         bkeys: buf.keys.ptr,
@@ -103,7 +112,7 @@ pub fn run_accumulate(
         cap: buf.cap,
         k,
         mag: input.mag as i32,
-        ib: shape.ib as i32,
+        ib: shape.index_bits as i32,
         use_tmin: p.use_tmin as i32,
         count_nan: p.count_nan as i32,
         last_attempt: p.last_attempt as i32,

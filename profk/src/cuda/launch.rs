@@ -1,8 +1,8 @@
 //! Device memory and launch helpers shared by the kernel-family wrappers.
 //!
 //! A call's temporary buffers are carved from one workspace per stream that is kept between calls
-//! (like a caching allocator): no allocation, event creation or event record per buffer, which would
-//! otherwise cost more host time than the kernels of a small call take on the device.
+//! (like a caching allocator): no allocation, event creation or event record per buffer, which
+//! would otherwise cost more host time than the kernels of a small call take on the device.
 use candle_core::cuda::cudarc::driver::{
     result,
     sys::{self, CUdevice_attribute, CUlaunchAttributeID, CUstreamCaptureStatus},
@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::module::{function, Family};
+use crate::tuning::Tuning;
 use crate::{Error, Result};
 
 /// A typed range of the workspace: a raw device pointer and a length.
@@ -81,6 +82,8 @@ pub struct Arena {
     pub cooperative: bool,
     /// Whether the stream is being captured into a graph.
     pub capturing: bool,
+    /// The benchmark's choices for this call ([`Tuning::default`] in production).
+    pub tuning: Tuning,
     /// Bytes this call carved: its auxiliary device memory.
     pub bytes: usize,
     key: StreamKey,
@@ -91,8 +94,8 @@ pub struct Arena {
 const ALIGN: usize = 256;
 
 impl Arena {
-    pub fn new(stream: Arc<CudaStream>) -> Result<Self> {
-        let facts = device_facts(stream.context())?;
+    pub fn new(stream: Arc<CudaStream>, tuning: Tuning) -> Result<Self> {
+        let facts = device_facts(stream.context(), &tuning)?;
         let capturing = stream.capture_status().map_err(drv)?
             != CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let key = StreamKey::of(&stream);
@@ -105,9 +108,10 @@ impl Arena {
         Ok(Self {
             stream,
             sms: facts.sms,
-            dependent: facts.dependent_launch && !capturing,
+            dependent: facts.dependent_launch && !capturing && !tuning.no_dependent_launch,
             cooperative: facts.cooperative && !capturing,
             capturing,
+            tuning,
             bytes: 0,
             key,
             chunks,
@@ -145,7 +149,8 @@ impl Arena {
     /// Zeroed device memory.
     pub fn zeros<T>(&mut self, len: usize) -> Result<Dev<T>> {
         let d = self.alloc::<T>(len)?;
-        // SAFETY: the range lies inside a live workspace chunk; the memset is ordered on the stream.
+        // SAFETY: the range lies inside a live workspace chunk; the memset is ordered on the
+        // stream.
         unsafe {
             result::memset_d8_async(
                 d.ptr,
@@ -217,16 +222,16 @@ impl Arena {
         unsafe { self.launch(&self.func(family, name)?, grid, block, &p, false) }
     }
 
-    /// Launches `f` on the call's stream (cooperatively: every block resident at once, the grid
-    /// may synchronize). On devices of compute capability 9.0 and later, outside a stream capture,
-    /// the launch lets the kernel's blocks be placed while the kernel before it still runs
+    /// Launches `f` on the call's stream (cooperatively: every block resident at once, the grid may
+    /// synchronize). On devices of compute capability 9.0 and later, outside a stream capture, the
+    /// launch lets the kernel's blocks be placed while the kernel before it still runs
     /// (programmatic dependent launch); every kernel of this crate first waits for that kernel
     /// (kernels/common.cuh `dependent_launch_entry`), so only the launch latency overlaps. A driver
-    /// that refuses the attribute on a cooperative launch gets plain cooperative launches from then on.
+    /// that refuses the attribute on a cooperative launch gets plain cooperative launches from then
+    /// on.
     ///
-    /// # Safety
-    /// `params` are `f`'s parameters in order and width, and the grid of a cooperative launch fits
-    /// the device at once.
+    /// # Safety `params` are `f`'s parameters in order and width, and the grid of a cooperative
+    /// launch fits the device at once.
     pub unsafe fn launch(
         &self,
         f: &CudaFunction,
@@ -248,7 +253,8 @@ impl Arena {
         }
     }
 
-    /// A grid-stride launch over `total` items: enough blocks to fill the device, never more than needed.
+    /// A grid-stride launch over `total` items: enough blocks to fill the device, never more than
+    /// needed.
     pub fn grid_for(&self, total: u64, block: u32, per_sm: u32) -> u64 {
         total
             .div_ceil(block as u64)
@@ -286,22 +292,6 @@ pub enum Arg {
     U32(u32),
 }
 
-/// Defaults a benchmark turns off (`NAME=1`) to time a call without them, read once: always off
-/// without the `bench` feature.
-#[derive(Clone, Copy)]
-struct BenchSwitches {
-    pool_release: bool,
-    no_dependent_launch: bool,
-}
-
-fn bench_switches() -> BenchSwitches {
-    let on = |name: &str| crate::bench_env::var(name) == Some("1");
-    BenchSwitches {
-        pool_release: on("PROFK_POOL_RELEASE"),
-        no_dependent_launch: on("PROFK_NO_DEPENDENT_LAUNCH"),
-    }
-}
-
 /// What a call needs to know of its device, asked of the driver once per device.
 #[derive(Clone, Copy)]
 struct DeviceFacts {
@@ -312,8 +302,8 @@ struct DeviceFacts {
 }
 
 /// The facts of `ctx`'s device; the first call for a device also keeps its pool's memory
-/// ([`keep_pool_memory`]).
-fn device_facts(ctx: &Arc<CudaContext>) -> Result<DeviceFacts> {
+/// ([`keep_pool_memory`]) unless its tuning says otherwise.
+fn device_facts(ctx: &Arc<CudaContext>, tuning: &Tuning) -> Result<DeviceFacts> {
     static CACHE: OnceLock<Mutex<HashMap<i32, DeviceFacts>>> = OnceLock::new();
     let device = ctx.cu_device();
     let cache = CACHE.get_or_init(Default::default);
@@ -321,16 +311,14 @@ fn device_facts(ctx: &Arc<CudaContext>) -> Result<DeviceFacts> {
         return Ok(f);
     }
     let attribute = |a| ctx.attribute(a).map_err(drv);
-    let switches = bench_switches();
     let facts = DeviceFacts {
         sms: attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
         dependent_launch: attribute(
             CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-        )? >= 9
-            && !switches.no_dependent_launch,
+        )? >= 9,
         cooperative: attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH)? != 0,
     };
-    if !switches.pool_release {
+    if !tuning.pool_release {
         keep_pool_memory(device)?;
     }
     cache

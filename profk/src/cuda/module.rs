@@ -14,17 +14,21 @@ pub enum Family {
     Baselines,
     Accumulate,
     Rows,
+    Output,
+    RankList,
 }
 
 impl Family {
     fn fatbin(self) -> &'static Fatbin {
-        static FATBINS: [Fatbin; 6] = [
+        static FATBINS: [Fatbin; 8] = [
             runtime::fatbin!("sample"),
             runtime::fatbin!("filter"),
             runtime::fatbin!("select"),
             runtime::fatbin!("baselines"),
             runtime::fatbin!("accumulate"),
             runtime::fatbin!("rows"),
+            runtime::fatbin!("output"),
+            runtime::fatbin!("rank_list"),
         ];
         &FATBINS[self as usize]
     }

@@ -1,13 +1,15 @@
-//! The sorted top-k of few rows straight from their lists (kernels/rank_list.cuh): each passed row's
-//! buffer, each fallen-back row's k composites. One launch in place of the buffer's radix selection
-//! and the ranking of its k outputs: cooperative where the lists are counted and scattered over the
-//! grid, plain where each block reads its row's whole list ([`reads_whole`]). The plain launch also
-//! ranks a fallen-back row from its input, so that no fallback launch comes before it.
+//! The sorted top-k of few rows straight from their lists (kernels/rank_list.cuh): each passed
+//! row's buffer, each fallen-back row's k composites. One launch in place of the buffer's radix
+//! selection and the ranking of its k outputs: cooperative where the lists are counted and
+//! scattered over the grid, plain where each block reads its row's whole list ([`reads_whole`]).
+//! The plain launch also ranks a fallen-back row from its input, so that no fallback launch comes
+//! before it.
 use super::abi::RankListArgs;
 use super::filter::Buffer;
 use super::launch::{Arena, Dev, Params};
 use super::module::Family;
 use super::{Input, Shape};
+use crate::tuning::Tuning;
 use crate::work_split::RANK_LIST_MAX_ROWS;
 use crate::Result;
 
@@ -24,31 +26,29 @@ pub fn zeroed_bytes(rows: u64) -> usize {
     }
 }
 
-/// Composites the launch sorts by bin for `rows` rows of k outputs from buffers of `cap` (none where
-/// it reads the lists whole).
-pub fn bucket_len(rows: u64, k: u64, cap: u64) -> usize {
-    match reads_whole(rows, k, cap) {
+/// Composites the launch sorts by bin for `rows` rows of k outputs from buffers of `cap` (none
+/// where it reads the lists whole).
+pub fn bucket_len(tuning: &Tuning, rows: u64, k: u64, cap: u64) -> usize {
+    match reads_whole(tuning, rows, k, cap) {
         true => 0,
         false => (rows * cap.max(k)) as usize,
     }
 }
 
 /// Whether each block reads its row's whole list (a plain launch, kernel `rank_whole`, and the
-/// filter counts the row's kept keys by bin for it) rather than the grid counting and scattering the
-/// lists by their first digit (a cooperative launch with two grid barriers): one row whose list, its
-/// buffer or k, is short ([`crate::select::gpu_whole_list`]). Each block reads it once, to gather its
-/// slice's bins of the filter's histogram: at 2^24 (k = 8192, about 24 600 kept) the 128 blocks read
-/// about 13 MB from L2, against two grid barriers, the count and the scatter it saves. The plain launch
-/// also ranks a fallen-back row from its input (a few reads of it in every block, milliseconds,
-/// which the plan makes rare: [`crate::select::GPU_WHOLE_LIST_EPS_SHARE`]), so no fallback launch
-/// comes before it and the fallback's composites are not read. A benchmark may set
-/// `PROFK_RANK_WHOLE=0|1` to take either on any shape.
-pub fn reads_whole(rows: u64, k: u64, cap: u64) -> bool {
-    match crate::bench_env::var("PROFK_RANK_WHOLE") {
-        Some("0") => false,
-        Some("1") => true,
-        _ => crate::select::gpu_whole_list(rows, k, cap),
-    }
+/// filter counts the row's kept keys by bin for it) rather than the grid counting and scattering
+/// the lists by their first digit (a cooperative launch with two grid barriers): one row whose
+/// list, its buffer or k, is short ([`crate::select::gpu_whole_list`]). Each block reads it once,
+/// to gather its slice's bins of the filter's histogram: at 2^24 (k = 8192, about 24 600 kept) the
+/// 128 blocks read about 13 MB from L2, against two grid barriers, the count and the scatter it
+/// saves. The plain launch also ranks a fallen-back row from its input (a few reads of it in every
+/// block, milliseconds, which the plan makes rare: [`crate::select::GPU_WHOLE_LIST_EPS_SHARE`]), so
+/// no fallback launch comes before it and the fallback's composites are not read. A benchmark may
+/// take either on any shape (`tuning.rank_whole`).
+pub fn reads_whole(tuning: &Tuning, rows: u64, k: u64, cap: u64) -> bool {
+    tuning
+        .rank_whole
+        .unwrap_or_else(|| crate::select::gpu_whole_list(rows, k, cap))
 }
 
 /// Where the rows' lists lie: the filter's buffer with each row's record (`RowRun`: length, status,
@@ -79,15 +79,15 @@ pub fn launch(
     (vals, idx): (u64, u64),
 ) -> Result<()> {
     let cap = lists.buffer.cap;
-    let whole = reads_whole(shape.rows, k, cap);
+    let whole = reads_whole(&arena.tuning, shape.rows, k, cap);
     let args = RankListArgs {
         x: input.ptr,
         n: shape.n,
         k,
         rows: shape.rows,
         slice,
-        ib: shape.ib as i32,
-        tb: (shape.kb + shape.ib) as i32,
+        ib: shape.index_bits as i32,
+        tb: (shape.key_bits + shape.index_bits) as i32,
         keys: lists.buffer.keys.ptr,
         idx: lists.buffer.idx.ptr,
         cap,
@@ -106,18 +106,19 @@ pub fn launch(
     let mut p = Params::default();
     p.push(&args);
     if whole {
-        let f = arena.func(Family::Select, &format!("rank_whole_{}", input.suffix))?;
+        let f = arena.func(Family::RankList, &format!("rank_whole_{}", input.suffix))?;
         let grid = (shape.rows * k.div_ceil(slice)).max(1);
-        // SAFETY: RankListArgs is the kernel's parameter; every range it names is live for the call.
+        // SAFETY: RankListArgs is the kernel's parameter; every range it names is live for the
+        // call.
         return unsafe { arena.launch(&f, grid, THREADS, &p, false) };
     }
-    let f = arena.func(Family::Select, &format!("rank_lists_{}", input.suffix))?;
+    let f = arena.func(Family::RankList, &format!("rank_lists_{}", input.suffix))?;
     // Every block of a cooperative launch must be resident at once.
     let per_sm = arena.blocks_per_sm(&f, THREADS)?.max(1);
     let items =
         (shape.rows * cap.max(k).div_ceil(THREADS as u64)).max(shape.rows * k.div_ceil(slice));
     let grid = items.clamp(1, u64::from(per_sm * arena.sms));
-    // SAFETY: RankListArgs is the kernel's parameter; the grid fits the device at its occupancy, and
-    // every range it names is live for the call.
+    // SAFETY: RankListArgs is the kernel's parameter; the grid fits the device at its occupancy,
+    // and every range it names is live for the call.
     unsafe { arena.launch(&f, grid, THREADS, &p, true) }
 }

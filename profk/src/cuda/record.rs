@@ -1,8 +1,8 @@
-//! The device record a call writes its per-row outcomes to, outliving the call's workspace until its
-//! status is read or dropped. Records are kept per stream for the next call. A record is zeroed when
-//! its call lets go of it (a memset queued after that call's kernels), so that the next call on the
-//! stream queues no memset before its first kernel; inside a stream capture the call zeroes its own,
-//! so that every replay of the graph starts from zeros.
+//! The device record a call writes its per-row outcomes to, outliving the call's workspace until
+//! its status is read or dropped. Records are kept per stream for the next call. A record is zeroed
+//! when its call lets go of it (a memset queued after that call's kernels), so that the next call
+//! on the stream queues no memset before its first kernel; inside a stream capture the call zeroes
+//! its own, so that every replay of the graph starts from zeros.
 use candle_core::cuda::cudarc::driver::{
     result, sys::CUstreamCaptureStatus, CudaSlice, CudaStream, DevicePtr,
 };

@@ -1,58 +1,54 @@
 //! Row-wise selection by a histogram of the keys (kernels/rows.cu): a pass into a histogram of the
-//! top key bits, a second read that writes the higher bins out and keeps the threshold bin's elements,
-//! and an exact selection over those. Many rows go one block per row, in one launch, with the
-//! histogram and the bin in shared memory: a block carries a guessed key from one row to the next
-//! and reads a row once when it holds (the elements above it hold the k-th and fit shared memory),
-//! selects a row whose bin overflows its buffer from the row itself, and writes the sorted output for
-//! k up to 1024. A few long rows are split over every SM,
-//! with a histogram and a candidate buffer per row in global memory, in two launches; split rows
-//! whose threshold bin overflows its buffer go to the dense radix selection, in the same call.
+//! top key bits, a second read that writes the higher bins out and keeps the threshold bin's
+//! elements, and an exact selection over those. Many rows go one block per row, in one launch, with
+//! the histogram and the bin in shared memory: a block carries a guessed key from one row to the
+//! next and reads a row once when it holds (the elements above it hold the k-th and fit shared
+//! memory), selects a row whose bin overflows its buffer from the row itself, and writes the sorted
+//! output for k up to 1024. A few long rows are split over every SM, with a histogram and a
+//! candidate buffer per row in global memory, in two launches; split rows whose threshold bin
+//! overflows its buffer go to the dense radix selection, in the same call.
 use super::abi::{RowList, ROW_FALLBACK};
 use super::launch::{Arena, Arg, Dev};
 use super::module::Family;
 use super::select::{SelState, Selection, Source};
-use super::{skip, Input, Shape};
-use crate::select::histogram::histogram_layout;
-use crate::{gpu_histogram_path, HistogramPath, Result};
+use super::{Input, Shape};
+use crate::tuning::{HistogramOutput, Tuning};
+use crate::{HistogramPath, Result};
 
-/// Threads of a block and blocks resident on an SM (kernels/rows.cu).
-const THREADS: u32 = 256;
-const BLOCKS_PER_SM: u64 = 4;
-/// A split row's state (kernels/rows.cu `SplitRow`: a 4096-bin histogram and eight counters, u32
-/// words) and the threshold bin's elements it keeps.
-const SPLIT_ROW_WORDS: usize = 4096 + 8;
-const SPLIT_CAP: usize = 16384;
-/// Largest k whose sorted output the one-block kernel writes itself (kernels/rows.cu `FUSED_MAX_K`).
-const FUSED_MAX_K: u64 = 1024;
-/// Largest k whose slots that kernel then keeps in shared memory (kernels/rows.cu `SMEM_SLOTS`).
-const SMEM_SLOTS: u64 = 512;
+use crate::kernel_defines::rows as kernel;
 
-/// Whether a call on `path` selecting k writes its sorted values and indices from the row kernel, with
-/// no output launch after it (its sort keys are composite + 1: narrower than 64 bits).
-pub fn fused_output(path: HistogramPath, shape: &Shape, k: u64) -> bool {
+/// Threads of a block and blocks resident on an SM.
+const THREADS: u32 = kernel::ROWS_THREADS as u32;
+const BLOCKS_PER_SM: u64 = kernel::ROWS_BLOCKS_PER_SM;
+/// A split row's state (kernels/rows.cu `SplitRow`: a histogram of `ROWS_BINS` bins and eight
+/// counters, u32 words) and the threshold bin's elements it keeps.
+const SPLIT_ROW_WORDS: usize = kernel::ROWS_BINS as usize + 8;
+const SPLIT_CAP: usize = kernel::SPLIT_CAP as usize;
+/// Largest k whose sorted output the one-block kernel writes itself.
+const FUSED_MAX_K: u64 = kernel::FUSED_MAX_K;
+/// Largest k whose slots that kernel then keeps in shared memory.
+const SMEM_SLOTS: u64 = kernel::SMEM_SLOTS;
+/// The kernel's benchmark flags: the output left unsorted or out, rows in a fixed order.
+const OUT_UNSORTED: i32 = kernel::OUT_UNSORTED as i32;
+const OUT_NONE: i32 = kernel::OUT_NONE as i32;
+const ROWS_STATIC: i32 = kernel::ROWS_STATIC as i32;
+
+/// Whether a call on `path` selecting k writes its sorted values and indices from the row kernel,
+/// with no output launch after it (its sort keys are composite + 1: narrower than 64 bits).
+pub fn fused_output(path: HistogramPath, shape: &Shape, k: u64, tuning: &Tuning) -> bool {
     path == HistogramPath::OneBlockPerRow
         && k <= FUSED_MAX_K
-        && shape.kb + shape.ib < 64
-        && !skip::has(skip::OUTPUT)
+        && shape.key_bits + shape.index_bits < 64
+        && !tuning.left_out.output
 }
 
-/// The histogram path of this call, if it takes one ([`gpu_histogram_path`]; any shape whose
-/// composites fit 64 bits under the benchmarks' `skip::ROW_KERNEL`).
-pub fn path(shape: &Shape, k: u64, sms: u32) -> Option<HistogramPath> {
-    let bytes = u64::from(shape.kb / 8);
-    if skip::has(skip::ROW_KERNEL) && k > 0 && shape.kb + shape.ib <= 64 {
-        return Some(histogram_layout(shape.rows, shape.n, sms));
+/// Blocks a launch keeps resident per SM; benchmarks may set fewer to trade loads in flight
+/// against the second pass's hits in L2.
+fn blocks_per_sm(tuning: &Tuning) -> u64 {
+    match tuning.histogram_blocks_per_sm {
+        Some(blocks) => blocks.clamp(1, BLOCKS_PER_SM),
+        None => BLOCKS_PER_SM,
     }
-    gpu_histogram_path(shape.rows, shape.n, k, bytes, sms)
-}
-
-/// Blocks a launch keeps resident per SM; benchmarks may set fewer (`PROFK_ROWS_PER_SM`) to trade
-/// loads in flight against the second pass's hits in L2.
-fn blocks_per_sm() -> u64 {
-    if let Some(b) = crate::bench_env::number("PROFK_ROWS_PER_SM") {
-        return b.clamp(1, BLOCKS_PER_SM);
-    }
-    BLOCKS_PER_SM
 }
 
 /// One histogram selection: the input, its rows, k, and the call's records (`run` gets each row's
@@ -70,8 +66,8 @@ pub struct Call<'a> {
 }
 
 /// Queues the selection of every row: k row-local indices per row (any order) in the returned
-/// slots, or with `call.sorted` on the one-block path and k <= [`SMEM_SLOTS`] only the sorted output
-/// (the slots are then not written).
+/// slots, or with `call.sorted` on the one-block path and k <= [`SMEM_SLOTS`] only the sorted
+/// output (the slots are then not written).
 pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev<u64>> {
     let Call {
         input,
@@ -89,7 +85,7 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
         rows * k as usize
     };
     let out = arena.alloc::<u64>(slots)?;
-    let resident = blocks_per_sm() * u64::from(arena.sms);
+    let resident = blocks_per_sm(&arena.tuning) * u64::from(arena.sms);
     match path {
         // Its block finishes every row, the dense selection included.
         HistogramPath::OneBlockPerRow => {
@@ -98,7 +94,7 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
         }
         HistogramPath::Split => split_rows(arena, call, &out, resident)?,
     }
-    if skip::has(skip::FALLBACK) {
+    if arena.tuning.left_out.fallback {
         return Ok(out);
     }
     // The split rows that fell back (a threshold bin over the buffer: heavy ties), exactly on the
@@ -123,18 +119,18 @@ pub fn select(arena: &mut Arena, call: &Call, path: HistogramPath) -> Result<Dev
     Ok(out)
 }
 
-/// Benchmark flags of the one-block kernel: output stages left out (`PROFK_ROWS_OUTPUT=unsorted|none`;
-/// kernels/rows.cu `OUT_UNSORTED`, `OUT_NONE`: the results are then not meaningful), and rows in a
-/// fixed order instead of dealt from the call's counter (`PROFK_ROWS_DEAL=0`, `ROWS_STATIC`).
-fn bench_flags() -> i32 {
-    let output = match crate::bench_env::var("PROFK_ROWS_OUTPUT") {
-        Some("unsorted") => 2,
-        Some("none") => 4,
-        _ => 0,
+/// Benchmark flags of the one-block kernel: output stages left out (kernels/rows.cu
+/// `OUT_UNSORTED`, `OUT_NONE`: the results are then not meaningful), and rows in a fixed order
+/// instead of dealt from the call's counter (`ROWS_STATIC`).
+fn bench_flags(tuning: &Tuning) -> i32 {
+    let output = match tuning.histogram_output {
+        HistogramOutput::Full => 0,
+        HistogramOutput::Unsorted => OUT_UNSORTED,
+        HistogramOutput::None => OUT_NONE,
     };
-    let order = match crate::bench_env::var("PROFK_ROWS_DEAL") {
-        Some("0") => 8,
-        _ => 0,
+    let order = match tuning.histogram_static_rows {
+        true => ROWS_STATIC,
+        false => 0,
     };
     output | order
 }
@@ -143,7 +139,7 @@ fn bench_flags() -> i32 {
 fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> Result<()> {
     let (input, shape) = (call.input, call.shape);
     let sorted = call.sorted.unwrap_or(((0, 0), false));
-    let flags = i32::from(sorted.1) | bench_flags();
+    let flags = i32::from(sorted.1) | bench_flags(&arena.tuning);
     arena.launch_args(
         Family::Rows,
         &format!("rows_topk_{}", input.suffix),
@@ -155,7 +151,7 @@ fn one_block_per_row(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u
             Arg::U64(shape.rows),
             Arg::U64(call.k),
             Arg::I32(input.mag as i32),
-            Arg::I32(shape.ib as i32),
+            Arg::I32(shape.index_bits as i32),
             Arg::I32(call.count_nan as i32),
             Arg::U64(out.ptr),
             Arg::U64(call.run.ptr),
@@ -201,7 +197,7 @@ fn split_rows(arena: &mut Arena, call: &Call, out: &Dev<u64>, resident: u64) -> 
     )?;
     let mut compact = common.to_vec();
     compact.extend([
-        Arg::I32(shape.ib as i32),
+        Arg::I32(shape.index_bits as i32),
         Arg::U64(state.ptr),
         Arg::U64(cand.ptr),
         Arg::U64(out.ptr),

@@ -20,7 +20,8 @@ pub fn block_variant(len: u64) -> (u32, &'static str) {
     }
 }
 
-/// The sample's arguments; `keys`/`idx` are null when the fused kernel keeps the sample in registers.
+/// The sample's arguments; `keys`/`idx` are null when the fused kernel keeps the sample in
+/// registers.
 #[allow(clippy::too_many_arguments)]
 pub fn args(
     input: &Input,
@@ -49,8 +50,8 @@ pub fn args(
 }
 
 /// Stages 1 and 2 in one launch (S <= FUSED_MAX_SAMPLE, composites of at most 64 bits): the t-th
-/// largest sampled composite of every pending row goes to its `RowSel.tmin`. With `acc`, the sampled
-/// values are those of the accumulation, computed on the fly (one row: the flat residual).
+/// largest sampled composite of every pending row goes to its `RowSel.tmin`. With `acc`, the
+/// sampled values are those of the accumulation, computed on the fly (one row: the flat residual).
 #[allow(clippy::too_many_arguments)]
 pub fn draw_and_select(
     arena: &Arena,
@@ -64,7 +65,7 @@ pub fn draw_and_select(
     sel: &Dev<u8>,
     acc: Option<&AccArgs>,
 ) -> Result<()> {
-    let a = args(input, shape, s, seed, attempt, rows, 0, 0);
+    let sample_args = args(input, shape, s, seed, attempt, rows, 0, 0);
     let (threads, variant) = block_variant(s);
     let f = match acc {
         Some(_) => arena.func(Family::Accumulate, &format!("acc_sample_select{variant}"))?,
@@ -73,14 +74,18 @@ pub fn draw_and_select(
             &format!("sample_select{variant}_{}", input.suffix),
         )?,
     };
-    let (selp, t32, ib, tb) = (
+    let (selp, t32, index_bits, composite_bits) = (
         sel.ptr,
         t as u32,
-        shape.ib as i32,
-        (shape.kb + shape.ib) as i32,
+        shape.index_bits as i32,
+        (shape.key_bits + shape.index_bits) as i32,
     );
     let mut p = Params::default();
-    p.push(&a).push(&selp).push(&t32).push(&ib).push(&tb);
+    p.push(&sample_args)
+        .push(&selp)
+        .push(&t32)
+        .push(&index_bits)
+        .push(&composite_bits);
     if let Some(acc) = acc {
         p.push(acc);
     }
@@ -94,10 +99,10 @@ pub use crate::select::{
     GPU_SPREAD_THREADS as SPREAD_THREADS,
 };
 
-/// Stages 1 and 2 in one launch for rows too few to fill the device (composites of at most 64 bits):
-/// each row's sample spread over `spread_shape(s, t)` blocks, each keeping its slice's t largest in
-/// `cand` (at least `rows * bpr * t` long), the row's last block selecting the t-th largest of those
-/// into its `RowSel.tmin`. A plain launch: it may be captured.
+/// Stages 1 and 2 in one launch for rows too few to fill the device (composites of at most 64
+/// bits): each row's sample spread over `spread_shape(s, t)` blocks, each keeping its slice's t
+/// largest in `cand` (at least `rows * bpr * t` long), the row's last block selecting the t-th
+/// largest of those into its `RowSel.tmin`. A plain launch: it may be captured.
 #[allow(clippy::too_many_arguments)]
 pub fn spread_select(
     arena: &Arena,
@@ -111,28 +116,32 @@ pub fn spread_select(
     sel: &Dev<u8>,
     cand: &Dev<u64>,
 ) -> Result<()> {
-    let a = args(input, shape, s, seed, attempt, rows, 0, 0);
+    let sample_args = args(input, shape, s, seed, attempt, rows, 0, 0);
     let f = arena.func(
         Family::Sample,
         &format!("sample_spread_p{per}_{}", input.suffix),
     )?;
     let (selp, candp) = (sel.ptr, cand.ptr);
     let (t32, bpr32) = (t as u32, bpr as u32);
-    let (ib, tb) = (shape.ib as i32, (shape.kb + shape.ib) as i32);
+    let (index_bits, composite_bits) = (
+        shape.index_bits as i32,
+        (shape.key_bits + shape.index_bits) as i32,
+    );
     let mut p = Params::default();
-    p.push(&a)
+    p.push(&sample_args)
         .push(&selp)
         .push(&candp)
         .push(&t32)
         .push(&bpr32)
-        .push(&ib)
-        .push(&tb);
+        .push(&index_bits)
+        .push(&composite_bits);
     // SAFETY: (SampleArgs, RowSel*, u64*, u32, u32, int, int) is the kernel's signature; every
     // row's candidates lie inside `cand`.
     unsafe { arena.launch(&f, shape.rows * bpr, SPREAD_THREADS as u32, &p, false) }
 }
 
-/// Stage 1 alone: the sampled keys and indices of every pending row (of the accumulation with `acc`).
+/// Stage 1 alone: the sampled keys and indices of every pending row (of the accumulation with
+/// `acc`).
 #[allow(clippy::too_many_arguments)]
 pub fn draw(
     arena: &Arena,

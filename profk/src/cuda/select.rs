@@ -1,5 +1,6 @@
-//! Radix selection by (key, index) composite (kernels/select.cu): the threshold over the sample, the
-//! exact top-k of the buffer, the dense fallback and the `radix` baseline, and the output stage.
+//! Radix selection by (key, index) composite (kernels/select.cu): the threshold over the sample,
+//! the exact top-k of the buffer, the dense fallback and the `radix` baseline, and the output
+//! stage.
 use candle_core::cuda::cudarc::driver::CudaFunction;
 
 use super::abi::{RowList, SampleArgs, SelArgs, SelSrc, ROW_SEL_BYTES};
@@ -11,9 +12,9 @@ use crate::Result;
 
 const THREADS: u32 = SELECT_THREADS;
 
-/// Rows a cooperative selection keeps in every block's shared memory (kernels/select.cu
-/// `LOCAL_ROWS`); their histograms rotate over three sets after the rows' own.
-const LOCAL_ROWS: usize = 4;
+/// Rows a cooperative selection keeps in every block's shared memory; their histograms rotate
+/// over three sets after the rows' own.
+const LOCAL_ROWS: usize = crate::kernel_defines::select::LOCAL_ROWS as usize;
 
 /// Per-row state of one selection in flight, reused by successive selections of a call.
 pub struct SelState {
@@ -67,8 +68,8 @@ pub enum Source<'a> {
 }
 
 impl Source<'_> {
-    /// The histogram and the room of [`Source::List`]'s `bins`, or zeros: the cooperative selection's
-    /// `bins` and `edge` arguments.
+    /// The histogram and the room of [`Source::List`]'s `bins`, or zeros: the cooperative
+    /// selection's `bins` and `edge` arguments.
     fn bins(&self) -> (u64, u64) {
         match self {
             Source::List { bins, .. } => bins.unwrap_or((0, 0)),
@@ -103,7 +104,7 @@ impl Selection<'_> {
             Source::List { cap, .. } => *cap,
         };
         let chunk = select_chunk(self.shape.rows, len, self.arena.sms);
-        let cpr = len.div_ceil(chunk).max(1);
+        let chunks_per_row = len.div_ceil(chunk).max(1);
         SelArgs {
             src: SelSrc {
                 x: self.input.ptr,
@@ -117,8 +118,8 @@ impl Selection<'_> {
             },
             rows: self.shape.rows,
             chunk,
-            cpr,
-            ib: self.shape.ib as i32,
+            cpr: chunks_per_row,
+            ib: self.shape.index_bits as i32,
             lo: 0,
             width: 0,
             allow_done: allow_done as i32,
@@ -159,8 +160,8 @@ impl Selection<'_> {
     }
 
     /// Finds, per gated row, the composite of its `kth`-largest element (digit by digit, 8 bits per
-    /// launch). With `allow_done`, a row stops as soon as its remaining bucket is taken whole, and its
-    /// state then holds a prefix that selects exactly `kth` elements (not the element itself).
+    /// launch). With `allow_done`, a row stops as soon as its remaining bucket is taken whole, and
+    /// its state then holds a prefix that selects exactly `kth` elements (not the element itself).
     pub fn threshold(&self, src: &Source, kth: u64, allow_done: bool) -> Result<()> {
         self.init(kth)?;
         self.threshold_from_init(src, allow_done)
@@ -168,12 +169,12 @@ impl Selection<'_> {
 
     /// Resets the selection state of every row (not only the gated ones) to select `kth` elements.
     pub fn init(&self, kth: u64) -> Result<()> {
-        let a = self.arena;
+        let arena = self.arena;
         let rows = self.shape.rows;
-        a.launch_args(
+        arena.launch_args(
             Family::Select,
             "select_init",
-            a.grid_for(rows * 256, THREADS, 8),
+            arena.grid_for(rows * 256, THREADS, 8),
             THREADS,
             &[
                 Arg::U64(self.state.sel.ptr),
@@ -184,19 +185,20 @@ impl Selection<'_> {
         )
     }
 
-    /// [`Self::threshold`] on rows whose state [`Self::init`] has reset (and no selection used since).
+    /// [`Self::threshold`] on rows whose state [`Self::init`] has reset (and no selection used
+    /// since).
     pub fn threshold_from_init(&self, src: &Source, allow_done: bool) -> Result<()> {
-        let a = self.arena;
+        let arena = self.arena;
         let rows = self.shape.rows;
         let mut args = self.args(src, allow_done);
         let name = format!("select_pass_{}", self.suffix(src));
-        let grid = a.grid_for(rows * args.cpr * THREADS as u64, THREADS, 8);
-        let mut hi = self.shape.kb + self.shape.ib;
+        let grid = arena.grid_for(rows * args.cpr * THREADS as u64, THREADS, 8);
+        let mut hi = self.shape.key_bits + self.shape.index_bits;
         while hi > 0 {
             let lo = hi.saturating_sub(8);
             args.lo = lo as i32;
             args.width = (hi - lo) as i32;
-            a.launch_struct(Family::Select, &name, grid, THREADS, &args)?;
+            arena.launch_struct(Family::Select, &name, grid, THREADS, &args)?;
             hi = lo;
         }
         Ok(())
@@ -229,21 +231,32 @@ impl Selection<'_> {
         comps: Option<&Dev<u64>>,
     ) -> Result<()> {
         let (f, args, grid, threads) = self.block_per_row(src, "block_topk_list")?;
-        let (o, tb) = (out.ptr, (self.shape.kb + self.shape.ib) as i32);
+        let (o, composite_bits) = (
+            out.ptr,
+            (self.shape.key_bits + self.shape.index_bits) as i32,
+        );
         let c = comps.map_or(0, |c| c.ptr);
         let mut p = Params::default();
-        p.push(&args).push(&o).push(&k).push(&tb).push(&c);
+        p.push(&args)
+            .push(&o)
+            .push(&k)
+            .push(&composite_bits)
+            .push(&c);
         // SAFETY: (SelArgs, u64*, u64, int, u64*) is the kernel's signature.
         unsafe { self.arena.launch(&f, grid, threads, &p, false) }
     }
 
-    /// The `kth`-largest composite of every gated row's list into its `tmin`, one block per row (lists
-    /// of at most `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits): one launch.
+    /// The `kth`-largest composite of every gated row's list into its `tmin`, one block per row
+    /// (lists of at most `sample::FUSED_MAX_SAMPLE` elements, composites of at most 64 bits): one
+    /// launch.
     pub fn block_kth(&self, src: &Source, kth: u64) -> Result<()> {
         let (f, args, grid, threads) = self.block_per_row(src, "block_kth_list")?;
-        let (t, tb) = (kth as u32, (self.shape.kb + self.shape.ib) as i32);
+        let (t, composite_bits) = (
+            kth as u32,
+            (self.shape.key_bits + self.shape.index_bits) as i32,
+        );
         let mut p = Params::default();
-        p.push(&args).push(&t).push(&tb);
+        p.push(&args).push(&t).push(&composite_bits);
         // SAFETY: (SelArgs, u32, int) is the kernel's signature.
         unsafe { self.arena.launch(&f, grid, threads, &p, false) }
     }
@@ -251,25 +264,25 @@ impl Selection<'_> {
     /// The kernel variant (by the list's length), arguments and launch shape of a one-block-per-row
     /// kernel `base` over the gated rows.
     fn block_per_row(&self, src: &Source, base: &str) -> Result<(CudaFunction, SelArgs, u64, u32)> {
-        let a = self.arena;
+        let arena = self.arena;
         let cap = match src {
             Source::List { cap, .. } => *cap,
             Source::Dense => self.shape.n,
         };
         let (threads, variant) = super::sample::block_variant(cap);
-        let f = a.func(Family::Select, &format!("{base}{variant}"))?;
+        let f = arena.func(Family::Select, &format!("{base}{variant}"))?;
         let grid = self
             .shape
             .rows
-            .clamp(1, (2048 / threads * 2 * a.sms) as u64);
+            .clamp(1, (2048 / threads * 2 * arena.sms) as u64);
         Ok((f, self.args(src, true), grid, threads))
     }
 
     /// The exact top-k of every gated row of `src` into `out` (k row-local indices per row, any
     /// order), and with `comps` their composites beside: [`Self::init`] of those rows,
     /// [`Self::threshold_from_init`] and [`Self::compact`] in one cooperative launch, with a grid
-    /// barrier between digits, so that an empty list costs one launch. Inside a stream capture, or on
-    /// a device without cooperative launches, the separate launches.
+    /// barrier between digits, so that an empty list costs one launch. Inside a stream capture, or
+    /// on a device without cooperative launches, the separate launches.
     pub fn exact(
         &self,
         src: &Source,
@@ -322,8 +335,8 @@ impl Selection<'_> {
         self.launch_cooperative(&name, None, src, true, k, &extra, Some(&dense_args))
     }
 
-    /// [`Self::threshold`] of `kth`, then with `allow_done` [`Self::finalize_min`], in one cooperative
-    /// launch (the separate launches where [`Self::exact`] takes them).
+    /// [`Self::threshold`] of `kth`, then with `allow_done` [`Self::finalize_min`], in one
+    /// cooperative launch (the separate launches where [`Self::exact`] takes them).
     pub fn kth(&self, src: &Source, kth: u64, allow_done: bool) -> Result<()> {
         if !self.arena.cooperative {
             self.threshold(src, kth, allow_done)?;
@@ -369,22 +382,22 @@ impl Selection<'_> {
         extra: &[u64],
         tail: Option<&SelArgs>,
     ) -> Result<()> {
-        let a = self.arena;
-        let f = a.func(Family::Select, name)?;
+        let arena = self.arena;
+        let f = arena.func(Family::Select, name)?;
         // Every block of a cooperative launch must be resident at once.
-        let per_sm = a.blocks_per_sm(&f, THREADS)?.clamp(1, 8);
+        let per_sm = arena.blocks_per_sm(&f, THREADS)?.clamp(1, 8);
         // The dense fallback's launch nearly always finds no row, and then costs what its grid
-        // costs: it runs one block an SM. A benchmark may give it more (`PROFK_FALLBACK_PER_SM`).
+        // costs: it runs one block an SM. A benchmark may give it more.
         let per_sm = match src {
             Source::Dense => {
-                let cap = crate::bench_env::number("PROFK_FALLBACK_PER_SM").unwrap_or(1);
+                let cap = arena.tuning.fallback_blocks_per_sm.unwrap_or(1);
                 per_sm.min(cap.clamp(1, 8) as u32)
             }
             _ => per_sm,
         };
         let args = self.args(src, allow_done);
-        let grid = (self.shape.rows * args.cpr).clamp(1, u64::from(per_sm * a.sms));
-        let bits = (self.shape.kb + self.shape.ib) as i32;
+        let grid = (self.shape.rows * args.cpr).clamp(1, u64::from(per_sm * arena.sms));
+        let bits = (self.shape.key_bits + self.shape.index_bits) as i32;
         let mut p = Params::default();
         if let Some(draw) = draw {
             p.push(draw);
@@ -396,9 +409,9 @@ impl Selection<'_> {
         if let Some(tail) = tail {
             p.push(tail);
         }
-        // SAFETY: ([SampleArgs,] SelArgs, u64, int), the extra arguments and the tail are the kernel's signature,
-        // and the grid fits the device at the kernel's occupancy.
-        unsafe { a.launch(&f, grid, THREADS, &p, true) }
+        // SAFETY: ([SampleArgs,] SelArgs, u64, int), the extra arguments and the tail are the
+        // kernel's signature, and the grid fits the device at the kernel's occupancy.
+        unsafe { arena.launch(&f, grid, THREADS, &p, true) }
     }
 
     /// Writes the row-local indices of the selected elements into `out` (k per row, any order), and
@@ -411,10 +424,10 @@ impl Selection<'_> {
         run: &Dev<u8>,
         comps: Option<&Dev<u64>>,
     ) -> Result<()> {
-        let a = self.arena;
+        let arena = self.arena;
         let args = self.args(src, true);
-        let grid = a.grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);
-        let f = a.func(
+        let grid = arena.grid_for(self.shape.rows * args.cpr * THREADS as u64, THREADS, 8);
+        let f = arena.func(
             Family::Select,
             &format!("select_compact_{}", self.suffix(src)),
         )?;
@@ -422,6 +435,6 @@ impl Selection<'_> {
         let mut p = Params::default();
         p.push(&args).push(&o).push(&k).push(&r).push(&c);
         // SAFETY: (SelArgs, u64*, u64, RowRun*, u64*) is the kernel's signature.
-        unsafe { a.launch(&f, grid, THREADS, &p, false) }
+        unsafe { arena.launch(&f, grid, THREADS, &p, false) }
     }
 }

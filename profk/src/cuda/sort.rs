@@ -2,6 +2,7 @@
 use std::ffi::c_void;
 
 use super::launch::{Arena, Dev};
+use crate::tuning::Tuning;
 use crate::{Error, Result};
 
 extern "C" {
@@ -33,21 +34,18 @@ extern "C" {
     ) -> i32;
 }
 
-/// Most keys a sort cuts into small tiles: about eight rounds of 2 048-key tiles on the H200's 132 SMs.
+/// Most keys a sort cuts into small tiles: about eight rounds of 2 048-key tiles on the H200's 132
+/// SMs.
 const SMALL_TILES_MAX: usize = 1 << 21;
 
 /// The onesweep tile, in keys, of a one-row sort of `items` keys: 0 for CUB's sm_90 tuning (5 760
 /// 64-bit keys), or 2 048 or 1 024 up to [`SMALL_TILES_MAX`] keys, which a benchmark asks for
-/// (`PROFK_SORT_TILE=2048|1024`). Smaller tiles put the flat row's 262 144 keys on 128 or 256 SMs
+/// (`tuning.sort_tile`). Smaller tiles put the flat row's 262 144 keys on 128 or 256 SMs
 /// a pass instead of 46, but each pass still took about 11 µs (13 with 1 024) on the H200: a pass
 /// over so few keys waits on latency, not on the SMs it reaches.
-fn tile_for(items: usize) -> i32 {
-    if items > SMALL_TILES_MAX {
-        return 0;
-    }
-    match crate::bench_env::var("PROFK_SORT_TILE") {
-        Some("2048") => 2048,
-        Some("1024") => 1024,
+fn tile_for(tuning: &Tuning, items: usize) -> i32 {
+    match tuning.sort_tile {
+        Some(tile @ (1024 | 2048)) if items <= SMALL_TILES_MAX => tile,
         _ => 0,
     }
 }
@@ -62,8 +60,8 @@ fn check(code: i32, what: &str) -> Result<()> {
     }
 }
 
-/// Runs a CUB call twice, as CUB asks: with null temporary storage, which writes the bytes it needs,
-/// then with that much.
+/// Runs a CUB call twice, as CUB asks: with null temporary storage, which writes the bytes it
+/// needs, then with that much.
 fn with_temp_storage(
     arena: &mut Arena,
     what: &str,
@@ -106,9 +104,9 @@ pub fn sort_keys_u64_bits(
     let e = bits.end.max(bits.start + 1) as i32;
     let b = if rows == 1 { bits.start as i32 } else { 0 };
     let (inp, outp) = (keys.ptr as *const u64, out.ptr as *mut u64);
-    let tile = tile_for(rows * len);
-    // SAFETY: the pointers are live workspace ranges; the temporary storage is null (the size query)
-    // or of the queried size, on the same stream.
+    let tile = tile_for(&arena.tuning, rows * len);
+    // SAFETY: the pointers are live workspace ranges; the temporary storage is null (the size
+    // query) or of the queried size, on the same stream.
     with_temp_storage(arena, "sort", |temp, bytes| unsafe {
         profk_sort_keys_u64(temp, bytes, inp, outp, r, l, d, b, e, tile, s)
     })?;
@@ -129,7 +127,7 @@ pub fn sort_pairs_desc(
     let (r, l) = (rows as i64, len as i64);
     let (kin, vin) = (keys.ptr as *const u32, vals.ptr as *const u64);
     let (ko, vo) = (kout.ptr as *mut u32, vout.ptr as *mut u64);
-    let tile = tile_for(rows * len);
+    let tile = tile_for(&arena.tuning, rows * len);
     // SAFETY: as in sort_keys_u64.
     with_temp_storage(arena, "pair sort", |temp, bytes| unsafe {
         profk_sort_pairs_desc_u32_u64(temp, bytes, kin, ko, vin, vo, r, l, 0, tile, s)

@@ -1,8 +1,9 @@
-//! The reference selectors of the CPU path: a full sort, and a partial selection plus a sort of the k.
+//! The reference selectors of the CPU path: a full sort, and a partial selection plus a sort of the
+//! k.
 //!
-//! Both materialize (key, index) pairs of the whole row, single-threaded per row, as a user would write
-//! them with the standard library. They share the ranking order of Prof-K, so every selector returns
-//! the same indices.
+//! Both materialize (key, index) pairs of the whole row, single-threaded per row, as a user would
+//! write them with the standard library. They share the ranking order of Prof-K, so every selector
+//! returns the same indices.
 
 use super::cpu::rank::{arrange, Candidate};
 use super::key::Element;

@@ -1,32 +1,32 @@
-//! Which calls the CUDA path serves by the histogram selection (kernels/rows.cu) instead of sampling:
-//! a histogram of the top key bits, a second read that keeps the threshold bin, an exact selection
-//! inside it; one block per row carries a guessed key from row to row and reads a row once when
-//! the bin holds. It has no failure probability and no redraw.
+//! Which calls the CUDA path serves by the histogram selection (kernels/rows.cu) instead of
+//! sampling: a histogram of the top key bits, a second read that keeps the threshold bin, an exact
+//! selection inside it; one block per row carries a guessed key from row to row and reads a row
+//! once when the bin holds. It has no failure probability and no redraw.
 
 /// Longest row one block takes when the rows fill the device.
 pub const ONE_BLOCK_MAX_N: u64 = 1 << 15;
-/// Longer rows, up to this, take one block each when k is at most 2^-8 of the row: a block guesses a
-/// key a margin above the k-th largest (from a sample of its first row, then from the row before),
-/// keeps what lies above it in shared memory and reads most rows once. With the guess a whole
-/// histogram bin, 1024 x 2^18 at k = 64 already ran faster than sampled (H200, 2026-12-02, `profk
-/// bench --device cuda --row-shapes`: f32 0.476 ms against 0.682, bf16 0.493 against 0.521;
-/// log 2026-12-02-h200-profk-carried-bin.txt, docs/perf/logs/ at commit 0107786), but at k = 1024
-/// a bin's elements no longer fit and each row was read twice (f32 1.021 ms against 0.907 sampled);
+/// Longer rows, up to this, take one block each when k is at most 2^-8 of the row: a block guesses
+/// a key a margin above the k-th largest (from a sample of its first row, then from the row
+/// before), keeps what lies above it in shared memory and reads most rows once. With the guess a
+/// whole histogram bin, 1024 x 2^18 at k = 64 already ran faster than sampled (H200, 2026-12-02,
+/// `profk bench --device cuda --row-shapes`: f32 0.476 ms against 0.682, bf16 0.493 against 0.521;
+/// log 2026-12-02-h200-profk-carried-bin.txt, docs/perf/logs/ at commit 0107786), but at k = 1024 a
+/// bin's elements no longer fit and each row was read twice (f32 1.021 ms against 0.907 sampled);
 /// docs/perf/profk-cuda.md has the key guess's figures.
 pub const ONE_BLOCK_LONG_MAX_N: u64 = 1 << 18;
 pub const ONE_BLOCK_LONG_K_SHIFT: u32 = 8;
 /// Rows this short take one block each even when they are few: one block reads such a row in about
 /// a microsecond, less than one of the launches the sampled path chains.
 pub const SHORT_N: u64 = 1 << 14;
-/// Most elements, f32 and 16-bit, of an input whose few rows are split over every SM. Measured on the
-/// H200 (2026-12-02, `profk bench --device cuda --row-shapes`, the split layout beside the sampled
-/// path in one call): f32 single rows of 2^20, 2^22 and 2^24 and 16 x 2^20 split faster (0.169 / 0.172 /
-/// 0.201 / 0.112 ms against 0.189 / 0.227 / 0.228 / 0.120); bf16 splits faster at 2^22 (0.140 against
-/// 0.157) but not at 2^24 or 16 x 2^20 (0.174 against 0.153, 0.105 against 0.088), where the sampled
-/// path reads half the bytes of f32 and the split kernels do the same work per element. Once the
-/// sampled path's output and buffer selection took one launch each (2026-12-02, same command), f32
-/// still split faster at 2^22 (0.096 against 0.101 ms, index order) but no longer at 2^24 (0.120
-/// against 0.108) or 16 x 2^20 (0.099 against 0.095).
+/// Most elements, f32 and 16-bit, of an input whose few rows are split over every SM. Measured on
+/// the H200 (2026-12-02, `profk bench --device cuda --row-shapes`, the split layout beside the
+/// sampled path in one call): f32 single rows of 2^20, 2^22 and 2^24 and 16 x 2^20 split faster
+/// (0.169 / 0.172 / 0.201 / 0.112 ms against 0.189 / 0.227 / 0.228 / 0.120); bf16 splits faster at
+/// 2^22 (0.140 against 0.157) but not at 2^24 or 16 x 2^20 (0.174 against 0.153, 0.105 against
+/// 0.088), where the sampled path reads half the bytes of f32 and the split kernels do the same
+/// work per element. Once the sampled path's output and buffer selection took one launch each
+/// (2026-12-02, same command), f32 still split faster at 2^22 (0.096 against 0.101 ms, index order)
+/// but no longer at 2^24 (0.120 against 0.108) or 16 x 2^20 (0.099 against 0.095).
 pub const SPLIT_MAX_ELEMENTS_F32: u64 = 1 << 23;
 pub const SPLIT_MAX_ELEMENTS_16: u64 = 1 << 22;
 

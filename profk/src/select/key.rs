@@ -1,9 +1,9 @@
 //! Order-preserving integer keys for floating-point elements.
 //!
-//! Every comparison of the selector runs on an unsigned integer key whose order is the ranking order:
-//! `-inf < … < -0 = +0 < … < +inf < NaN`. Both zeros share one key (they compare equal, so the tie rule
-//! decides between them) and every NaN maps to the largest key, whatever its sign and payload. Half
-//! precision inputs get 16-bit keys, so they are never widened to f32.
+//! Every comparison of the selector runs on an unsigned integer key whose order is the ranking
+//! order: `-inf < … < -0 = +0 < … < +inf < NaN`. Both zeros share one key (they compare equal, so
+//! the tie rule decides between them) and every NaN maps to the largest key, whatever its sign and
+//! payload. Half precision inputs get 16-bit keys, so they are never widened to f32.
 //!
 //! Ranking by magnitude uses the absolute value's bits, which are already ordered.
 

@@ -1,9 +1,9 @@
 //! Top-k selection on candle tensors: shape and mode handling, validation, and the dispatch to the
 //! device paths.
 //!
-//! Every selector ranks by the same strict order — larger value first, ties by lower index, NaN above
-//! +inf when allowed — so the answer is unique and never depends on the sample, the thread count or the
-//! selector.
+//! Every selector ranks by the same strict order — larger value first, ties by lower index, NaN
+//! above +inf when allowed — so the answer is unique and never depends on the sample, the thread
+//! count or the selector.
 
 mod baselines;
 pub(crate) mod cpu;
@@ -11,6 +11,7 @@ pub mod histogram;
 pub(crate) mod key;
 
 use crate::params::{self, Method};
+use crate::tuning::Tuning;
 use crate::{Error, Mode, Result, TopKOptions};
 use candle_core::{DType, Device, Tensor};
 use std::time::Duration;
@@ -25,7 +26,8 @@ pub(crate) fn index_bits(n: u64) -> u32 {
     64 - n.saturating_sub(1).leading_zeros()
 }
 
-/// Per-call record of what the selector did. Row-wise calls sum the counts and stage times over rows.
+/// Per-call record of what the selector did. Row-wise calls sum the counts and stage times over
+/// rows.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SelectStats {
     /// Most attempts any row needed (0 when every row went to exact selection).
@@ -44,7 +46,8 @@ pub struct SelectStats {
     pub rows: u64,
     /// Rows selected exactly without sampling (short rows, large k, or a baseline selector).
     pub exact_rows: u64,
-    /// Attempts over all rows; each is an independent trial with the failure probabilities of the plan.
+    /// Attempts over all rows; each is an independent trial with the failure probabilities of the
+    /// plan.
     pub total_attempts: u64,
     /// Attempts with R < k.
     pub recall_failures: u64,
@@ -137,8 +140,8 @@ pub const GPU_SPREAD_CANDIDATES: u64 = 2048;
 pub const GPU_SPREAD_PER: [u64; 3] = [1, 2, 4];
 
 /// How the spread sample divides a sample of `s` with threshold rank `t`: (blocks per row, samples
-/// per thread), the fewest samples a thread (most blocks) whose slices' t largest fit the last block;
-/// `None` where none does.
+/// per thread), the fewest samples a thread (most blocks) whose slices' t largest fit the last
+/// block; `None` where none does.
 pub fn gpu_spread_shape(s: u64, t: u64) -> Option<(u64, u64)> {
     GPU_SPREAD_PER
         .iter()
@@ -163,21 +166,21 @@ const GPU_LARGER_SAMPLES: [u64; 2] = [1 << 16, 1 << 18];
 /// final rule in docs/perf.md at commit 0107786).
 const GPU_ROW_SAMPLES: [u64; 3] = [1 << 11, 1 << 12, 1 << 13];
 
-/// Cost of a plan on the GPU, in buffer elements (measured on the H200, 2026-11-30: a buffer element
-/// costs about 0.07 ns in the exact top-k that follows the pass, a sampled element about four times
-/// that; a buffer above [`GPU_FUSED_SAMPLE`] is not selected by one block per row, which costs calls
-/// of several rows more). A sample above it, and one row's buffer, are selected by one cooperative
-/// launch, no dearer than one block's (2026-12-02, one call, index order: 2^30 k = 8192 1.099 ms
-/// with S = 2^14, 1.080 with 2^16, the rule's pick, and 1.069 with 2^18; flat 8192x2^17 1.206 /
-/// 1.179 / 1.163; 2^28 0.355 / 0.350 / 0.369).
+/// Cost of a plan on the GPU, in buffer elements (measured on the H200, 2026-11-30: a buffer
+/// element costs about 0.07 ns in the exact top-k that follows the pass, a sampled element about
+/// four times that; a buffer above [`GPU_FUSED_SAMPLE`] is not selected by one block per row, which
+/// costs calls of several rows more). A sample above it, and one row's buffer, are selected by one
+/// cooperative launch, no dearer than one block's (2026-12-02, one call, index order: 2^30 k = 8192
+/// 1.099 ms with S = 2^14, 1.080 with 2^16, the rule's pick, and 1.069 with 2^18; flat 8192x2^17
+/// 1.206 / 1.179 / 1.163; 2^28 0.355 / 0.350 / 0.369).
 fn gpu_cost(p: &params::Params, rows: usize) -> u64 {
     let past_one_block = rows > 1 && p.capacity > GPU_FUSED_SAMPLE;
     p.capacity + 4 * p.sample + if past_one_block { 1_000_000 } else { 0 }
 }
 
-/// The plan Prof-K uses for rows of `n` with budget `eps` per row, or `None` when exact selection is
-/// cheaper (short rows, k close to n). Exact parameters with the default sample size, memoized per
-/// configuration.
+/// The plan Prof-K uses for rows of `n` with budget `eps` per row, or `None` when exact selection
+/// is cheaper (short rows, k close to n). Exact parameters with the default sample size, memoized
+/// per configuration.
 pub fn plan_for(n: usize, k: usize, eps: f64) -> Result<Option<Plan>> {
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
@@ -187,7 +190,18 @@ pub fn plan_for(n: usize, k: usize, eps: f64) -> Result<Option<Plan>> {
 
 /// [`plan_for`] on a GPU, for `rows` rows: the plan of [`gpu_params_for`].
 pub fn gpu_plan_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<Plan>> {
-    Ok(gpu_params_for(n, k, eps, rows)?.map(Plan::from))
+    gpu_plan_tuned(n, k, eps, rows, &Tuning::active())
+}
+
+/// [`gpu_plan_for`] under `tuning`.
+pub(crate) fn gpu_plan_tuned(
+    n: usize,
+    k: usize,
+    eps: f64,
+    rows: usize,
+    tuning: &Tuning,
+) -> Result<Option<Plan>> {
+    Ok(gpu_params_tuned(n, k, eps, rows, tuning)?.map(Plan::from))
 }
 
 /// Longest list (buffer capacity, or k) of one row whose sorted outputs every block of the output
@@ -208,39 +222,59 @@ pub fn gpu_whole_list(rows: u64, k: u64, cap: u64) -> bool {
 pub const GPU_WHOLE_LIST_EPS_SHARE: f64 = 0.01;
 
 /// The parameters, with their exact failure probabilities, of the plan the CUDA path takes for
-/// `rows` rows of `n` with budget `eps` per row: among the default sample size, [`GPU_FUSED_SAMPLE`]
-/// and a few larger sizes for a single row or smaller ones for several (at most n/64), the exact
-/// parameters of least [`gpu_cost`]; `None` when exact selection is cheaper. One row whose list is
-/// read whole is planned with [`GPU_WHOLE_LIST_EPS_SHARE`] of the budget.
+/// `rows` rows of `n` with budget `eps` per row: among the default sample size,
+/// [`GPU_FUSED_SAMPLE`] and a few larger sizes for a single row or smaller ones for several (at
+/// most n/64), the exact parameters of least [`gpu_cost`]; `None` when exact selection is cheaper.
+/// One row whose list is read whole is planned with [`GPU_WHOLE_LIST_EPS_SHARE`] of the budget.
 pub fn gpu_params_for(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<params::Params>> {
-    let plan = gpu_params_within(n, k, eps, rows)?;
+    gpu_params_tuned(n, k, eps, rows, &Tuning::active())
+}
+
+/// [`gpu_params_for`] under `tuning`.
+fn gpu_params_tuned(
+    n: usize,
+    k: usize,
+    eps: f64,
+    rows: usize,
+    tuning: &Tuning,
+) -> Result<Option<params::Params>> {
+    let plan = gpu_params_within(n, k, eps, rows, tuning)?;
     match plan {
         Some(p) if gpu_whole_list(rows as u64, k as u64, p.capacity) => {
-            gpu_params_within(n, k, eps * whole_list_eps_share(), rows)
+            gpu_params_within(n, k, eps * whole_list_eps_share(tuning), rows, tuning)
         }
         _ => Ok(plan),
     }
 }
 
-/// [`GPU_WHOLE_LIST_EPS_SHARE`], or the inverse of `PROFK_WHOLE_LIST_EPS_DIV` where a benchmark sets
-/// it (1: the whole budget), to time what the stricter plan costs.
-fn whole_list_eps_share() -> f64 {
-    #[cfg(feature = "bench")]
-    if let Some(div) = crate::bench_env::number("PROFK_WHOLE_LIST_EPS_DIV") {
-        return 1.0 / div.max(1) as f64;
+/// [`GPU_WHOLE_LIST_EPS_SHARE`], or the inverse of the divisor a benchmark sets (1: the whole
+/// budget), to time what the stricter plan costs.
+fn whole_list_eps_share(tuning: &Tuning) -> f64 {
+    match tuning.whole_list_eps_div {
+        Some(div) => 1.0 / div.max(1) as f64,
+        None => GPU_WHOLE_LIST_EPS_SHARE,
     }
-    GPU_WHOLE_LIST_EPS_SHARE
 }
 
 /// [`gpu_params_for`] with the whole budget `eps`.
-fn gpu_params_within(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option<params::Params>> {
+fn gpu_params_within(
+    n: usize,
+    k: usize,
+    eps: f64,
+    rows: usize,
+    tuning: &Tuning,
+) -> Result<Option<params::Params>> {
     if k == 0 || n < PROFK_MIN_N {
         return Ok(None);
     }
     let (nu, ku) = (n as u64, k as u64);
     let default = params::cached(nu, ku, eps, Method::Exact)?;
-    #[cfg(feature = "bench")]
-    if let Some(s) = bench_sample(rows) {
+    // A benchmark may set the sample size, to time the cost rule's alternatives.
+    let forced_sample = match rows > 1 {
+        true => tuning.sample_rows,
+        false => tuning.sample_one_row,
+    };
+    if let Some(s) = forced_sample {
         return Ok(worth_sampling(
             n,
             params::cached_with_sample(nu, ku, eps, Method::Exact, Some(s))?,
@@ -264,18 +298,6 @@ fn gpu_params_within(n: usize, k: usize, eps: f64, rows: usize) -> Result<Option
         }
     }
     Ok(worth_sampling(n, best))
-}
-
-/// The sample size a benchmark sets (`PROFK_GPU_SAMPLE` for calls of several rows,
-/// `PROFK_GPU_SAMPLE_ONE` for one row), to time the cost rule's alternatives.
-#[cfg(feature = "bench")]
-fn bench_sample(rows: usize) -> Option<u64> {
-    let name = if rows > 1 {
-        "PROFK_GPU_SAMPLE"
-    } else {
-        "PROFK_GPU_SAMPLE_ONE"
-    };
-    crate::bench_env::number(name)
 }
 
 /// [`plan_for`] with the CPU's sample size: the plan of [`cpu_params_for`].
@@ -341,8 +363,8 @@ impl Selection {
 }
 
 /// The exact top `k` of `x`: row-wise over the last dimension (a 1-D input is one row) or over all
-/// elements (flat mode, flat indices). Values keep the input dtype (f32, bf16, f16, f64); indices are
-/// i64, in `[0, n)` and distinct.
+/// elements (flat mode, flat indices). Values keep the input dtype (f32, bf16, f16, f64); indices
+/// are i64, in `[0, n)` and distinct.
 pub fn topk(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<TopK> {
     let sel = validate(x, k, opts)?;
     let eps = opts.row_budget(sel.rows);
@@ -393,7 +415,8 @@ fn validate(x: &Tensor, k: usize, opts: &TopKOptions) -> Result<Selection> {
     Selection::new(x.dims(), k, opts.mode)
 }
 
-/// `forced`: the plan is the caller's, so the CUDA path runs it even where its row kernel would serve.
+/// `forced`: the plan is the caller's, so the CUDA path runs it even where its row kernel would
+/// serve.
 #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
 fn dispatch(
     x: &Tensor,
@@ -517,7 +540,9 @@ mod tests {
         assert!(default.sample > GPU_FUSED_SAMPLE);
         assert_eq!(gpu.sample, GPU_FUSED_SAMPLE);
         // Its list is read whole, so a hundredth of the budget plans it: a larger threshold rank.
-        let within = gpu_params_within(1 << 24, 8192, eps, 1).unwrap().unwrap();
+        let within = gpu_params_within(1 << 24, 8192, eps, 1, &Tuning::default())
+            .unwrap()
+            .unwrap();
         let strict = gpu_params_for(1 << 24, 8192, eps, 1).unwrap().unwrap();
         assert!(within.capacity <= GPU_WHOLE_LIST_MAX && strict.capacity <= GPU_WHOLE_LIST_MAX);
         assert!(
@@ -533,8 +558,8 @@ mod tests {
         // fused sample's.
         let gpu = gpu_plan_for(1 << 30, 8192, eps, 1).unwrap().unwrap();
         assert_eq!(gpu.sample, 1 << 16, "{gpu:?}");
-        // Many rows draw less than the default sample per row, as little as leaves a buffer that one
-        // block per row selects (the sizes that ran fastest on the H200).
+        // Many rows draw less than the default sample per row, as little as leaves a buffer that
+        // one block per row selects (the sizes that ran fastest on the H200).
         for (n, k, rows, sample) in [
             (1usize << 18, 1024usize, 1024usize, 1u64 << 11),
             (1 << 20, 1024, 128, 1 << 12),
