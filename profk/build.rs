@@ -5,8 +5,7 @@
 //! On every build, with or without the feature, it also turns the integer `#define`s of the kernel
 //! sources into Rust constants (`$OUT_DIR/kernel_defines.rs`, one module per source), so that the
 //! sizes the host code shares with the kernels have one definition: the kernel source's.
-use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::{fmt::Write as _, path::PathBuf};
 
 /// The sources whose defines the host code reads, and the module each becomes.
 const DEFINE_SOURCES: [(&str, &str); 5] = [

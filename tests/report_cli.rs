@@ -1,8 +1,5 @@
 //! `sparsetrain-report RUN... --out FILE.html` (the report tool, named so no shell built-in shadows it).
-use harness::Metrics;
-use harness::Record;
-use harness::RunDir;
-use harness::RunMeta;
+use harness::{Metrics, Record, RunDir, RunMeta};
 use std::path::Path;
 use std::process::{Command, Output};
 

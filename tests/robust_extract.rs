@@ -4,8 +4,7 @@
 use activations::corpus::default_corpus;
 use activations::shards::{extract, ExtractConfig, ExtractOptions};
 use candle_core::{DType, Device};
-use gpt2::Gpt2;
-use gpt2::Gpt2Config;
+use gpt2::{Gpt2, Gpt2Config};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;

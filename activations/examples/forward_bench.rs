@@ -7,9 +7,7 @@
 use candle_core::{Device, Tensor};
 use clap::Parser;
 use gpt2::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
-use gpt2::Gpt2;
-use gpt2::Gpt2Config;
-use gpt2::HookPoint;
+use gpt2::{Gpt2, Gpt2Config, HookPoint};
 use runtime::device::{parse_device, parse_dtype};
 
 mod common;

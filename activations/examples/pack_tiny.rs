@@ -4,8 +4,7 @@
 //! the shipped corpus replaced by their mean (one row, repeated, which zstd stores once), zstd level 19.
 //!
 //!     cargo run --release -p activations --example pack_tiny -- MODEL_DIR activations/assets/tiny-gpt2.safetensors.zst
-use activations::corpus::default_corpus;
-use activations::Gpt2Tokenizer;
+use activations::{corpus::default_corpus, Gpt2Tokenizer};
 use candle_core::{DType, Device, Tensor};
 use gpt2::Gpt2;
 use std::collections::HashMap;

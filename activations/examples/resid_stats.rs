@@ -6,8 +6,7 @@
 // The covariance and eigenvector loops index rows and columns of square matrices by design.
 #![allow(clippy::needless_range_loop)]
 use activations::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
-use activations::models::load_model;
-use activations::tokenizer::END_OF_TEXT;
+use activations::{models::load_model, tokenizer::END_OF_TEXT};
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
 use gpt2::HookPoint;

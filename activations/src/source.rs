@@ -1,12 +1,10 @@
 //! Where training gets activations: one trait, served from shards on disk ([`crate::shards::ShardReader`])
 //! or straight from the model ([`OnTheFly`]).
-use crate::corpus::Contexts;
-use crate::error::Result;
 use crate::prefetch::{refill_depth, ChunkSource, Prefetch};
+use crate::{corpus::Contexts, error::Result};
 use candle_core::{DType, Device, Tensor};
 use gpt2::{Gpt2, HookPoint};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{seq::SliceRandom, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
 

@@ -7,8 +7,7 @@ use activations::corpus::Split;
 use activations::shards::{
     header_len, parse_header, CorpusInfo, Manifest, ShardInfo, MAX_HEADER_BYTES,
 };
-use gpt2::Gpt2Config;
-use gpt2::HookPoint;
+use gpt2::{Gpt2Config, HookPoint};
 use proptest::prelude::*;
 use std::path::Path;
 

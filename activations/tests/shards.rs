@@ -5,9 +5,7 @@ use activations::shards::{
 };
 use activations::{ActivationSource, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
-use gpt2::Gpt2;
-use gpt2::Gpt2Config;
-use gpt2::HookPoint;
+use gpt2::{Gpt2, Gpt2Config, HookPoint};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -1,7 +1,14 @@
-//! Evaluation of runs and of the dictionaries they train: the run-comparison report (step and
-//! selection time, Prof-K's speed-up, every metric over steps, where each run ran) and the feature
-//! dashboards it shows.
+//! Evaluation of runs and of the dictionaries they train: what a dictionary is measured by
+//! ([`measures`]: MSE, FVU, CE-loss recovered with the reconstruction spliced in), the held-out
+//! positions it is measured on ([`heldout`]), and the run-comparison report with the feature
+//! dashboards ([`report`]).
 //!
-//! It reads what the run harness (`harness`) writes; nothing here takes part in training.
+//! Nothing here trains: the measures take a reconstruction function, whatever architecture made it,
+//! and the report reads what the run harness (`harness`) writes.
 
+mod error;
+pub mod heldout;
+pub mod measures;
 pub mod report;
+
+pub use error::{Error, Result};

@@ -5,8 +5,7 @@ use crate::error::{Error, Result};
 use crate::trainer::Trainer;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::path::Path;
+use std::{collections::HashMap, path::Path};
 
 pub const OPTIMIZER_FILE: &str = "optimizer.safetensors";
 pub const STATE_FILE: &str = "trainer_state.json";

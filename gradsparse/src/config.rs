@@ -2,11 +2,9 @@
 use crate::adamw::AdamWParams;
 use crate::error::{Error, Result};
 use crate::select::Scope;
-use harness::LogConfig;
-use harness::SelectorConfig;
+use harness::{LogConfig, SelectorConfig};
 use profk::Selector;
-use runtime::config::ConfigSource;
-use runtime::config::DeviceSpec;
+use runtime::{config::ConfigSource, config::DeviceSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::Path;

@@ -1,7 +1,6 @@
 //! The memory fine-tuning will need, estimated from the config and the model's shape before the
 //! trainer allocates, and the refusal (naming the key and the numbers) when the machine does not have it.
-use crate::config::FinetuneConfig;
-use crate::{Error, Result};
+use crate::{config::FinetuneConfig, Error, Result};
 use activations::memory::{shortfall, Need};
 use candle_core::Device;
 use gpt2::Gpt2Config;

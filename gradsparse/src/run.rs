@@ -1,13 +1,10 @@
 //! A whole `finetune` run: config → run directory → training loop → checkpoints and metrics.
-use crate::checkpoint;
-use crate::config::FinetuneConfig;
-use crate::data::Batches;
 use crate::error::{Error, Result};
 use crate::trainer::{build_model, device_of, StepReport, Trainer};
+use crate::{checkpoint, config::FinetuneConfig, data::Batches};
 use harness::metrics::names;
 use harness::train_loop::{LoopConfig, LoopSummary, StepContext, StepOutput};
-use harness::Metrics;
-use harness::Progress;
+use harness::{Metrics, Progress};
 use runtime::signal::StopSignal;
 use std::path::{Path, PathBuf};
 

@@ -3,20 +3,12 @@
 //!
 //! cargo run --release -p eval --example sink_overhead
 
-use harness::LogConfig;
-use harness::LoopConfig;
-use harness::Metrics;
-use harness::MetricsSink;
-use harness::Progress;
-use harness::Record;
-use harness::RunDir;
-use harness::SinkOptions;
-use harness::StepContext;
-use harness::StepOutput;
-use harness::Trainer;
+use harness::{
+    LogConfig, LoopConfig, Metrics, MetricsSink, Progress, Record, RunDir, SinkOptions,
+    StepContext, StepOutput, Trainer,
+};
 use runtime::signal::StopSignal;
-use std::path::Path;
-use std::time::Instant;
+use std::{path::Path, time::Instant};
 
 fn metrics(step: u64) -> Metrics {
     (0..10)

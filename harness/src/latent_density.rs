@@ -7,9 +7,7 @@
 //!  "log10_edges": [-6.0, -5.75, ..., 0.0], "counts": [0, 3, ...]}
 //! ```
 
-use crate::atomic::write_json_atomic;
-use crate::error::Result;
-use crate::run_dir::RunDir;
+use crate::{atomic::write_json_atomic, error::Result, run_dir::RunDir};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

@@ -3,8 +3,7 @@
 //! when the runs it compares ran under different conditions.
 
 use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::path::Path;
+use std::{fmt, path::Path};
 
 /// What is recorded where a fact could not be read.
 use runtime::host::{host_name, UNKNOWN};

@@ -8,11 +8,10 @@
 //! it, and the final checkpoint is written while the final evaluation runs.
 
 use crate::atomic::{sync_dir, write_json_atomic};
-use crate::config::LogConfig;
-use crate::error::Error;
 use crate::metrics::{names, Metrics, MetricsSink, Record};
 use crate::progress::{human, ProgressLines};
 use crate::run_dir::{Checkpoint, Progress, RunDir, PROGRESS_FILE};
+use crate::{config::LogConfig, error::Error};
 use indicatif::{ProgressBar, ProgressStyle};
 use runtime::signal::StopSignal;
 use std::fs;

@@ -13,8 +13,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::{thread::JoinHandle, time::Duration};
 
 /// The bridge script, embedded so that a binary run from any directory finds it.
 pub const BRIDGE_SCRIPT: &str = include_str!("../../tools/wandb_bridge.py");

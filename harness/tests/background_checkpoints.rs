@@ -4,19 +4,10 @@ mod common;
 
 use common::FakeTrainer;
 use harness::train_loop::{resume_point, run};
-use harness::CheckpointImage;
-use harness::ImageError;
-use harness::LogConfig;
-use harness::LoopConfig;
-use harness::LoopSummary;
-use harness::MetricsSink;
-use harness::Outcome;
-use harness::Progress;
-use harness::RunDir;
-use harness::SinkOptions;
-use harness::StepContext;
-use harness::StepOutput;
-use harness::Trainer;
+use harness::{
+    CheckpointImage, ImageError, LogConfig, LoopConfig, LoopSummary, MetricsSink, Outcome,
+    Progress, RunDir, SinkOptions, StepContext, StepOutput, Trainer,
+};
 use runtime::signal::StopSignal;
 use std::path::Path;
 use std::sync::mpsc::{channel, Receiver, Sender};

@@ -2,9 +2,7 @@
 //! text parses to records or to an error naming the line, never a panic.
 //!
 //! Case counts (20 000 in all, about a second): random lines 10 000, mutated valid files 10 000.
-use harness::metrics::parse_records;
-use harness::Metrics;
-use harness::Record;
+use harness::{metrics::parse_records, Metrics, Record};
 use proptest::prelude::*;
 use std::path::Path;
 

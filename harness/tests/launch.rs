@@ -3,12 +3,8 @@
 mod common;
 
 use common::FakeTrainer;
-use harness::Launch;
-use harness::LaunchSpec;
-use harness::LogConfig;
-use harness::LoopConfig;
-use runtime::config::ConfigSource;
-use runtime::signal::StopSignal;
+use harness::{Launch, LaunchSpec, LogConfig, LoopConfig};
+use runtime::{config::ConfigSource, signal::StopSignal};
 use std::path::Path;
 
 fn spec(root: &Path, lr: f64, steps: u64, resume: bool) -> LaunchSpec {

@@ -3,15 +3,10 @@ mod common;
 
 use common::FakeTrainer;
 use harness::train_loop::{resume_point, run};
-use harness::LogConfig;
-use harness::LoopConfig;
-use harness::Metrics;
-use harness::MetricsSink;
-use harness::Progress;
-use harness::SinkOptions;
-use harness::StepContext;
-use harness::StepOutput;
-use harness::Trainer;
+use harness::{
+    LogConfig, LoopConfig, Metrics, MetricsSink, Progress, SinkOptions, StepContext, StepOutput,
+    Trainer,
+};
 use runtime::signal::StopSignal;
 use std::path::Path;
 

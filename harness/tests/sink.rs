@@ -1,12 +1,8 @@
 mod common;
 
-use harness::metrics::read_records;
-use harness::Metrics;
-use harness::MetricsSink;
-use harness::Record;
-use harness::RecordKind;
-use harness::RunDir;
-use harness::SinkOptions;
+use harness::{
+    metrics::read_records, Metrics, MetricsSink, Record, RecordKind, RunDir, SinkOptions,
+};
 
 fn record(step: u64) -> Record {
     let mut m = Metrics::new();

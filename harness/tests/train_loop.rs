@@ -3,18 +3,10 @@ mod common;
 use common::FakeTrainer;
 use harness::metrics::read_records;
 use harness::train_loop::{resume_point, run};
-use harness::LogConfig;
-use harness::LoopConfig;
-use harness::LoopSummary;
-use harness::MetricsSink;
-use harness::Outcome;
-use harness::Progress;
-use harness::RecordKind;
-use harness::RunDir;
-use harness::SinkOptions;
-use harness::StepContext;
-use harness::StepOutput;
-use harness::Trainer;
+use harness::{
+    LogConfig, LoopConfig, LoopSummary, MetricsSink, Outcome, Progress, RecordKind, RunDir,
+    SinkOptions, StepContext, StepOutput, Trainer,
+};
 use runtime::signal::StopSignal;
 
 fn config(total: u64, log_every: u64, checkpoint_every: u64) -> LoopConfig {

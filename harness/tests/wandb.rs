@@ -2,15 +2,10 @@
 //! (`pip install -r tools/requirements-wandb.txt`). Without it they print how to enable them and
 //! pass, except under CI (`CI` set, as `.ci/run` sets it), which installs wandb: there they fail.
 
-use harness::metrics::read_records;
-use harness::LogConfig;
-use harness::Metrics;
-use harness::MetricsSink;
-use harness::Record;
-use harness::RunDir;
-use harness::RunMeta;
-use harness::SinkOptions;
-use harness::WandbOptions;
+use harness::{
+    metrics::read_records, LogConfig, Metrics, MetricsSink, Record, RunDir, RunMeta, SinkOptions,
+    WandbOptions,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

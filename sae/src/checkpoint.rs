@@ -10,13 +10,11 @@
 //! The training loop (harness::train_loop) writes the folder under a temporary name and renames it into place.
 use crate::config::{Arch, Config, DataConfig};
 use crate::model::{Sae, Shape};
-use crate::trainer::Trainer;
-use crate::{Error, Result};
+use crate::{trainer::Trainer, Error, Result};
 use candle_core::{DType, Device, Tensor};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::HashMap;
-use std::path::Path;
+use std::{collections::HashMap, path::Path};
 
 /// Writes `bytes` to `path` atomically (`runtime::fs`).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {

@@ -2,9 +2,7 @@
 //! checked; an error names the dotted key.
 use crate::{Error, Result};
 use gpt2::HookPoint;
-use runtime::config::ConfigSource;
-use runtime::config::DeviceSpec;
-use runtime::config::Dtype;
+use runtime::{config::ConfigSource, config::DeviceSpec, config::Dtype};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

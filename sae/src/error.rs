@@ -44,6 +44,8 @@ pub enum Error {
     #[error(transparent)]
     Runtime(#[from] runtime::Error),
     #[error(transparent)]
+    Eval(#[from] eval::Error),
+    #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }
 

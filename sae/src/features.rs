@@ -6,23 +6,19 @@
 //! ([`output_tokens`]).
 use crate::checkpoint::{fold_scales, read_saelens, Exported};
 use crate::config::{Arch, Config, DataConfig};
-use crate::model::Sae;
-use crate::{Error, Result};
+use crate::{model::Sae, Error, Result};
 use activations::corpus::{Contexts, CorpusSource, Split};
-use activations::tokenizer::END_OF_TEXT;
-use activations::Gpt2Tokenizer;
+use activations::{tokenizer::END_OF_TEXT, Gpt2Tokenizer};
 use candle_core::{DType, Device, Tensor};
 use eval::report::features::{
     DensityHistogram, Example, FeatureDashboards, LatentDashboard, QuantileGroup,
 };
-use gpt2::Gpt2;
-use gpt2::HookPoint;
+use gpt2::{Gpt2, HookPoint};
 pub use output_tokens::Unembedding;
 use output_tokens::{output_effects, OutputEffects};
 use sampling::Window;
 use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
-use std::path::Path;
+use std::{collections::BinaryHeap, path::Path};
 
 mod output_tokens;
 mod plan;

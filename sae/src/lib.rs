@@ -13,7 +13,6 @@ pub mod cuda;
 pub mod data;
 pub mod error;
 pub mod features;
-pub mod heldout;
 pub mod hub;
 pub mod init;
 pub mod memory;

@@ -9,6 +9,7 @@ use crate::optim::{collect_grads, lr_at, Adam};
 use crate::select::{cross_check, sync};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use eval::measures::mse_fvu;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -357,22 +358,6 @@ pub fn scale_and_stack(raw: &Tensor, scales: &[f64]) -> Result<Tensor> {
     let s: Vec<f32> = scales.iter().map(|v| *v as f32).collect();
     let s = Tensor::from_vec(s, (1, l, 1), raw.device())?;
     Ok(raw.broadcast_mul(&s)?.reshape((b, l * d))?)
-}
-
-/// Mean squared error per element and fraction of variance unexplained.
-pub fn mse_fvu(x: &Tensor, recon: &Tensor) -> Result<(f64, f64)> {
-    let err = (x - recon)?
-        .sqr()?
-        .to_dtype(DType::F64)?
-        .sum_all()?
-        .to_scalar::<f64>()?;
-    let centered = x.broadcast_sub(&x.mean_keepdim(0)?)?;
-    let var = centered
-        .sqr()?
-        .to_dtype(DType::F64)?
-        .sum_all()?
-        .to_scalar::<f64>()?;
-    Ok((err / x.elem_count() as f64, err / var.max(1e-30)))
 }
 
 fn positive_count(vals: &Tensor) -> Result<f64> {

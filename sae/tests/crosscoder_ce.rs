@@ -3,11 +3,11 @@
 //! splices computed by hand, and present in a run's final eval.
 mod common;
 use candle_core::{Device, Tensor};
+use eval::measures::ce_splices;
 use gpt2::HookPoint;
-use sae::run::{ce_loss_recovered, ce_splices, Data};
+use sae::run::{ce_loss_recovered, Data};
 use sae::{Config, Trainer};
-use std::path::Path;
-use std::sync::OnceLock;
+use std::{path::Path, sync::OnceLock};
 
 /// configs/tiny.toml shrunk to a few quick steps and 3 CE contexts of 32 tokens, as a crosscoder over the
 /// residual stream after layers 1 and 3.

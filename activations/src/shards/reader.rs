@@ -17,13 +17,11 @@ use crate::source::{ActivationSource, ShuffleBuffer, ShuffledRows};
 use crate::upload::Uploader;
 use candle_core::{DType, Device, Tensor};
 use gpt2::HookPoint;
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{seq::SliceRandom, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::{sync::Arc, thread::JoinHandle};
 
 #[derive(Debug, Clone)]
 pub struct ReaderOptions {

@@ -6,8 +6,7 @@ use super::plots::{density_histogram, short_number};
 use harness::atomic::write_atomic;
 use harness::error::{Error, Result};
 use serde::{Deserialize, Serialize};
-use std::fmt::Write;
-use std::path::Path;
+use std::{fmt::Write, path::Path};
 
 /// File name of the dashboards in a run directory.
 pub const FEATURES_FILE: &str = "features.json";

@@ -4,8 +4,7 @@
 //! baseline. A pairing the user forces lists every key the configs differ in. Either way, the
 //! conditions the runs ran under (run.json's provenance) are compared, and differences are warned of.
 
-use super::summary::FAST_SELECTOR;
-use super::RunData;
+use super::{summary::FAST_SELECTOR, RunData};
 use harness::provenance::Provenance;
 use serde_json::Value;
 

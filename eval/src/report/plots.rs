@@ -5,9 +5,8 @@ use plotters::chart::MeshStyle;
 use plotters::coord::ranged1d::{
     AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter,
 };
-use plotters::coord::Shift;
-use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use plotters::{coord::Shift, prelude::*};
 use std::ops::Range;
 
 pub const WIDTH: u32 = 600;

@@ -9,9 +9,8 @@
 //! each selector, each with the sparse apply.
 use anyhow::Context;
 use clap::Parser;
-use gradsparse::data::Batches;
-use gradsparse::select::SelectorChoice;
 use gradsparse::trainer::{build_model, device_of};
+use gradsparse::{data::Batches, select::SelectorChoice};
 use gradsparse::{FinetuneConfig, StepReport, Trainer};
 use profk::Selector;
 use std::time::Duration;

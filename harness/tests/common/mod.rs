@@ -2,14 +2,7 @@
 
 #![allow(dead_code)]
 
-use harness::Metrics;
-use harness::Progress;
-use harness::Record;
-use harness::RunDir;
-use harness::RunMeta;
-use harness::StepContext;
-use harness::StepOutput;
-use harness::Trainer;
+use harness::{Metrics, Progress, Record, RunDir, RunMeta, StepContext, StepOutput, Trainer};
 use std::path::Path;
 
 /// A fresh run folder `name` in a temporary directory, which lives as long as the first value.

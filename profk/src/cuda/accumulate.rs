@@ -9,8 +9,7 @@ use super::launch::{drv, Arena};
 use super::module::Family;
 use crate::accumulate::{Accumulation, FlatSpans};
 use crate::select::{Plan, Selection as RowsSpec, TopK};
-use crate::tuning::Tuning;
-use crate::{Error, Mode, Result, TopKOptions};
+use crate::{tuning::Tuning, Error, Mode, Result, TopKOptions};
 
 /// Coordinates per work item of the pass: one iteration of a block (512 threads × 4 loads × 4
 /// lanes).

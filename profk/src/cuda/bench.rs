@@ -1,7 +1,6 @@
 //! `profk bench --device cuda`: checks the CUDA path against the CPU path, then times Prof-K,
 //! `sort` and `radix` over the benchmark grid with CUDA events and prints one table.
-use candle_core::cuda::cudarc::driver::sys::CUevent_flags;
-use candle_core::{DType, Device, Tensor, D};
+use candle_core::{cuda::cudarc::driver::sys::CUevent_flags, DType, Device, Tensor, D};
 use std::fmt::Write as _;
 
 use crate::tuning::{scoped, ForcedRoute, LeftOut, Tuning};

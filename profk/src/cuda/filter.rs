@@ -3,10 +3,8 @@
 
 use super::abi::{AccArgs, AccFilterArgs, FilterArgs, RowList};
 use super::launch::{Arena, Dev};
-use super::module::Family;
-use super::{Input, Shape};
-use crate::work_split::filter_chunk;
-use crate::Result;
+use super::{module::Family, Input, Shape};
+use crate::{work_split::filter_chunk, Result};
 
 /// Bytes of the input a first attempt's blocks ask L2 for, together, while the sample's threshold
 /// is selected: about half of the H200's 50 MB L2, so that the pass finds them there before the

@@ -8,15 +8,12 @@ use candle_core::cuda::cudarc::driver::{
     sys::{self, CUdevice_attribute, CUlaunchAttributeID, CUstreamCaptureStatus},
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
 };
-use std::collections::HashMap;
-use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::{collections::HashMap, ffi::c_void, marker::PhantomData};
 
 use super::module::{function, Family};
-use crate::tuning::Tuning;
-use crate::{Error, Result};
+use crate::{tuning::Tuning, Error, Result};
 
 /// A typed range of the workspace: a raw device pointer and a length.
 #[derive(Debug)]

@@ -25,14 +25,12 @@ mod sampled;
 mod select;
 mod sort;
 
-use candle_core::cuda::cudarc::driver::DevicePtr;
-use candle_core::{DType, Device, Storage, Tensor};
+use candle_core::{cuda::cudarc::driver::DevicePtr, DType, Device, Storage, Tensor};
 use launch::Dev;
 use std::time::Instant;
 
 use crate::select::{Plan, SelectStats, Selection as RowsSpec, TopK};
-use crate::tuning::Tuning;
-use crate::{Error, NanPolicy, Order, Result, TopKOptions};
+use crate::{tuning::Tuning, Error, NanPolicy, Order, Result, TopKOptions};
 use abi::{RowRun, GLOBAL_BYTES, ROW_FALLBACK, ROW_RUN_BYTES};
 use launch::Arena;
 use output::Outputs;

@@ -3,15 +3,11 @@
 
 use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr};
 use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};
-use candle_core::op::BackpropOp;
-use candle_core::{DType, Storage, Tensor};
+use candle_core::{op::BackpropOp, DType, Storage, Tensor};
 
 use super::launch::{self, Arena, Arg, Dev};
-use super::module::Family;
-use super::{sort, Input, Shape};
-use crate::kernel_defines::output as kernel;
-use crate::tuning::Tuning;
-use crate::{Order, Result};
+use super::{module::Family, sort, Input, Shape};
+use crate::{kernel_defines::output as kernel, tuning::Tuning, Order, Result};
 
 /// Whether one row's value order sorts its composites by key alone, then puts each run of equal
 /// keys in index order (`tie_runs`): half the radix passes of the whole composite for f32 keys.

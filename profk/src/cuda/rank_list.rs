@@ -4,14 +4,10 @@
 //! scattered over the grid, plain where each block reads its row's whole list ([`reads_whole`]).
 //! The plain launch also ranks a fallen-back row from its input, so that no fallback launch comes
 //! before it.
-use super::abi::RankListArgs;
-use super::filter::Buffer;
 use super::launch::{Arena, Dev, Params};
-use super::module::Family;
-use super::{Input, Shape};
-use crate::tuning::Tuning;
-use crate::work_split::RANK_LIST_MAX_ROWS;
-use crate::Result;
+use super::{abi::RankListArgs, filter::Buffer};
+use super::{module::Family, Input, Shape};
+use crate::{tuning::Tuning, work_split::RANK_LIST_MAX_ROWS, Result};
 
 /// Threads of a block (`RL_THREADS`).
 const THREADS: u32 = 1024;

@@ -2,8 +2,7 @@
 
 use super::abi::{AccArgs, RowList, SampleArgs};
 use super::launch::{Arena, Dev, Params};
-use super::module::Family;
-use super::{Input, Shape};
+use super::{module::Family, Input, Shape};
 use crate::Result;
 
 /// Largest list one block selects in registers (1024 threads × 16): the GPU plan's fused sample.

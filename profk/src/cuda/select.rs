@@ -5,8 +5,7 @@ use candle_core::cuda::cudarc::driver::CudaFunction;
 
 use super::abi::{RowList, SampleArgs, SelArgs, SelSrc, ROW_SEL_BYTES};
 use super::launch::{Arena, Arg, Dev, Params};
-use super::module::Family;
-use super::{Input, Shape};
+use super::{module::Family, Input, Shape};
 use crate::work_split::{select_chunk, SELECT_THREADS};
 use crate::Result;
 

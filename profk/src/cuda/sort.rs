@@ -2,8 +2,7 @@
 use std::ffi::c_void;
 
 use super::launch::{Arena, Dev};
-use crate::tuning::Tuning;
-use crate::{Error, Result};
+use crate::{tuning::Tuning, Error, Result};
 
 extern "C" {
     fn profk_sort_keys_u64(

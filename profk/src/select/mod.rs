@@ -11,8 +11,7 @@ pub mod histogram;
 pub(crate) mod key;
 
 use crate::params::{self, Method};
-use crate::tuning::Tuning;
-use crate::{Error, Mode, Result, TopKOptions};
+use crate::{tuning::Tuning, Error, Mode, Result, TopKOptions};
 use candle_core::{DType, Device, Tensor};
 use std::time::Duration;
 

@@ -3,12 +3,10 @@
 //! them after training fails only on a real error, and a run that can have none says so up front.
 use super::{build_through_model, contexts_wanted, shards, FeatureOptions, InferenceSae};
 use crate::{Error, Result};
-use activations::corpus::Contexts;
-use activations::shards::Manifest;
+use activations::{corpus::Contexts, shards::Manifest};
 use candle_core::Device;
 use eval::report::features::FeatureDashboards;
-use gpt2::Gpt2;
-use gpt2::HookPoint;
+use gpt2::{Gpt2, HookPoint};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -4,10 +4,10 @@
 //! the first contexts, their activations used as stored.
 use super::{build, ContextActivations, FeatureOptions, HeldoutContexts, InferenceSae};
 use crate::{Error, Result};
-use activations::corpus::Contexts;
-use activations::shards::Manifest;
-use activations::tokenizer::END_OF_TEXT;
-use activations::{Gpt2Tokenizer, ReaderOptions, ShardReader};
+use activations::{
+    corpus::Contexts, shards::Manifest, tokenizer::END_OF_TEXT, Gpt2Tokenizer, ReaderOptions,
+    ShardReader,
+};
 use candle_core::{DType, Device, Tensor};
 use eval::report::features::FeatureDashboards;
 use gpt2::Gpt2;

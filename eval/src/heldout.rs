@@ -6,8 +6,7 @@ use activations::corpus::Contexts;
 use activations::source::hook_rows;
 use activations::tokenizer::END_OF_TEXT;
 use candle_core::{DType, Tensor};
-use gpt2::Gpt2;
-use gpt2::HookPoint;
+use gpt2::{Gpt2, HookPoint};
 
 /// Whether a token's activations take part in FVU and L0.
 pub fn is_evaluated(token: u32) -> bool {

@@ -1,0 +1,17 @@
+/// Errors of the measures: the model or tensors failed, or a reconstruction has the wrong shape.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("evaluation: {0}")]
+    Shape(String),
+    /// The reconstruction function failed.
+    #[error("reconstruction: {0}")]
+    Reconstruct(crate::measures::ReconstructError),
+    #[error(transparent)]
+    Activations(#[from] activations::Error),
+    #[error(transparent)]
+    Model(#[from] gpt2::Error),
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
