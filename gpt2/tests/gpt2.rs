@@ -5,6 +5,7 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::{devices, randn};
 use gpt2::{locate, Gpt2, Gpt2Config, HookPoint};
+use runtime::test_device;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -34,11 +35,14 @@ fn all_hooks(n_layer: usize) -> Vec<HookPoint> {
     hooks
 }
 
-#[test]
-fn forward_matches_float64_reference() {
-    for device in devices() {
-        forward_matches_reference_on(&device);
-    }
+test_device!(
+    forward_matches_float64_reference,
+    forward_matches_float64_reference_on
+);
+fn forward_matches_float64_reference_on(device: &Device) -> anyhow::Result<()> {
+    let device = device.clone();
+    forward_matches_reference_on(&device);
+    Ok(())
 }
 
 fn forward_matches_reference_on(device: &Device) {
@@ -257,69 +261,71 @@ fn varmap_copy_is_trainable() {
 /// Directional derivatives of the training loss along a random direction per weight tensor: the
 /// gradient of the fused training ops against finite differences of the loss, for every tensor
 /// (a gradient that is missing, misrouted or mis-scaled anywhere in the block fails its tensor's check).
-#[test]
-fn training_gradients_match_finite_differences() {
-    for device in devices() {
-        let model = Gpt2::random(small_config(), 11, DType::F32, &device).unwrap();
-        let varmap = candle_nn::VarMap::new();
-        let trainable = model.to_varmap(&varmap).unwrap();
-        let tokens = Tensor::new(
-            &[
-                [1u32, 5, 9, 63, 0, 2, 7, 7, 12],
-                [3, 3, 4, 4, 5, 5, 40, 41, 42],
-            ],
-            &device,
-        )
-        .unwrap();
-        let loss_of = |m: &Gpt2| -> f64 {
-            let logits = m.forward_logits(&tokens).unwrap();
-            Gpt2::next_token_loss(&logits, &tokens)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap() as f64
-        };
-        let loss =
-            Gpt2::next_token_loss(&trainable.forward_logits(&tokens).unwrap(), &tokens).unwrap();
-        let grads = loss.backward().unwrap();
-        let vars: Vec<(String, candle_core::Var)> = {
-            let data = varmap.data().lock().unwrap();
-            let mut v: Vec<_> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-            v.sort_by(|a, b| a.0.cmp(&b.0));
-            v
-        };
-        assert_eq!(vars.len(), model.named_tensors().len());
-        let eps = 1e-3;
-        for (i, (name, var)) in vars.iter().enumerate() {
-            let theta = var.as_tensor().copy().unwrap();
-            let dir = randn(theta.dims(), 1.0, i as u64)
-                .to_dtype(DType::F32)
-                .unwrap()
-                .to_device(&device)
+test_device!(
+    training_gradients_match_finite_differences,
+    training_gradients_match_finite_differences_on
+);
+fn training_gradients_match_finite_differences_on(device: &Device) -> anyhow::Result<()> {
+    let device = device.clone();
+    let model = Gpt2::random(small_config(), 11, DType::F32, &device).unwrap();
+    let varmap = candle_nn::VarMap::new();
+    let trainable = model.to_varmap(&varmap).unwrap();
+    let tokens = Tensor::new(
+        &[
+            [1u32, 5, 9, 63, 0, 2, 7, 7, 12],
+            [3, 3, 4, 4, 5, 5, 40, 41, 42],
+        ],
+        &device,
+    )
+    .unwrap();
+    let loss_of = |m: &Gpt2| -> f64 {
+        let logits = m.forward_logits(&tokens).unwrap();
+        Gpt2::next_token_loss(&logits, &tokens)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap() as f64
+    };
+    let loss = Gpt2::next_token_loss(&trainable.forward_logits(&tokens).unwrap(), &tokens).unwrap();
+    let grads = loss.backward().unwrap();
+    let vars: Vec<(String, candle_core::Var)> = {
+        let data = varmap.data().lock().unwrap();
+        let mut v: Vec<_> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    assert_eq!(vars.len(), model.named_tensors().len());
+    let eps = 1e-3;
+    for (i, (name, var)) in vars.iter().enumerate() {
+        let theta = var.as_tensor().copy().unwrap();
+        let dir = randn(theta.dims(), 1.0, i as u64)
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_device(&device)
+            .unwrap();
+        let grad = grads.get(var.as_tensor()).unwrap();
+        let analytic = (grad * &dir)
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_dtype(DType::F64)
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap();
+        let at = |s: f64| {
+            var.set(&(&theta + (&dir * (s * eps)).unwrap()).unwrap())
                 .unwrap();
-            let grad = grads.get(var.as_tensor()).unwrap();
-            let analytic = (grad * &dir)
-                .unwrap()
-                .sum_all()
-                .unwrap()
-                .to_dtype(DType::F64)
-                .unwrap()
-                .to_scalar::<f64>()
-                .unwrap();
-            let at = |s: f64| {
-                var.set(&(&theta + (&dir * (s * eps)).unwrap()).unwrap())
-                    .unwrap();
-                loss_of(&trainable)
-            };
-            // Central differences: the f32 loss's rounding (a few ulps of ~4, other orders on CUDA)
-            // moves this quotient by up to ~1e-3; a larger step leaves the linear range along the
-            // residual-stream biases (the stream is small at init and the layer norms scale it up).
-            let numeric = (at(1.0) - at(-1.0)) / (2.0 * eps);
-            var.set(&theta).unwrap();
-            assert!(
-                (numeric - analytic).abs() <= 0.03 * analytic.abs().max(numeric.abs()) + 1e-3,
-                "{device:?} {name} (#{i}): d loss along a random direction {analytic} from the \
-                 gradient, {numeric} from finite differences"
-            );
-        }
+            loss_of(&trainable)
+        };
+        // Central differences: the f32 loss's rounding (a few ulps of ~4, other orders on CUDA)
+        // moves this quotient by up to ~1e-3; a larger step leaves the linear range along the
+        // residual-stream biases (the stream is small at init and the layer norms scale it up).
+        let numeric = (at(1.0) - at(-1.0)) / (2.0 * eps);
+        var.set(&theta).unwrap();
+        assert!(
+            (numeric - analytic).abs() <= 0.03 * analytic.abs().max(numeric.abs()) + 1e-3,
+            "{device:?} {name} (#{i}): d loss along a random direction {analytic} from the \
+             gradient, {numeric} from finite differences"
+        );
     }
+    Ok(())
 }

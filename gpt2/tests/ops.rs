@@ -14,6 +14,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, D};
 use common::{devices, gelu_tanh, host_f64, max_abs_diff, randn};
+use runtime::test_device;
 
 /// Causal attention in float64 from candle's composite ops: [B, T, 3 H hd] -> [B, T, H hd].
 fn attention_reference(qkv: &Tensor, h: usize) -> Tensor {
@@ -53,8 +54,11 @@ fn tolerance(dtype: DType) -> f64 {
     }
 }
 
-#[test]
-fn causal_attention_matches_float64_reference() {
+test_device!(
+    causal_attention_matches_float64_reference,
+    causal_attention_matches_float64_reference_on
+);
+fn causal_attention_matches_float64_reference_on(device: &Device) -> anyhow::Result<()> {
     // (batch, sequence length, heads, score scale): T = 1, tails of 1 and 36 rows past a 64-row
     // tile, and large scores that test the online softmax's rescaling.
     let cases = [
@@ -66,135 +70,143 @@ fn causal_attention_matches_float64_reference() {
         (3, 200, 2, 6.0),
     ];
     let hd = 64;
-    for device in devices() {
-        for (i, &(b, t, h, scale)) in cases.iter().enumerate() {
-            let qkv64 =
-                (randn(&[b, t, 3 * h * hd], 1.0, i as u64) * (scale / 8f64.sqrt())).unwrap();
-            for dtype in [DType::F32, DType::BF16, DType::F16] {
-                // The reference starts from the values the op sees (rounded to `dtype`).
-                let qkv = qkv64.to_dtype(dtype).unwrap();
-                let want = attention_reference(&qkv, h);
-                for kernel in [AttentionKernel::Auto, AttentionKernel::Scalar] {
-                    let got =
-                        causal_attention_with(&qkv.to_device(&device).unwrap(), h, kernel).unwrap();
-                    assert_eq!(got.dtype(), dtype);
-                    let err = max_abs_diff(&got, &want);
-                    assert!(
-                        err < tolerance(dtype),
-                        "{device:?} {dtype:?} {kernel:?} b {b} t {t} h {h} scale {scale}: error {err}"
-                    );
-                }
+    let device = device.clone();
+    for (i, &(b, t, h, scale)) in cases.iter().enumerate() {
+        let qkv64 = (randn(&[b, t, 3 * h * hd], 1.0, i as u64) * (scale / 8f64.sqrt())).unwrap();
+        for dtype in [DType::F32, DType::BF16, DType::F16] {
+            // The reference starts from the values the op sees (rounded to `dtype`).
+            let qkv = qkv64.to_dtype(dtype).unwrap();
+            let want = attention_reference(&qkv, h);
+            for kernel in [AttentionKernel::Auto, AttentionKernel::Scalar] {
+                let got =
+                    causal_attention_with(&qkv.to_device(&device).unwrap(), h, kernel).unwrap();
+                assert_eq!(got.dtype(), dtype);
+                let err = max_abs_diff(&got, &want);
+                assert!(
+                    err < tolerance(dtype),
+                    "{device:?} {dtype:?} {kernel:?} b {b} t {t} h {h} scale {scale}: error {err}"
+                );
             }
         }
     }
+    Ok(())
 }
 
-#[test]
-fn causal_attention_rejects_a_bad_shape() {
-    for device in devices() {
-        let x = Tensor::zeros((1, 4, 3 * 64 + 1), DType::F32, &device).unwrap();
-        assert!(causal_attention_with(&x, 1, AttentionKernel::Auto).is_err());
-        assert!(
-            causal_attention_with(&x.narrow(2, 0, 192).unwrap(), 0, AttentionKernel::Auto).is_err()
-        );
-    }
+test_device!(
+    causal_attention_rejects_a_bad_shape,
+    causal_attention_rejects_a_bad_shape_on
+);
+fn causal_attention_rejects_a_bad_shape_on(device: &Device) -> anyhow::Result<()> {
+    let device = device.clone();
+    let x = Tensor::zeros((1, 4, 3 * 64 + 1), DType::F32, &device).unwrap();
+    assert!(causal_attention_with(&x, 1, AttentionKernel::Auto).is_err());
+    assert!(
+        causal_attention_with(&x.narrow(2, 0, 192).unwrap(), 0, AttentionKernel::Auto).is_err()
+    );
+    Ok(())
 }
 
-#[test]
-fn linear_epilogues_match_float64_reference() {
+test_device!(
+    linear_epilogues_match_float64_reference,
+    linear_epilogues_match_float64_reference_on
+);
+fn linear_epilogues_match_float64_reference_on(device: &Device) -> anyhow::Result<()> {
     // Rows and widths that are not multiples of the GEMM tiles; a leading batch dimension.
     let (rows, d_in, d_out) = (37, 96, 160);
     let x64 = randn(&[rows, d_in], 1.0, 11);
     let w64 = randn(&[d_in, d_out], 0.1, 12);
     let b64 = randn(&[d_out], 0.5, 13);
     let r64 = randn(&[rows, d_out], 1.0, 14);
-    for device in devices() {
-        for dtype in [DType::F32, DType::BF16, DType::F16] {
-            let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
-            let back = |t: &Tensor| t.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap();
-            let (x, w, b, r) = (on(&x64), on(&w64), on(&b64), on(&r64));
-            let y = back(&x64)
-                .matmul(&back(&w64))
-                .unwrap()
-                .broadcast_add(&back(&b64))
-                .unwrap();
-            let wants = [
-                ("bias", y.clone()),
-                ("bias+gelu", gelu_tanh(&y)),
-                ("bias+residual", (&y + back(&r64)).unwrap()),
-            ];
-            for (name, want) in wants {
-                let epilogue = match name {
-                    "bias" => Epilogue::Bias,
-                    "bias+gelu" => Epilogue::BiasGelu,
-                    _ => Epilogue::BiasResidual(&r),
-                };
-                let got = linear(&x, &w, &b, epilogue).unwrap();
-                assert_eq!(got.dtype(), dtype);
-                let err = max_abs_diff(&got, &want);
-                // Products of d_in = 96 terms; f32 without TF32 (the default) stays near 1e-6.
-                let tol = match dtype {
-                    DType::F32 => 1e-4,
-                    DType::F16 => 1e-2,
-                    _ => 6e-2,
-                };
-                assert!(err < tol, "{device:?} {dtype:?} {name}: error {err}");
-            }
-            // A 3-D input keeps its leading dimensions.
-            let got = linear(&x.reshape((1, rows, d_in)).unwrap(), &w, &b, Epilogue::Bias).unwrap();
-            assert_eq!(got.dims(), [1, rows, d_out]);
-            assert!(linear(&x, &w.t().unwrap(), &b, Epilogue::Bias).is_err());
+    let device = device.clone();
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+        let back = |t: &Tensor| t.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap();
+        let (x, w, b, r) = (on(&x64), on(&w64), on(&b64), on(&r64));
+        let y = back(&x64)
+            .matmul(&back(&w64))
+            .unwrap()
+            .broadcast_add(&back(&b64))
+            .unwrap();
+        let wants = [
+            ("bias", y.clone()),
+            ("bias+gelu", gelu_tanh(&y)),
+            ("bias+residual", (&y + back(&r64)).unwrap()),
+        ];
+        for (name, want) in wants {
+            let epilogue = match name {
+                "bias" => Epilogue::Bias,
+                "bias+gelu" => Epilogue::BiasGelu,
+                _ => Epilogue::BiasResidual(&r),
+            };
+            let got = linear(&x, &w, &b, epilogue).unwrap();
+            assert_eq!(got.dtype(), dtype);
+            let err = max_abs_diff(&got, &want);
+            // Products of d_in = 96 terms; f32 without TF32 (the default) stays near 1e-6.
+            let tol = match dtype {
+                DType::F32 => 1e-4,
+                DType::F16 => 1e-2,
+                _ => 6e-2,
+            };
+            assert!(err < tol, "{device:?} {dtype:?} {name}: error {err}");
         }
+        // A 3-D input keeps its leading dimensions.
+        let got = linear(&x.reshape((1, rows, d_in)).unwrap(), &w, &b, Epilogue::Bias).unwrap();
+        assert_eq!(got.dims(), [1, rows, d_out]);
+        assert!(linear(&x, &w.t().unwrap(), &b, Epilogue::Bias).is_err());
     }
+    Ok(())
 }
 
-#[test]
-fn layer_norm_matches_float64_reference() {
+test_device!(
+    layer_norm_matches_float64_reference,
+    layer_norm_matches_float64_reference_on
+);
+fn layer_norm_matches_float64_reference_on(device: &Device) -> anyhow::Result<()> {
     // A row wider than a warp's stride and not a multiple of it; a large common offset (the
     // mean is subtracted before squaring); rows not a multiple of the block's 8.
     let (rows, d) = (13, 1000);
     let x64 = (randn(&[rows, d], 2.0, 21) + 50.0).unwrap();
     let w64 = (randn(&[d], 0.3, 22) + 1.0).unwrap();
     let b64 = randn(&[d], 0.3, 23);
-    for device in devices() {
-        for dtype in [DType::F32, DType::BF16, DType::F16] {
-            let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
-            let back = |t: &Tensor| t.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap();
-            let x = back(&x64);
-            let mean = x.mean_keepdim(1).unwrap();
-            let c = x.broadcast_sub(&mean).unwrap();
-            let var = c.sqr().unwrap().mean_keepdim(1).unwrap();
-            let want = c
-                .broadcast_div(&(var + 1e-5).unwrap().sqrt().unwrap())
-                .unwrap()
-                .broadcast_mul(&back(&w64))
-                .unwrap()
-                .broadcast_add(&back(&b64))
-                .unwrap();
-            let got = layer_norm(
-                &on(&x64).reshape((1, rows, d)).unwrap(),
-                &on(&w64),
-                &on(&b64),
-                1e-5,
-            )
+    let device = device.clone();
+    for dtype in [DType::F32, DType::BF16, DType::F16] {
+        let on = |t: &Tensor| t.to_dtype(dtype).unwrap().to_device(&device).unwrap();
+        let back = |t: &Tensor| t.to_dtype(dtype).unwrap().to_dtype(DType::F64).unwrap();
+        let x = back(&x64);
+        let mean = x.mean_keepdim(1).unwrap();
+        let c = x.broadcast_sub(&mean).unwrap();
+        let var = c.sqr().unwrap().mean_keepdim(1).unwrap();
+        let want = c
+            .broadcast_div(&(var + 1e-5).unwrap().sqrt().unwrap())
+            .unwrap()
+            .broadcast_mul(&back(&w64))
+            .unwrap()
+            .broadcast_add(&back(&b64))
             .unwrap();
-            assert_eq!(got.dims(), [1, rows, d]);
-            let tol = match dtype {
-                DType::F32 => 1e-4,
-                DType::F16 => 1e-2,
-                _ => 6e-2,
-            };
-            let err = max_abs_diff(&got.squeeze(0).unwrap(), &want);
-            assert!(err < tol, "{device:?} {dtype:?}: error {err}");
-        }
-        assert!(layer_norm(
-            &Tensor::zeros((2, 4), DType::F32, &device).unwrap(),
-            &Tensor::ones(3, DType::F32, &device).unwrap(),
-            &Tensor::zeros(4, DType::F32, &device).unwrap(),
-            1e-5
+        let got = layer_norm(
+            &on(&x64).reshape((1, rows, d)).unwrap(),
+            &on(&w64),
+            &on(&b64),
+            1e-5,
         )
-        .is_err());
+        .unwrap();
+        assert_eq!(got.dims(), [1, rows, d]);
+        let tol = match dtype {
+            DType::F32 => 1e-4,
+            DType::F16 => 1e-2,
+            _ => 6e-2,
+        };
+        let err = max_abs_diff(&got.squeeze(0).unwrap(), &want);
+        assert!(err < tol, "{device:?} {dtype:?}: error {err}");
     }
+    assert!(layer_norm(
+        &Tensor::zeros((2, 4), DType::F32, &device).unwrap(),
+        &Tensor::ones(3, DType::F32, &device).unwrap(),
+        &Tensor::zeros(4, DType::F32, &device).unwrap(),
+        1e-5
+    )
+    .is_err());
+    Ok(())
 }
 
 /// Largest |a - b| / (1 + |b|).
@@ -211,8 +223,11 @@ fn max_rel_err(a: &Tensor, b: &Tensor) -> f64 {
         .unwrap()
 }
 
-#[test]
-fn fused_forward_matches_float64_reference() {
+test_device!(
+    fused_forward_matches_float64_reference,
+    fused_forward_matches_float64_reference_on
+);
+fn fused_forward_matches_float64_reference_on(device: &Device) -> anyhow::Result<()> {
     let dir = runtime::workspace_file("gpt2/tests/fixtures/gpt2-ref-hd64");
     let r =
         candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu).unwrap();
@@ -222,23 +237,23 @@ fn fused_forward_matches_float64_reference() {
         (HookPoint::ResidPost(1), "resid_post.1"),
         (HookPoint::LnFinal, "ln_final"),
     ];
-    for device in devices() {
-        let model = Gpt2::load(dir.to_str().unwrap(), DType::F32, &device).unwrap();
-        assert_eq!(model.uses_fused_kernels(), device.is_cuda());
-        let tokens = r["tokens"].to_device(&device).unwrap();
-        let points: Vec<HookPoint> = hooks.iter().map(|(h, _)| *h).collect();
-        let acts = model.forward_hooks(&tokens, &points).unwrap();
-        for ((h, key), a) in hooks.iter().zip(&acts) {
-            let err = max_rel_err(a, &r[*key]);
-            assert!(err < 1e-5, "{device:?} {h}: error {err}");
-        }
-        let logits = model.forward_logits(&tokens).unwrap();
-        let err = max_rel_err(&logits, &r["logits"]);
-        // The logits are the deepest output: cuBLAS's f32 accumulation order and the epilogue's
-        // GELU add a little on CUDA (1.7e-5 measured on the H200); TF32 would give about 1e-3.
-        let tolerance = if device.is_cuda() { 5e-5 } else { 1e-5 };
-        assert!(err < tolerance, "{device:?} logits: error {err}");
+    let device = device.clone();
+    let model = Gpt2::load(dir.to_str().unwrap(), DType::F32, &device).unwrap();
+    assert_eq!(model.uses_fused_kernels(), device.is_cuda());
+    let tokens = r["tokens"].to_device(&device).unwrap();
+    let points: Vec<HookPoint> = hooks.iter().map(|(h, _)| *h).collect();
+    let acts = model.forward_hooks(&tokens, &points).unwrap();
+    for ((h, key), a) in hooks.iter().zip(&acts) {
+        let err = max_rel_err(a, &r[*key]);
+        assert!(err < 1e-5, "{device:?} {h}: error {err}");
     }
+    let logits = model.forward_logits(&tokens).unwrap();
+    let err = max_rel_err(&logits, &r["logits"]);
+    // The logits are the deepest output: cuBLAS's f32 accumulation order and the epilogue's
+    // GELU add a little on CUDA (1.7e-5 measured on the H200); TF32 would give about 1e-3.
+    let tolerance = if device.is_cuda() { 5e-5 } else { 1e-5 };
+    assert!(err < tolerance, "{device:?} logits: error {err}");
+    Ok(())
 }
 
 /// A GPT-2 with head size 64 (the fused kernels'), random weights and non-zero biases and norm

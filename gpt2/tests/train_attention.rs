@@ -6,6 +6,7 @@ mod common;
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{devices, max_abs, max_abs_diff, randn};
 use gpt2::ops::{causal_attention_train, causal_attention_train_with, AttentionGemms};
+use runtime::test_device;
 use std::sync::Mutex;
 
 /// candle's TF32 flag is process-wide: every test that runs the op holds this lock.
@@ -199,8 +200,11 @@ fn matches_the_f64_reference_forward_and_backward() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-#[test]
-fn strided_input_and_reproducible_runs() {
+test_device!(
+    strided_input_and_reproducible_runs,
+    strided_input_and_reproducible_runs_on
+);
+fn strided_input_and_reproducible_runs_on(dev: &Device) -> anyhow::Result<()> {
     let _guard = lock();
     let (b, t, h, hd) = (2, 21, 3, 16);
     let d = h * hd;
@@ -208,79 +212,80 @@ fn strided_input_and_reproducible_runs() {
     let qkv_tb = randn(&[t, b, 3 * d], 1.0, 7);
     let qkv = qkv_tb.transpose(0, 1).unwrap().contiguous().unwrap();
     let w = randn(&[b, t, d], 1.0, 8);
-    for dev in devices() {
-        for tf32 in tf32_states(&dev) {
-            candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
-            let strided = qkv_tb
-                .to_dtype(DType::F32)
+    let dev = dev.clone();
+    for tf32 in tf32_states(&dev) {
+        candle_core::cuda::set_gemm_reduced_precision_f32(tf32);
+        let strided = qkv_tb
+            .to_dtype(DType::F32)
+            .unwrap()
+            .to_device(&dev)
+            .unwrap()
+            .transpose(0, 1)
+            .unwrap();
+        let y_strided = causal_attention_train(&strided, h).unwrap();
+        let (y1, dx1) = ours(&qkv, &w, h, &dev).unwrap();
+        let (y2, dx2) = ours(&qkv, &w, h, &dev).unwrap();
+        candle_core::cuda::set_gemm_reduced_precision_f32(false);
+        let bits = |x: &Tensor| {
+            x.flatten_all()
                 .unwrap()
-                .to_device(&dev)
+                .to_vec1::<f32>()
                 .unwrap()
-                .transpose(0, 1)
-                .unwrap();
-            let y_strided = causal_attention_train(&strided, h).unwrap();
-            let (y1, dx1) = ours(&qkv, &w, h, &dev).unwrap();
-            let (y2, dx2) = ours(&qkv, &w, h, &dev).unwrap();
-            candle_core::cuda::set_gemm_reduced_precision_f32(false);
-            let bits = |x: &Tensor| {
-                x.flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap()
-                    .into_iter()
-                    .map(f32::to_bits)
-                    .collect::<Vec<_>>()
-            };
-            assert_eq!(bits(&y_strided), bits(&y1), "{dev:?}: strided input");
-            assert_eq!(bits(&y1), bits(&y2), "{dev:?} tf32={tf32}: two runs differ");
-            assert_eq!(
-                bits(&dx1),
-                bits(&dx2),
-                "{dev:?} tf32={tf32}: two backwards differ"
-            );
-        }
+                .into_iter()
+                .map(f32::to_bits)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&y_strided), bits(&y1), "{dev:?}: strided input");
+        assert_eq!(bits(&y1), bits(&y2), "{dev:?} tf32={tf32}: two runs differ");
+        assert_eq!(
+            bits(&dx1),
+            bits(&dx2),
+            "{dev:?} tf32={tf32}: two backwards differ"
+        );
     }
+    Ok(())
 }
 
-#[test]
-fn bad_shapes_and_dtypes_are_clear_errors() {
+test_device!(
+    bad_shapes_and_dtypes_are_clear_errors,
+    bad_shapes_and_dtypes_are_clear_errors_on
+);
+fn bad_shapes_and_dtypes_are_clear_errors_on(dev: &Device) -> anyhow::Result<()> {
     let _guard = lock();
-    for dev in devices() {
-        let x = |dims: &[usize], dtype: DType| Tensor::zeros(dims, dtype, &dev).expect("zeros");
-        let cases = [
-            (x(&[2, 5, 10], DType::F32), 2, "3 x 2 heads"),
-            (x(&[2, 5, 12], DType::F32), 0, "3 x 0 heads"),
-            // Zero-size buffers are not allocated on CUDA: these stay on the CPU.
-            (
-                Tensor::zeros(&[2, 5, 0], DType::F32, &Device::Cpu).expect("zeros"),
-                1,
-                "last dimension 0",
-            ),
-            (
-                Tensor::zeros(&[0, 5, 12], DType::F32, &Device::Cpu).expect("zeros"),
-                2,
-                "empty input",
-            ),
-            (
-                Tensor::zeros(&[2, 0, 12], DType::F32, &Device::Cpu).expect("zeros"),
-                2,
-                "empty input",
-            ),
-            (x(&[5, 12], DType::F32), 2, "[batch, seq, 3 d]"),
-            (x(&[1, 5, 12], DType::BF16), 2, "needs f32"),
-        ];
-        for (input, n_head, expected) in cases {
-            let err = causal_attention_train(&input, n_head)
-                .err()
-                .unwrap_or_else(|| {
-                    panic!("{dev:?}: {:?} with {n_head} heads accepted", input.dims())
-                });
-            let msg = err.to_string();
-            assert!(
-                msg.contains("causal_attention_train") && msg.contains(expected),
-                "{dev:?}: {:?} with {n_head} heads: unclear error {msg:?}",
-                input.dims()
-            );
-        }
+    let dev = dev.clone();
+    let x = |dims: &[usize], dtype: DType| Tensor::zeros(dims, dtype, &dev).expect("zeros");
+    let cases = [
+        (x(&[2, 5, 10], DType::F32), 2, "3 x 2 heads"),
+        (x(&[2, 5, 12], DType::F32), 0, "3 x 0 heads"),
+        // Zero-size buffers are not allocated on CUDA: these stay on the CPU.
+        (
+            Tensor::zeros(&[2, 5, 0], DType::F32, &Device::Cpu).expect("zeros"),
+            1,
+            "last dimension 0",
+        ),
+        (
+            Tensor::zeros(&[0, 5, 12], DType::F32, &Device::Cpu).expect("zeros"),
+            2,
+            "empty input",
+        ),
+        (
+            Tensor::zeros(&[2, 0, 12], DType::F32, &Device::Cpu).expect("zeros"),
+            2,
+            "empty input",
+        ),
+        (x(&[5, 12], DType::F32), 2, "[batch, seq, 3 d]"),
+        (x(&[1, 5, 12], DType::BF16), 2, "needs f32"),
+    ];
+    for (input, n_head, expected) in cases {
+        let err = causal_attention_train(&input, n_head)
+            .err()
+            .unwrap_or_else(|| panic!("{dev:?}: {:?} with {n_head} heads accepted", input.dims()));
+        let msg = err.to_string();
+        assert!(
+            msg.contains("causal_attention_train") && msg.contains(expected),
+            "{dev:?}: {:?} with {n_head} heads: unclear error {msg:?}",
+            input.dims()
+        );
     }
+    Ok(())
 }

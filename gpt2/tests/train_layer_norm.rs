@@ -8,6 +8,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{devices, max_abs_diff, randn, rel_err};
+use runtime::test_device;
 
 /// Output and (dx, dweight, dbias) for the loss sum(y * dy).
 struct Run {
@@ -162,8 +163,11 @@ impl Case {
     }
 }
 
-#[test]
-fn layer_norm_train_matches_float64_reference() {
+test_device!(
+    layer_norm_train_matches_float64_reference,
+    layer_norm_train_matches_float64_reference_on
+);
+fn layer_norm_train_matches_float64_reference_on(device: &Device) -> anyhow::Result<()> {
     let mut cases: Vec<Case> = [
         &[1, 64][..],
         &[5, 37],
@@ -201,11 +205,11 @@ fn layer_norm_train_matches_float64_reference() {
         tol: 2e-3,
         ..Case::new(&[16, 96])
     });
-    for device in devices() {
-        for (i, case) in cases.iter().enumerate() {
-            case.check(&device, 100 + i as u64);
-        }
+    let device = device.clone();
+    for (i, case) in cases.iter().enumerate() {
+        case.check(&device, 100 + i as u64);
     }
+    Ok(())
 }
 
 #[test]
@@ -230,100 +234,112 @@ fn layer_norm_train_errors_would_show_a_wrong_formula() {
     assert!(rel_err(&wrong, &right) > 2.0 * case.tol);
 }
 
-#[test]
-fn layer_norm_train_handles_no_rows_and_a_transposed_input() {
-    for device in devices() {
-        let w = Var::from_tensor(&Tensor::ones(16, DType::F32, &device).unwrap()).unwrap();
-        let b = Var::from_tensor(&Tensor::zeros(16, DType::F32, &device).unwrap()).unwrap();
-        // Some drivers refuse zero-byte buffers; then candle has no empty tensors there either.
-        match Tensor::zeros((0, 16), DType::F32, &device) {
-            Ok(empty) => {
-                let x = Var::from_tensor(&empty).unwrap();
-                let y =
-                    layer_norm_train(x.as_tensor(), w.as_tensor(), b.as_tensor(), 1e-5).unwrap();
-                assert_eq!(y.dims(), [0, 16]);
-                let grads = y.sum_all().unwrap().backward().unwrap();
-                let dw = grads.get(w.as_tensor()).unwrap();
-                assert_eq!(dw.dims(), [16]);
-                let zeros = Tensor::zeros(16, DType::F32, &device).unwrap();
-                assert_eq!(max_abs_diff(dw, &zeros), 0.0);
-            }
-            Err(e) => println!("{device:?}: no empty tensors ({e}); rows = 0 not checked"),
+test_device!(
+    layer_norm_train_handles_no_rows_and_a_transposed_input,
+    layer_norm_train_handles_no_rows_and_a_transposed_input_on
+);
+fn layer_norm_train_handles_no_rows_and_a_transposed_input_on(
+    device: &Device,
+) -> anyhow::Result<()> {
+    let device = device.clone();
+    let w = Var::from_tensor(&Tensor::ones(16, DType::F32, &device).unwrap()).unwrap();
+    let b = Var::from_tensor(&Tensor::zeros(16, DType::F32, &device).unwrap()).unwrap();
+    // Some drivers refuse zero-byte buffers; then candle has no empty tensors there either.
+    match Tensor::zeros((0, 16), DType::F32, &device) {
+        Ok(empty) => {
+            let x = Var::from_tensor(&empty).unwrap();
+            let y = layer_norm_train(x.as_tensor(), w.as_tensor(), b.as_tensor(), 1e-5).unwrap();
+            assert_eq!(y.dims(), [0, 16]);
+            let grads = y.sum_all().unwrap().backward().unwrap();
+            let dw = grads.get(w.as_tensor()).unwrap();
+            assert_eq!(dw.dims(), [16]);
+            let zeros = Tensor::zeros(16, DType::F32, &device).unwrap();
+            assert_eq!(max_abs_diff(dw, &zeros), 0.0);
         }
-
-        // A strided input gives what its contiguous copy gives.
-        let xt = randn(&[16, 10], 1.0, 3)
-            .to_dtype(DType::F32)
-            .unwrap()
-            .to_device(&device)
-            .unwrap()
-            .t()
-            .unwrap();
-        let (w, b) = (w.as_tensor(), b.as_tensor());
-        let strided = layer_norm_train(&xt, w, b, 1e-5).unwrap();
-        let copied = layer_norm_train(&xt.contiguous().unwrap(), w, b, 1e-5).unwrap();
-        assert_eq!(max_abs_diff(&strided, &copied), 0.0);
+        Err(e) => println!("{device:?}: no empty tensors ({e}); rows = 0 not checked"),
     }
+
+    // A strided input gives what its contiguous copy gives.
+    let xt = randn(&[16, 10], 1.0, 3)
+        .to_dtype(DType::F32)
+        .unwrap()
+        .to_device(&device)
+        .unwrap()
+        .t()
+        .unwrap();
+    let (w, b) = (w.as_tensor(), b.as_tensor());
+    let strided = layer_norm_train(&xt, w, b, 1e-5).unwrap();
+    let copied = layer_norm_train(&xt.contiguous().unwrap(), w, b, 1e-5).unwrap();
+    assert_eq!(max_abs_diff(&strided, &copied), 0.0);
+    Ok(())
 }
 
-#[test]
-fn layer_norm_train_gradients_are_reproducible() {
-    for device in devices() {
-        let case = Case::new(&[2048, 200]);
-        let inputs = case
-            .inputs(11)
-            .map(|t| t.to_device(&device).unwrap().contiguous().unwrap());
-        let [x, w, b, dy] = &inputs;
-        let once = || {
-            run(
-                &|x, w, b| layer_norm_train(x, w, b, case.eps).unwrap(),
-                x,
-                w,
-                b,
-                dy,
-                1,
-            )
-        };
-        let (a, c) = (once(), once());
-        for (p, q) in [(&a.dx, &c.dx), (&a.dw, &c.dw), (&a.db, &c.db)] {
-            assert_eq!(max_abs_diff(p, q), 0.0, "{device:?}: gradients differ");
-        }
+test_device!(
+    layer_norm_train_gradients_are_reproducible,
+    layer_norm_train_gradients_are_reproducible_on
+);
+fn layer_norm_train_gradients_are_reproducible_on(device: &Device) -> anyhow::Result<()> {
+    let device = device.clone();
+    let case = Case::new(&[2048, 200]);
+    let inputs = case
+        .inputs(11)
+        .map(|t| t.to_device(&device).unwrap().contiguous().unwrap());
+    let [x, w, b, dy] = &inputs;
+    let once = || {
+        run(
+            &|x, w, b| layer_norm_train(x, w, b, case.eps).unwrap(),
+            x,
+            w,
+            b,
+            dy,
+            1,
+        )
+    };
+    let (a, c) = (once(), once());
+    for (p, q) in [(&a.dx, &c.dx), (&a.dw, &c.dw), (&a.db, &c.db)] {
+        assert_eq!(max_abs_diff(p, q), 0.0, "{device:?}: gradients differ");
     }
+    Ok(())
 }
 
-#[test]
-fn layer_norm_train_rejects_bad_shapes_with_a_clear_error() {
-    for device in devices() {
-        let t = |dims: &[usize], dtype: DType| Tensor::zeros(dims, dtype, &device).unwrap();
-        let f32_ = DType::F32;
-        // (why, dims of x, w and b, dtype of w)
-        let bad: [(&str, [&[usize]; 3], DType); 5] = [
-            ("weight and bias must be [d]", [&[4, 8], &[9], &[8]], f32_),
-            (
-                "weight and bias must be [d]",
-                [&[4, 8], &[8], &[2, 8]],
-                f32_,
-            ),
-            ("at least one dimension", [&[], &[1], &[1]], f32_),
-            ("the last dimension is empty", [&[4, 0], &[0], &[0]], f32_),
-            ("one dtype", [&[4, 8], &[8], &[8]], DType::F16),
-        ];
-        for (why, [x, w, b], w_dtype) in bad {
-            let (x, w, b) = (t(x, f32_), t(w, w_dtype), t(b, f32_));
-            let err = layer_norm_train(&x, &w, &b, 1e-5)
-                .expect_err(why)
-                .to_string();
-            assert!(
-                err.contains("layer_norm_train") && err.contains(why),
-                "{device:?}: {err}"
-            );
-        }
-        if device.is_cuda() {
-            let (x, w) = (t(&[2, 8193], f32_), t(&[8193], f32_));
-            let err = layer_norm_train(&x, &w, &w, 1e-5)
-                .expect_err("d > 8192")
-                .to_string();
-            assert!(err.contains("at most 8192"), "{err}");
-        }
+test_device!(
+    layer_norm_train_rejects_bad_shapes_with_a_clear_error,
+    layer_norm_train_rejects_bad_shapes_with_a_clear_error_on
+);
+fn layer_norm_train_rejects_bad_shapes_with_a_clear_error_on(
+    device: &Device,
+) -> anyhow::Result<()> {
+    let device = device.clone();
+    let t = |dims: &[usize], dtype: DType| Tensor::zeros(dims, dtype, &device).unwrap();
+    let f32_ = DType::F32;
+    // (why, dims of x, w and b, dtype of w)
+    let bad: [(&str, [&[usize]; 3], DType); 5] = [
+        ("weight and bias must be [d]", [&[4, 8], &[9], &[8]], f32_),
+        (
+            "weight and bias must be [d]",
+            [&[4, 8], &[8], &[2, 8]],
+            f32_,
+        ),
+        ("at least one dimension", [&[], &[1], &[1]], f32_),
+        ("the last dimension is empty", [&[4, 0], &[0], &[0]], f32_),
+        ("one dtype", [&[4, 8], &[8], &[8]], DType::F16),
+    ];
+    for (why, [x, w, b], w_dtype) in bad {
+        let (x, w, b) = (t(x, f32_), t(w, w_dtype), t(b, f32_));
+        let err = layer_norm_train(&x, &w, &b, 1e-5)
+            .expect_err(why)
+            .to_string();
+        assert!(
+            err.contains("layer_norm_train") && err.contains(why),
+            "{device:?}: {err}"
+        );
     }
+    if device.is_cuda() {
+        let (x, w) = (t(&[2, 8193], f32_), t(&[8193], f32_));
+        let err = layer_norm_train(&x, &w, &w, 1e-5)
+            .expect_err("d > 8192")
+            .to_string();
+        assert!(err.contains("at most 8192"), "{err}");
+    }
+    Ok(())
 }
