@@ -6,7 +6,7 @@
 # forward pass alone with per-op times (forward_bench). About 2 min.
 #
 # Binaries (built on the development machine, from the repo root):
-#   bash bench/pack.sh activations     # builds, strips + xz's extract, forward_bench, ops, gpt2, shards into .devbin/activations/
+#   bash bench/pack.sh activations     # builds, strips + xz's extract, forward_bench, ops, gpt2, it (the activations tests) into .devbin/activations/
 # Run on the GPU machine from the repo root: bash bench/activations.sh  (logs: $OUT/activations/)
 # A subset: ACT_BIN=.devbin/act2 ACT_TESTS="ops" ACT_RUNS="f32_24" bash bench/activations.sh
 set -uo pipefail

@@ -35,7 +35,7 @@ for workload in "$@"; do
   case $workload in
   activations)
     pack "$dest" "-p gpt2 -p activations --bins --tests --examples" \
-      activations/extract activations/forward_bench gpt2/ops gpt2/gpt2 activations/shards ;;
+      activations/extract activations/forward_bench gpt2/ops gpt2/gpt2 activations/it ;;
   attention_train)
     pack "$dest" "-p gpt2 -p activations --test train_attention --example attention_train_bench" \
       gpt2/train_attention activations/attention_train_bench ;;
@@ -48,7 +48,7 @@ for workload in "$@"; do
   data_path)
     pack "$dest" "-p sparsetrain -p activations -p sae --bins --tests --examples" \
       sparsetrain/train-sae sparsetrain/finetune sparsetrain/extract activations/hash_rate \
-      activations/shards activations/prefetch sae/shard_stream ;;
+      activations/it sae/shard_stream ;;
   gradsparse)
     # The accumulate tests, the gradsparse unit tests, the benchmark.
     pack "$dest" "-p profk -p gradsparse --bins --tests" \

@@ -1,6 +1,6 @@
 //! Prof-K parameters checked against values computed another way: exact integer pmf sums for small
 //! N, a product-form pmf recurrence for large N, statrs where it is accurate, brute-force searches
-//! for t* and M* (the `profk params` command line is tested beside the binary, tests/profk_cli.rs).
+//! for t* and M* (the `profk params` command line is tested beside the binary, tests/it/profk_cli.rs).
 
 use profk::params::{
     self, cached, failure_probabilities, sample_size, CostModel, Hypergeometric, Method, Params,

@@ -1,4 +1,4 @@
-mod common;
+use crate::common;
 
 use harness::{
     metrics::read_records, Metrics, MetricsSink, Record, RecordKind, RunDir, SinkOptions,

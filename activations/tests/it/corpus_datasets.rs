@@ -266,7 +266,7 @@ fn hub_cache_root_comes_from_hf_hub_cache() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "hub_cache_root_comes_from_hf_hub_cache",
+            "corpus_datasets::hub_cache_root_comes_from_hf_hub_cache",
             "--nocapture",
         ])
         .env("SPARSETRAIN_TEST_HUB_CHILD", hub.path())

@@ -1,5 +1,5 @@
 //! A failed checkpoint write leaves nothing half-written behind.
-mod common;
+use crate::common;
 
 use common::FakeTrainer;
 use harness::train_loop::{resume_point, run};

@@ -1,4 +1,4 @@
-mod common;
+use crate::common;
 
 use common::FakeTrainer;
 use harness::metrics::read_records;

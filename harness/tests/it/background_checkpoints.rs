@@ -1,6 +1,6 @@
 //! Checkpoints written on a thread of their own: the loop goes on while one is written, waits for it
 //! where it must (the next checkpoint, a stop, the end), and reports a failed write by its folder.
-mod common;
+use crate::common;
 
 use common::FakeTrainer;
 use harness::train_loop::{resume_point, run};

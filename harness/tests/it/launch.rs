@@ -1,6 +1,6 @@
 //! The launcher: a fresh run that fails before its first step leaves no directory; a resume with a
 //! changed config is refused naming the key; a second launcher on a locked directory is refused.
-mod common;
+use crate::common;
 
 use common::FakeTrainer;
 use harness::{Launch, LaunchSpec, LogConfig, LoopConfig};

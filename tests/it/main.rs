@@ -1,0 +1,8 @@
+//! The integration tests of this crate, one module per former test file, linked as one binary.
+
+mod corpus_forms;
+mod features_cli;
+mod profk_cli;
+mod report_cli;
+mod robust_extract;
+mod signals;
