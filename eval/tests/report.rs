@@ -357,3 +357,33 @@ fn a_run_without_held_out_data_says_so() {
     let text = eval::report::summary_text(&[data], &[]);
     assert!(text.contains("warning: no held-out evaluation"), "{text}");
 }
+
+/// Data-parallel runs log what each rank sent: the page charts it per run in a section of its own.
+#[test]
+fn data_parallel_runs_get_their_wire_charts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = finetune_run(tmp.path(), "ft-sparse", "topk", 20.0);
+    let mut lines = std::fs::read_to_string(run.metrics_path()).unwrap();
+    for step in 21..=25u64 {
+        let mut m = harness::Metrics::new();
+        m.insert("loss".into(), 6.0);
+        m.insert("wire_bytes".into(), 1.2e7 + step as f64);
+        m.insert("wire_dense_bytes".into(), 6.2e9);
+        m.insert("wire_ratio".into(), 500.0);
+        m.insert("collective_ms".into(), 0.3);
+        m.insert("weights_hash".into(), 123456789.0);
+        lines.push_str(&harness::Record::train(step, step * 64, 0.1, m).to_json_line());
+    }
+    std::fs::write(run.metrics_path(), lines).unwrap();
+    let html = page(&[&run], &[]);
+    assert!(html.contains("<h2>Wire</h2>"), "no wire section");
+    for title in [
+        "Bytes sent per step",
+        "Wire compression",
+        "Time in collectives",
+    ] {
+        assert!(html.contains(title), "missing {title}");
+    }
+    let plain = finetune_run(tmp.path(), "ft-plain", "topk", 20.0);
+    assert!(!page(&[&plain], &[]).contains("<h2>Wire</h2>"));
+}

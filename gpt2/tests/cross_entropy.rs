@@ -3,7 +3,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var, D};
-use common::{devices, max_abs, max_abs_diff, randn};
+use common::{max_abs, max_abs_diff, randn};
 use gpt2::ops::next_token_cross_entropy;
 use runtime::test_device;
 

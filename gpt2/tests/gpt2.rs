@@ -3,7 +3,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use common::{devices, randn};
+use common::randn;
 use gpt2::{locate, Gpt2, Gpt2Config, HookPoint};
 use runtime::test_device;
 use std::collections::HashMap;
@@ -258,9 +258,9 @@ fn varmap_copy_is_trainable() {
     assert!(vars.iter().all(|v| grads.get(v.as_tensor()).is_some()));
 }
 
-/// Directional derivatives of the training loss along a random direction per weight tensor: the
-/// gradient of the fused training ops against finite differences of the loss, for every tensor
-/// (a gradient that is missing, misrouted or mis-scaled anywhere in the block fails its tensor's check).
+// Directional derivatives of the training loss along a random direction per weight tensor: the
+// gradient of the fused training ops against finite differences of the loss, for every tensor
+// (a gradient that is missing, misrouted or mis-scaled anywhere in the block fails its tensor's check).
 test_device!(
     training_gradients_match_finite_differences,
     training_gradients_match_finite_differences_on

@@ -3,7 +3,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use common::{devices, max_abs_diff};
+use common::max_abs_diff;
 use gpt2::{Gpt2, HookPoint};
 use runtime::test_device;
 use std::cell::RefCell;

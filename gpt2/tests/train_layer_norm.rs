@@ -7,7 +7,7 @@ use gpt2::ops::layer_norm_train;
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var, D};
-use common::{devices, max_abs_diff, randn, rel_err};
+use common::{max_abs_diff, randn, rel_err};
 use runtime::test_device;
 
 /// Output and (dx, dweight, dbias) for the loss sum(y * dy).

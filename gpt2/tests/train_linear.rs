@@ -8,7 +8,7 @@ use gpt2::ops::{linear_train, Activation};
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use common::{devices, gelu_tanh, randn, rel_err};
+use common::{gelu_tanh, randn, rel_err};
 use runtime::test_device;
 
 /// Output and gradients (x, W, b) of `sum(act(x W + b) * dy)`.
@@ -202,9 +202,9 @@ fn linear_train_rejects_bad_shapes_on(device: &Device) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// With a gradient sink, the weight's gradient is added into its slice of the buffer (the rest of
-/// the buffer untouched), the weight gets no gradient, and x and b get the same gradients as without;
-/// the sink is gone with its guard. f32, TF32 off (the sink's slice is compared to 1e-5 relative).
+// With a gradient sink, the weight's gradient is added into its slice of the buffer (the rest of
+// the buffer untouched), the weight gets no gradient, and x and b get the same gradients as without;
+// the sink is gone with its guard. f32, TF32 off (the sink's slice is compared to 1e-5 relative).
 test_device!(
     gradient_sink_adds_the_weight_gradient_in_place,
     gradient_sink_adds_the_weight_gradient_in_place_on

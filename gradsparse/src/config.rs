@@ -2,6 +2,7 @@
 use crate::adamw::AdamWParams;
 use crate::error::{Error, Result};
 use crate::select::Scope;
+use collective::{DistributedConfig, DistributedMode, GradientExchange};
 use harness::{LogConfig, SelectorConfig};
 use profk::Selector;
 use runtime::{config::ConfigSource, config::DeviceSpec};
@@ -46,6 +47,8 @@ pub struct FinetuneConfig {
     pub selector: SelectorConfig,
     /// Logging, the progress bar and Weights & Biases.
     pub log: LogConfig,
+    /// Data-parallel training over ranks (`mode = "off"` or `"data"`; `select` does not apply).
+    pub distributed: DistributedConfig,
 }
 
 /// `[model]`: the GPT-2 being trained.
@@ -166,6 +169,7 @@ impl Default for FinetuneConfig {
             sparsify: SparsifyConfig::default(),
             selector: SelectorConfig::default(),
             log: LogConfig::default(),
+            distributed: DistributedConfig::default(),
         }
     }
 }
@@ -391,6 +395,26 @@ impl FinetuneConfig {
         if let Err((key, message)) = self.selector.validate() {
             return Err(Error::config(key, message));
         }
+        if let Err((key, message)) = self.distributed.validate() {
+            return Err(Error::config(key, message));
+        }
+        check(
+            self.distributed.mode != DistributedMode::Latents,
+            "distributed.mode",
+            "\"latents\" is train-sae's mode; finetune supports \"off\" and \"data\"".into(),
+        )?;
+        check(
+            !(self.distributed.is_distributed()
+                && self.is_dense()
+                && self.distributed.exchange != GradientExchange::Dense),
+            "distributed.exchange",
+            format!(
+                "{:?} exchanges selected coordinates, but sparsify.mode = \"dense\" selects none; \
+                 use exchange = \"dense\" for the dense baseline",
+                self.distributed.exchange
+            )
+            .to_lowercase(),
+        )?;
         Ok(())
     }
 

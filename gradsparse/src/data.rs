@@ -99,13 +99,27 @@ impl Batches {
 
     /// Token ids [batch, context] (u32) of training step `step`.
     pub fn train_batch(&self, step: u64, device: &Device) -> Result<Tensor> {
+        self.rank_batch(step, 0, 1, device)
+    }
+
+    /// Rank `rank`'s micro-batch of step `step` in a group of `world` ranks: rows
+    /// `rank·batch..(rank + 1)·batch` of the step's global batch of `world·batch` contexts, so the
+    /// ranks together see what one process with `world·batch` contexts per step would.
+    pub fn rank_batch(
+        &self,
+        step: u64,
+        rank: usize,
+        world: usize,
+        device: &Device,
+    ) -> Result<Tensor> {
         match self {
             Batches::Corpus {
                 train, batch, seed, ..
             } => {
+                let global = (*batch * world) as u64;
                 let rows: Vec<&Vec<u32>> = (0..*batch as u64)
                     .map(|j| {
-                        let position = step * *batch as u64 + j;
+                        let position = step * global + (rank * *batch) as u64 + j;
                         let n = train.len() as u64;
                         let order = epoch_order(n as usize, *seed, position / n);
                         &train[order[(position % n) as usize]]
@@ -121,8 +135,10 @@ impl Batches {
             } => {
                 let mut rng =
                     ChaCha8Rng::seed_from_u64(seed ^ step.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-                let ids: Vec<u32> = (0..batch * context)
+                let ids: Vec<u32> = (0..batch * world * context)
                     .map(|_| rng.random_range(0..*vocab))
+                    .skip(rank * batch * context)
+                    .take(batch * context)
                     .collect();
                 Ok(Tensor::from_vec(ids, (*batch, *context), device)?)
             }

@@ -20,6 +20,9 @@ pub enum Error {
     Param { name: String, message: String },
     #[error("non-finite loss {loss} at step {step}")]
     NonFinite { step: u64, loss: f32 },
+    /// The ranks of a data-parallel run: joining, a collective, or weights that drifted apart.
+    #[error("distributed: {0}")]
+    Distributed(String),
     #[error(transparent)]
     Selector(#[from] profk::Error),
     #[error(transparent)]

@@ -26,6 +26,17 @@ pub mod metric {
     pub const EF_RESIDUAL_NORM: &str = "ef_residual_norm";
     /// Share of the accumulated gradient's squared L2 mass the selection applied (1 in dense mode).
     pub const EF_KEPT_SHARE: &str = "ef_kept_share";
+    /// Data-parallel runs: bytes this rank handed to the collectives this step.
+    pub const WIRE_BYTES: &str = "wire_bytes";
+    /// What the `dense` exchange would have sent: the f32 gradient (and velocity).
+    pub const WIRE_DENSE_BYTES: &str = "wire_dense_bytes";
+    /// `wire_dense_bytes / wire_bytes`.
+    pub const WIRE_RATIO: &str = "wire_ratio";
+    /// Time inside the collectives this step.
+    pub const COLLECTIVE_MS: &str = "collective_ms";
+    /// The weights' 64-bit hash, its top 53 bits as an exact integer, every `distributed.hash_every`
+    /// steps (equal on every rank: checked).
+    pub const WEIGHTS_HASH: &str = "weights_hash";
 }
 
 /// Where a run goes and whether it continues an earlier one.
@@ -133,6 +144,15 @@ pub fn step_metrics(r: &StepReport) -> Metrics {
         m.insert(metric::EF_RESIDUAL_NORM.into(), f.residual_norm);
         m.insert(metric::EF_KEPT_SHARE.into(), f.kept_share);
     }
+    if let Some(w) = &r.wire {
+        m.insert(metric::WIRE_BYTES.into(), w.sent as f64);
+        m.insert(metric::WIRE_DENSE_BYTES.into(), w.dense as f64);
+        m.insert(metric::WIRE_RATIO.into(), w.ratio());
+        m.insert(metric::COLLECTIVE_MS.into(), ms(w.collective));
+    }
+    if let Some(h) = r.weights_hash {
+        m.insert(metric::WEIGHTS_HASH.into(), (h >> 11) as f64);
+    }
     m
 }
 
@@ -145,6 +165,8 @@ const RESUMABLE: &[&str] = &[
     "train.eval_every",
     "train.eval_batches",
     "log",
+    "distributed.timeout_s",
+    "distributed.hash_every",
 ];
 
 /// Runs the config at `config_path`.
@@ -153,7 +175,12 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     if let Some(note) = cfg.selector.note() {
         eprintln!("{note}");
     }
-    let device = device_of(cfg.device)?;
+    let device = device_of(crate::distributed::rank_device(
+        &cfg.distributed,
+        cfg.device,
+    )?)?;
+    // Before anything heavy: a distributed run on the CPU is refused here.
+    let group = crate::distributed::join(&cfg.distributed, &device)?;
     // Hashed beside the model loading (a multi-GB weights file takes seconds).
     let hashing = {
         let (model, seed) = (cfg.model.clone(), cfg.seed);
@@ -175,7 +202,12 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     let (batches, unigram_entropy) = Batches::from_config(&cfg, model.config().vocab_size)?;
     let unigram_eval_loss =
         batches.unigram_eval_loss(cfg.train.eval_batches, model.config().vocab_size);
-    let mut trainer = Trainer::new(cfg.clone(), &model, batches)?;
+    let mut trainer = Trainer::with_group(cfg.clone(), &model, batches, group)?;
+    if let Some(group) = trainer.group() {
+        // Every rank builds the model from the same config: check that they start alike.
+        let hash = crate::distributed::weights_hash(trainer.vars())?;
+        crate::distributed::check_hashes(group.collective(), 0, hash)?;
+    }
     drop(model);
     let model_sha256 = hashing
         .join()
@@ -287,6 +319,19 @@ fn details(
         "batch".into(),
         format!("{} x {}", cfg.train.batch_size, cfg.data.context).into(),
     );
+    if let Some(group) = trainer.group() {
+        d.insert(
+            "distributed".into(),
+            format!(
+                "data-parallel, rank {} of {}, {:?} exchange, batch per rank",
+                group.rank(),
+                group.world(),
+                group.exchange
+            )
+            .to_lowercase()
+            .into(),
+        );
+    }
     if let Some(h) = unigram_entropy {
         d.insert("unigram_entropy".into(), h.into());
     }

@@ -3,11 +3,14 @@
 use crate::adamw::SparseAdamW;
 use crate::config::{FinetuneConfig, Init};
 use crate::data::Batches;
+use crate::distributed::exchange::{self, Pairs, Segment, Wire};
+use crate::distributed::{self, Group};
 use crate::error::{Error, Result};
 use crate::select::{k_for, Scope, Selection, SelectorChoice};
 use crate::{feedback::ErrorFeedback, layout::FlatLayout, mass::sum_of_squares};
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;
+use collective::GradientExchange;
 use gpt2::{Gpt2, Gpt2Config};
 use std::time::{Duration, Instant};
 
@@ -35,6 +38,11 @@ pub struct StepReport {
     pub total: Duration,
     /// The error feedback's state after the step, when the step was asked to measure it.
     pub feedback: Option<FeedbackStats>,
+    /// What this rank put on the wire (data-parallel runs only).
+    pub wire: Option<Wire>,
+    /// The weights' hash after the step, every `distributed.hash_every` steps of a data-parallel
+    /// run (checked equal on every rank).
+    pub weights_hash: Option<u64>,
 }
 
 /// How much of the accumulated gradient a step applied and how much it carried over.
@@ -76,6 +84,7 @@ pub struct Trainer {
     choice: SelectorChoice,
     device: Device,
     step: u64,
+    group: Option<Group>,
     // Keeps the variables registered under their names (the model and `vars` share them).
     _varmap: VarMap,
 }
@@ -105,6 +114,18 @@ pub fn build_model(cfg: &FinetuneConfig, device: &Device) -> Result<Gpt2> {
 impl Trainer {
     /// A trainer starting from `model` (its weights are copied into trainable variables).
     pub fn new(cfg: FinetuneConfig, model: &Gpt2, batches: Batches) -> Result<Self> {
+        Self::with_group(cfg, model, batches, None)
+    }
+
+    /// A trainer that is one rank of `group` (data-parallel: its own micro-batches, its own
+    /// residual, the update shared by `group.exchange`); `None` trains alone. Every rank starts
+    /// from the same `model`.
+    pub fn with_group(
+        cfg: FinetuneConfig,
+        model: &Gpt2,
+        batches: Batches,
+        group: Option<Group>,
+    ) -> Result<Self> {
         let device = model.device().clone();
         #[cfg(feature = "cuda")]
         if device.is_cuda() {
@@ -126,6 +147,15 @@ impl Trainer {
             data.iter().map(|(n, v)| (n.clone(), v.clone())).collect()
         };
         let layout = FlatLayout::new(&named)?;
+        if group.is_some() && u32::try_from(layout.total()).is_err() {
+            return Err(Error::config(
+                "distributed.mode",
+                format!(
+                    "{} parameters: the exchanges address coordinates with 32 bits",
+                    layout.total()
+                ),
+            ));
+        }
         let vars: Vec<Var> = layout
             .spans()
             .iter()
@@ -154,6 +184,7 @@ impl Trainer {
             choice,
             device,
             step: 0,
+            group,
             _varmap: varmap,
         })
     }
@@ -168,6 +199,11 @@ impl Trainer {
 
     pub fn device(&self) -> &Device {
         &self.device
+    }
+
+    /// The group this trainer is a rank of, if any.
+    pub fn group(&self) -> Option<&Group> {
+        self.group.as_ref()
     }
 
     /// Switches the selector (benchmarks compare selectors on one trainer).
@@ -239,7 +275,11 @@ impl Trainer {
 
     fn step_measured(&mut self, stats: bool) -> Result<StepReport> {
         let step = self.step;
-        let tokens = self.batches.train_batch(step, &self.device)?;
+        let (rank, world) = self
+            .group
+            .as_ref()
+            .map_or((0, 1), |g| (g.rank(), g.world()));
+        let tokens = self.batches.rank_batch(step, rank, world, &self.device)?;
         let start = self.sync()?;
         let loss = self.model.forward_loss(&tokens).map_err(candle_of)?;
         // Checked before the backward pass, which adds into the residual through the sinks.
@@ -272,13 +312,15 @@ impl Trainer {
             })
             .collect::<candle_core::Result<_>>()?;
         let lr = self.cfg.lr_at(step);
-        let applied = if self.cfg.is_dense() {
-            self.dense_update(&grads, lr)?
-        } else {
-            self.sparse_update(grads, step, lr, stats)?
+        let exchange = self.group.as_ref().map(|g| g.exchange);
+        let applied = match exchange {
+            Some(GradientExchange::Dense) => self.all_reduced_update(&grads, step, lr, stats)?,
+            _ if self.cfg.is_dense() => self.dense_update(&grads, lr)?,
+            _ => self.sparse_update(grads, step, lr, stats)?,
         };
         let end = self.sync()?;
         self.step += 1;
+        let weights_hash = self.check_weights()?;
         Ok(StepReport {
             step,
             loss: loss_value,
@@ -293,7 +335,115 @@ impl Trainer {
             apply: applied.apply,
             total: end - start,
             feedback: applied.feedback,
+            wire: applied.wire,
+            weights_hash,
         })
+    }
+
+    /// Every `distributed.hash_every` steps of a data-parallel run: the weights' hash, checked
+    /// equal on every rank.
+    fn check_weights(&self) -> Result<Option<u64>> {
+        let every = self.cfg.distributed.hash_every as u64;
+        let Some(group) = &self.group else {
+            return Ok(None);
+        };
+        if every == 0 || !self.step.is_multiple_of(every) {
+            return Ok(None);
+        }
+        let hash = distributed::weights_hash(&self.vars)?;
+        distributed::check_hashes(group.collective(), self.step, hash)?;
+        Ok(Some(hash))
+    }
+
+    /// Bytes of the `dense` exchange: the f32 residual, and the velocity with momentum correction.
+    fn dense_bytes(&self) -> u64 {
+        let buffers = 1 + self.feedback.velocity().is_some() as u64;
+        4 * self.layout().total() as u64 * buffers
+    }
+
+    /// The `dense` exchange: this step's gradients go into the residual (identical on every rank
+    /// before the step), whose mean over the ranks (and the velocity's) every rank then holds; the
+    /// update is then that of one process, dense AdamW or error feedback.
+    fn all_reduced_update(
+        &mut self,
+        grads: &[Option<Tensor>],
+        step: u64,
+        lr: f64,
+        stats: bool,
+    ) -> Result<Applied> {
+        let group = self
+            .group
+            .clone()
+            .ok_or_else(|| Error::Distributed("the dense exchange without a group".into()))?;
+        let start = self.sync()?;
+        self.feedback.accumulate(grads)?;
+        let accumulated = self.sync()?;
+        let collective = self.all_reduce_feedback(&group)?;
+        let wire = Wire {
+            sent: self.dense_bytes(),
+            dense: self.dense_bytes(),
+            collective,
+        };
+        let mut applied = if self.cfg.is_dense() {
+            let before = self.sync()?;
+            self.optimizer
+                .apply_dense(&self.vars, &mut self.feedback, lr)?;
+            Applied {
+                density: 1.0,
+                k: self.layout().total(),
+                accumulate: Duration::ZERO,
+                select: Duration::ZERO,
+                compare: None,
+                apply: self.sync()? - before,
+                feedback: Some(FeedbackStats {
+                    residual_norm: 0.0,
+                    kept_share: 1.0,
+                }),
+                wire: None,
+            }
+        } else {
+            let density = self.cfg.density_at(step);
+            let choice = self.choice_at(step);
+            let selection =
+                self.feedback
+                    .select(density, self.cfg.sparsify.scope, &choice, step)?;
+            self.apply_own(selection, density, lr, stats)?
+        };
+        applied.accumulate = accumulated - start;
+        applied.wire = Some(wire);
+        Ok(applied)
+    }
+
+    /// The residual's (and velocity's) mean over the ranks, in place; the time in the collective.
+    fn all_reduce_feedback(&mut self, group: &Group) -> Result<Duration> {
+        #[cfg(feature = "cuda")]
+        if let (Some(nccl), true) = (group.nccl_comm(), self.device.is_cuda()) {
+            let start = self.sync()?;
+            distributed::device::all_reduce_mean(nccl, self.feedback.residual())?;
+            if let Some(v) = self.feedback.velocity() {
+                distributed::device::all_reduce_mean(nccl, v)?;
+            }
+            return Ok(self.sync()? - start);
+        }
+        let mut took = Duration::ZERO;
+        let mut mean = |t: &Tensor| -> Result<Tensor> {
+            let mut host = t.to_vec1::<f32>()?;
+            took += exchange::dense_mean(group.collective(), &mut host)?;
+            Ok(Tensor::from_vec(host, t.elem_count(), &self.device)?)
+        };
+        let residual = mean(self.feedback.residual())?;
+        let velocity = self.feedback.velocity().map(&mut mean).transpose()?;
+        self.feedback.restore(residual, velocity)?;
+        Ok(took)
+    }
+
+    /// The selectors of step `step`: the second one every `selector.compare_every` steps.
+    fn choice_at(&self, step: u64) -> SelectorChoice {
+        let compares = step.is_multiple_of(self.cfg.selector.compare_every.max(1));
+        SelectorChoice {
+            kind: self.choice.kind,
+            compare_with: self.choice.compare_with.filter(|_| compares),
+        }
     }
 
     /// Error feedback: accumulate into the residual, select its top, apply that.
@@ -305,12 +455,7 @@ impl Trainer {
         stats: bool,
     ) -> Result<Applied> {
         let density = self.cfg.density_at(step);
-        // The second selector runs every `selector.compare_every` steps.
-        let compares = step.is_multiple_of(self.cfg.selector.compare_every.max(1));
-        let choice = SelectorChoice {
-            kind: self.choice.kind,
-            compare_with: self.choice.compare_with.filter(|_| compares),
-        };
+        let choice = self.choice_at(step);
         let selection = self.feedback.accumulate_select(
             &grads,
             density,
@@ -319,26 +464,119 @@ impl Trainer {
             step,
         )?;
         drop(grads);
+        let Some(group) = self.group.clone() else {
+            return self.apply_own(selection, density, lr, stats);
+        };
+        let mine = host_pairs(&selection)?;
+        let (update, mut wire) = match group.exchange {
+            GradientExchange::Global => {
+                exchange::global_topk(group.collective(), &mine, &self.segments(density))?
+            }
+            _ => exchange::sparse_mean(group.collective(), &mine)?,
+        };
+        wire.dense = self.dense_bytes();
+        let mut applied = if update.indices == mine.indices {
+            // What this rank sent is what the update applies: released in the fused apply.
+            let update = self.device_selection(&update, &selection)?;
+            self.apply_own(update, density, lr, stats)?
+        } else {
+            let share = exchange::applied_share(&mine, &update);
+            let share = self.device_selection(&share, &selection)?;
+            let update = self.device_selection(&update, &selection)?;
+            self.apply_shared(update, share, density, lr, stats)?
+        };
+        applied.wire = Some(wire);
+        Ok(applied)
+    }
+
+    /// The coordinates a cut keeps, per segment: one for a global selection, one per tensor.
+    fn segments(&self, density: f64) -> Vec<Segment> {
+        let layout = self.layout();
+        let segment = |start: usize, len: usize| Segment {
+            start: start as u32,
+            end: (start + len) as u32,
+            k: k_for(density, len),
+        };
+        match self.cfg.sparsify.scope {
+            Scope::Global => vec![segment(0, layout.total())],
+            Scope::PerTensor => layout
+                .spans()
+                .iter()
+                .map(|s| segment(s.offset, s.len))
+                .collect(),
+        }
+    }
+
+    /// `pairs` as a selection on the device, with the times of `like`.
+    fn device_selection(&self, pairs: &Pairs, like: &Selection) -> Result<Selection> {
+        let indices: Vec<i64> = pairs.indices.iter().map(|&i| i as i64).collect();
+        Ok(Selection {
+            indices: Tensor::from_vec(indices, pairs.len(), &self.device)?,
+            values: Tensor::from_vec(pairs.values.clone(), pairs.len(), &self.device)?,
+            time: like.time,
+            compare_time: like.compare_time,
+            accumulate: like.accumulate,
+        })
+    }
+
+    /// Applies `selection`, taking its coordinates out of this rank's residual (fused on CUDA).
+    fn apply_own(
+        &mut self,
+        selection: Selection,
+        density: f64,
+        lr: f64,
+        stats: bool,
+    ) -> Result<Applied> {
         // Before the apply takes the selected coordinates out of the residual; not timed.
-        let masses = stats
-            .then(|| -> Result<(f64, f64)> {
-                Ok((
-                    sum_of_squares(self.feedback.residual())?,
-                    sum_of_squares(&selection.values)?,
-                ))
-            })
-            .transpose()?;
+        let masses = self.masses(stats, &selection)?;
         let before_apply = self.sync()?;
         self.optimizer
             .apply_selection(&self.vars, &mut self.feedback, &selection, lr)?;
         let apply = self.sync()? - before_apply;
-        let feedback = masses
+        let feedback = self.feedback_stats(masses)?;
+        Ok(Applied::of(selection, density, apply, feedback))
+    }
+
+    /// Applies the shared `update` and takes this rank's `share` of it out of its residual: what it
+    /// sent but the update does not apply stays there.
+    fn apply_shared(
+        &mut self,
+        update: Selection,
+        share: Selection,
+        density: f64,
+        lr: f64,
+        stats: bool,
+    ) -> Result<Applied> {
+        let masses = self.masses(stats, &share)?;
+        let before_apply = self.sync()?;
+        self.feedback.release(&share)?;
+        let layout = self.layout().clone();
+        self.optimizer
+            .apply(&self.vars, &layout, &update.indices, &update.values, lr)?;
+        let apply = self.sync()? - before_apply;
+        let feedback = self.feedback_stats(masses)?;
+        Ok(Applied::of(update, density, apply, feedback))
+    }
+
+    /// The accumulated gradient's squared mass and the part `leaving` takes, when measured.
+    fn masses(&self, stats: bool, leaving: &Selection) -> Result<Option<(f64, f64)>> {
+        stats
+            .then(|| -> Result<(f64, f64)> {
+                Ok((
+                    sum_of_squares(self.feedback.residual())?,
+                    sum_of_squares(&leaving.values)?,
+                ))
+            })
+            .transpose()
+    }
+
+    fn feedback_stats(&self, masses: Option<(f64, f64)>) -> Result<Option<FeedbackStats>> {
+        masses
             .map(|(total, kept)| -> Result<FeedbackStats> {
                 let residual = sum_of_squares(self.feedback.residual())?;
                 Ok(FeedbackStats::from_masses(total, kept, residual))
             })
-            .transpose()?;
-        Ok(Applied::of(selection, density, apply, feedback))
+            .transpose()
     }
 
     /// Dense mode: plain AdamW on the whole gradient, gathered in the (then cleared) residual.
@@ -360,6 +598,7 @@ impl Trainer {
                 residual_norm: 0.0,
                 kept_share: 1.0,
             }),
+            wire: None,
         })
     }
 
@@ -432,6 +671,7 @@ struct Applied {
     compare: Option<Duration>,
     apply: Duration,
     feedback: Option<FeedbackStats>,
+    wire: Option<Wire>,
 }
 
 impl Applied {
@@ -449,6 +689,16 @@ impl Applied {
             compare: selection.compare_time,
             apply,
             feedback,
+            wire: None,
         }
     }
+}
+
+/// A selection's coordinates and values on the host, for the exchange.
+fn host_pairs(selection: &Selection) -> Result<Pairs> {
+    let indices = selection.indices.to_dtype(DType::I64)?.to_vec1::<i64>()?;
+    Ok(Pairs {
+        indices: indices.into_iter().map(|i| i as u32).collect(),
+        values: selection.values.to_dtype(DType::F32)?.to_vec1::<f32>()?,
+    })
 }

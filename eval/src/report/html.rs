@@ -175,6 +175,13 @@ pub fn metric_axis(metric: &str) -> (String, String) {
             "Selection time of the in-run check",
             "checked selector's time (ms)",
         )),
+        "wire_bytes" => Some(("Bytes sent per step", "bytes this rank sent")),
+        "wire_dense_bytes" => Some((
+            "Bytes the dense all-reduce would send",
+            "dense gradient bytes per rank",
+        )),
+        "wire_ratio" => Some(("Wire compression", "dense bytes / bytes sent")),
+        "collective_ms" => Some(("Time in collectives", "collective time per step (ms)")),
         _ => None,
     };
     if let Some((title, y)) = known {
@@ -207,6 +214,17 @@ const BASELINES: [(&str, RecordKind, &str); 2] = [
     ("unigram_entropy", RecordKind::Train, names::LOSS),
     ("unigram_eval_loss", RecordKind::Eval, "eval_loss"),
 ];
+
+/// The wire metrics of data-parallel runs, charted together.
+const WIRE: [&str; 4] = [
+    "wire_bytes",
+    "wire_dense_bytes",
+    "wire_ratio",
+    "collective_ms",
+];
+
+/// A check of data-parallel runs, not a quantity: never charted.
+const WEIGHTS_HASH: &str = "weights_hash";
 
 fn is_baseline(metric: &str) -> bool {
     BASELINES.iter().any(|(b, _, _)| *b == metric)
@@ -443,10 +461,33 @@ pub fn page(runs: &[RunData], labels: &[String], pairs: &[Pairing]) -> Result<St
             .push_str("<p class=\"note\">No step_ms or select_ms metrics in these runs.</p>\n");
     }
 
+    // Data-parallel runs: what each rank put on the wire per step, beside the dense all-reduce.
+    if !series_of(RecordKind::Train, WIRE[0], XAxis::Step).is_empty() {
+        timing_out.push_str("<h2>Wire</h2>\n");
+        let charts = WIRE
+            .iter()
+            .map(|m| {
+                let series = series_of(RecordKind::Train, m, XAxis::Step);
+                let (title, y_desc) = metric_axis(m);
+                let log_y = wide_spread(&series);
+                over_training(
+                    XAxis::Step,
+                    (&title, &y_desc),
+                    &series,
+                    log_y,
+                    LineStyle::Noisy,
+                    &[],
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        chart_grid(&mut timing_out, &charts, Some(XAxis::Step));
+    }
+
     let latent_metrics = ["dead_fraction"];
     let train_metrics: Vec<String> = metric_names(runs, RecordKind::Train)
         .into_iter()
-        .filter(|m| !timing.contains(&m.as_str()))
+        .filter(|m| !timing.contains(&m.as_str()) && !WIRE.contains(&m.as_str()))
+        .filter(|m| m != WEIGHTS_HASH)
         .collect();
     if !train_metrics.is_empty() {
         timing_out.push_str("<h2>Training metrics</h2>\n");

@@ -4,6 +4,9 @@
 //!     finetune-bench [--models gpt2-medium,gpt2-xl] [--selectors profk,sort,radix] [--device cuda]
 //!                    [--batch 4] [--context 512] [--density 1e-3] [--steps 8] [--warmup 3] [--ef-only]
 //!
+//! `--exchanges dense,sparse,global` adds a row per data-parallel exchange at world size 1 (through
+//! NCCL on a CUDA device; the plain step is the first row), with the bytes each put on the wire.
+//!
 //! `--ef-only` times the error-feedback overhead alone on random gradients of the model's shapes
 //! (no forward or backward): the fused update + Prof-K selection, and the separate update followed by
 //! each selector, each with the sparse apply.
@@ -43,6 +46,9 @@ struct Args {
     /// Time only the error-feedback overhead, on random gradients (no forward or backward).
     #[arg(long)]
     ef_only: bool,
+    /// Data-parallel exchanges to time at world size 1 beside the plain step (dense, sparse, global).
+    #[arg(long, value_delimiter = ',')]
+    exchanges: Vec<String>,
 }
 
 /// Trains the tiny model a few steps on the CPU and on `device` from the same weights and prints the
@@ -342,8 +348,7 @@ fn main() -> anyhow::Result<()> {
         let device = device_of(cfg.device)?;
         let model = build_model(&cfg, &device)?;
         let (batches, _) = Batches::from_config(&cfg, model.config().vocab_size)?;
-        let mut trainer = Trainer::new(cfg, &model, batches)?;
-        drop(model);
+        let mut trainer = Trainer::new(cfg.clone(), &model, batches.clone())?;
         for name in &args.selectors {
             let kind: Selector = serde_json::from_value(serde_json::Value::String(name.clone()))
                 .with_context(|| format!("unknown selector {name}"))?;
@@ -378,6 +383,56 @@ fn main() -> anyhow::Result<()> {
                 ms(&|r| r.overhead()),
             );
         }
+        drop(trainer);
+        if !args.exchanges.is_empty() {
+            exchanges(&args, &cfg, &model, &batches, model_name)?;
+        }
+    }
+    Ok(())
+}
+
+/// One row per exchange at world size 1 (rank 0 of 1 through NCCL on CUDA): the step, its time in
+/// collectives and its bytes on the wire beside the dense all-reduce's.
+fn exchanges(
+    args: &Args,
+    cfg: &FinetuneConfig,
+    model: &gpt2::Gpt2,
+    batches: &Batches,
+    model_name: &str,
+) -> anyhow::Result<()> {
+    let mut dist = cfg.distributed.clone();
+    dist.mode = collective::DistributedMode::Data;
+    let group = gradsparse::distributed::join(&dist, model.device())?
+        .context("a distributed mode joins a group")?;
+    println!();
+    println!(
+        "| exchange, world 1 | model | step ms | collective ms | wire MB | dense MB | ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for name in &args.exchanges {
+        let exchange: collective::GradientExchange =
+            serde_json::from_value(serde_json::Value::String(name.clone()))
+                .with_context(|| format!("unknown exchange {name}"))?;
+        let mut group = group.clone();
+        group.exchange = exchange;
+        let mut trainer = Trainer::with_group(cfg.clone(), model, batches.clone(), Some(group))?;
+        let reports = match timed_steps(args.warmup, args.steps, |_| trainer.train_step()) {
+            Ok(reports) => reports,
+            Err(why) => {
+                println!("| {name} | {model_name} | failed: {why} | | | | |");
+                continue;
+            }
+        };
+        let ms = |f: &dyn Fn(&StepReport) -> f64| median(reports.iter().map(f).collect());
+        let wire = |r: &StepReport| r.wire.unwrap_or_default();
+        println!(
+            "| {name} | {model_name} | {:.1} | {:.2} | {:.2} | {:.1} | {:.0} |",
+            ms(&|r| r.total.as_secs_f64() * 1e3),
+            ms(&|r| wire(r).collective.as_secs_f64() * 1e3),
+            ms(&|r| wire(r).sent as f64 / 1e6),
+            ms(&|r| wire(r).dense as f64 / 1e6),
+            ms(&|r| wire(r).ratio()),
+        );
     }
     Ok(())
 }
