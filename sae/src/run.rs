@@ -66,6 +66,7 @@ const RESUMABLE: &[&str] = &[
     "device",
     "log",
     "eval",
+    "distributed",
 ];
 
 pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
@@ -76,7 +77,10 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         let data = cfg.data.clone();
         std::thread::spawn(move || model_identity(&data))
     };
-    let device = activations::models::open_device("device", cfg.device)?;
+    let device =
+        activations::models::open_device("device", crate::distributed::rank_device(&cfg)?)?;
+    // Before anything is loaded: a distributed run on the CPU is refused at once.
+    let ranks = crate::distributed::join(&cfg, &device)?;
     let device_ready = began.elapsed();
     set_precision(cfg.train.precision);
     #[cfg(feature = "cuda")]
@@ -124,18 +128,19 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let mut batch_ready = began.elapsed();
     let (trainer, start, pending) = match launch.resume_from() {
         Some(ckpt) => {
-            let trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
+            let mut trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
+            trainer.ranks = ranks;
             skip(data.train.as_mut(), trainer.tokens, cfg.train.batch_size)?;
             (trainer, ckpt.progress, None)
         }
         None => {
             let first = data.next_train(cfg.train.batch_size)?;
             batch_ready = began.elapsed();
-            (
-                Trainer::new(cfg.clone(), &first, &device)?,
-                Progress::default(),
-                Some(first),
-            )
+            let trainer = match ranks {
+                Some(ranks) => Trainer::new_in(cfg.clone(), &first, &device, ranks)?,
+                None => Trainer::new(cfg.clone(), &first, &device)?,
+            };
+            (trainer, Progress::default(), Some(first))
         }
     };
     let sae_ready = began.elapsed();
