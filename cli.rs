@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// Print the reference of every command's config keys (docs/config.md) and exit.
     #[arg(long, exclusive = true)]
     pub config_reference: bool,
+    /// Start N local ranks of this command, one per GPU (each with RANK, WORLD_SIZE, LOCAL_RANK,
+    /// MASTER_ADDR and MASTER_PORT set, as torchrun does); needs a [distributed] mode.
+    #[arg(long, value_name = "N")]
+    pub nproc: Option<usize>,
 }
 
 /// This build as run.json records it (`harness::BuildInfo`, serializable), from the same values as
@@ -56,6 +60,58 @@ impl RunArgs {
             .clone()
             .ok_or_else(|| anyhow::anyhow!("a CONFIG file is needed (see configs/)"))
     }
+
+    /// With `--nproc N`: runs this command as N local ranks and returns their exit code once all
+    /// have finished (an error names a rank that failed or hung); `None` without the flag.
+    pub fn launch_ranks(&self) -> anyhow::Result<Option<i32>> {
+        let Some(nproc) = self.nproc else {
+            return Ok(None);
+        };
+        let program = std::env::current_exe()?;
+        let args = without_nproc(std::env::args_os().skip(1));
+        let timeout = std::time::Duration::from_secs_f64(self.distributed_timeout_s()?);
+        Ok(Some(collective::launch::run_local(
+            nproc, &program, &args, timeout,
+        )?))
+    }
+
+    /// `distributed.timeout_s` as the config file and its `--set` overrides give it.
+    fn distributed_timeout_s(&self) -> anyhow::Result<f64> {
+        let key = "distributed.timeout_s=";
+        if let Some(v) = self.set.iter().rev().find_map(|s| s.strip_prefix(key)) {
+            return v
+                .trim()
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--set {key}{v}: {e}"));
+        }
+        let path = self.config()?;
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let table: toml::Table =
+            toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let value = table
+            .get("distributed")
+            .and_then(|d| d.get("timeout_s"))
+            .and_then(|t| t.as_float().or_else(|| t.as_integer().map(|i| i as f64)));
+        Ok(value.unwrap_or(collective::DistributedConfig::default().timeout_s))
+    }
+}
+
+/// The command line without `--nproc N` / `--nproc=N` (the ranks run the command itself).
+fn without_nproc(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut out = Vec::new();
+    let mut skip_value = false;
+    for arg in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        if arg == "--nproc" {
+            skip_value = true;
+        } else if !arg.to_string_lossy().starts_with("--nproc=") {
+            out.push(arg);
+        }
+    }
+    out
 }
 
 /// docs/config.md: every key of the configs of `train-sae`, `extract` and `finetune`, from their types.
@@ -117,6 +173,21 @@ pub fn exit_with(code: i32) -> ! {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_ranks_run_the_command_line_without_nproc() {
+        let args = [
+            "cfg.toml",
+            "--nproc",
+            "2",
+            "--set",
+            "a=1",
+            "--nproc=4",
+            "--resume",
+        ];
+        let out = super::without_nproc(args.iter().map(|a| a.into()));
+        assert_eq!(out, ["cfg.toml", "--set", "a=1", "--resume"]);
+    }
+
     #[test]
     fn docs_config_md_is_current() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/config.md");

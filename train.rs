@@ -21,6 +21,9 @@ fn main() -> anyhow::Result<()> {
         print!("{}", sparsetrain::config_reference());
         return Ok(());
     }
+    if let Some(code) = args.run.launch_ranks()? {
+        sparsetrain::exit_with(code);
+    }
     let opts = sae::run::RunOptions {
         config: args.run.config()?,
         overrides: args.run.set,

@@ -47,6 +47,9 @@ fn main() -> anyhow::Result<()> {
         print!("{}", sparsetrain::config_reference());
         return Ok(());
     }
+    if let Some(code) = args.run.launch_ranks()? {
+        sparsetrain::exit_with(code);
+    }
     let config = &args.run.config()?;
     let opts = RunOptions {
         overrides: args.run.set,

@@ -13,9 +13,14 @@ pub mod env;
 mod error;
 mod exchange;
 mod join;
+pub mod launch;
+mod metered;
+mod tensor;
 pub use config::{DistributedConfig, DistributedMode, GradientExchange, SelectScope};
 pub use exchange::AsExchange;
 pub use join::join;
+pub use metered::{Metered, WireCount};
+pub use tensor::{all_reduce_sum_tensor, tensor_bytes};
 #[cfg(feature = "cuda")]
 mod nccl;
 mod thread;
@@ -48,6 +53,15 @@ pub trait Collective: Send + Sync {
     fn broadcast_bytes(&self, root: usize, buf: &mut Vec<u8>) -> Result<()>;
     /// Returns once every rank has called it.
     fn barrier(&self) -> Result<()>;
+    /// The sum over the ranks of the f32 tensor `t` on its device, with no host copy, where this
+    /// collective can (NCCL on a CUDA tensor); `None`: use the host calls
+    /// ([`all_reduce_sum_tensor`] does either).
+    fn all_reduce_sum_device(
+        &self,
+        _t: &candle_core::Tensor,
+    ) -> Option<Result<candle_core::Tensor>> {
+        None
+    }
 }
 
 /// Every rank's elements, in rank order; the lengths may differ between ranks.

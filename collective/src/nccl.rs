@@ -205,4 +205,61 @@ impl Collective for NcclCollective {
     fn barrier(&self) -> Result<()> {
         self.all_reduce_sum_u64(&mut [0])
     }
+
+    fn all_reduce_sum_device(
+        &self,
+        t: &candle_core::Tensor,
+    ) -> Option<Result<candle_core::Tensor>> {
+        if !t.device().is_cuda() {
+            return None;
+        }
+        Some(
+            t.contiguous()
+                .and_then(|t| t.apply_op1_no_bwd(&DeviceSum(self)))
+                .map_err(|e| Error::Nccl(format!("device all-reduce: {e}"))),
+        )
+    }
+}
+
+/// The sum of a device tensor over the ranks into a fresh buffer, as a candle op (so that it
+/// runs on the tensor's own storage, with no host copy).
+struct DeviceSum<'a>(&'a NcclCollective);
+
+impl candle_core::CustomOp1 for DeviceSum<'_> {
+    fn name(&self) -> &'static str {
+        "nccl-all-reduce-sum"
+    }
+
+    fn cpu_fwd(
+        &self,
+        _: &candle_core::CpuStorage,
+        _: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CpuStorage, candle_core::Shape)> {
+        candle_core::bail!("the NCCL all-reduce takes CUDA tensors")
+    }
+
+    fn cuda_fwd(
+        &self,
+        storage: &candle_core::CudaStorage,
+        layout: &candle_core::Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, candle_core::Shape)> {
+        let n = layout.shape().elem_count();
+        let start = layout.start_offset();
+        let src = storage.as_cuda_slice::<f32>()?.slice(start..start + n);
+        let mut out = self
+            .0
+            .stream
+            .alloc_zeros::<f32>(n)
+            .map_err(|e| candle_core::Error::Msg(format!("allocation: {e:?}")))?;
+        self.0
+            .lock()
+            .0
+            .all_reduce(&src, &mut out, &ReduceOp::Sum)
+            .map_err(|e| candle_core::Error::Msg(format!("ncclAllReduce: {:?}", e.0)))?;
+        let device = storage.device().clone();
+        Ok((
+            candle_core::CudaStorage::wrap_cuda_slice(out, device),
+            layout.shape().clone(),
+        ))
+    }
 }

@@ -3,6 +3,7 @@
 //! It gives dead latents a gradient toward the directions the live ones miss.
 use crate::aux_dense::{dead_columns_loss, flops_per_byte, prefer_dense};
 use crate::config::AuxDecode;
+use crate::distributed::BatchShare;
 use crate::model::{Encoded, Sae};
 use crate::select::select_rows;
 use crate::sparse::{dense_decode, fired_latents};
@@ -27,8 +28,13 @@ impl DeadTracker {
     /// Counts the batch's tokens for every latent and resets those among the kept activations (value > 0).
     pub fn update(&mut self, enc: &Encoded, n: usize) -> Result<()> {
         let fired = fired_latents(&enc.idx, &enc.vals, n)?;
-        let grown = (&self.since_fired + enc.batch as f64)?;
-        let zero = Tensor::zeros(n, DType::F64, enc.vals.device())?;
+        self.update_fired(&fired, enc.batch)
+    }
+
+    /// Counts `tokens` for every latent and resets those where `fired` [n] is positive.
+    pub fn update_fired(&mut self, fired: &Tensor, tokens: usize) -> Result<()> {
+        let grown = (&self.since_fired + tokens as f64)?;
+        let zero = self.since_fired.zeros_like()?;
         self.since_fired = fired.gt(0f64)?.where_cond(&zero, &grown)?;
         Ok(())
     }
@@ -44,7 +50,8 @@ impl DeadTracker {
 /// The normalized aux-k loss, or None when no latent is dead. `scores` are the selection scores of
 /// `enc` (ReLU pre-activations [B, n]); on CUDA the sparse form overwrites them. `decode` picks the
 /// sparse form (the selected pairs) or the dense one over the dead columns (`aux_dense`, training only:
-/// it needs the weight sinks); `Auto` takes the cheaper by [`prefer_dense`].
+/// it needs the weight sinks); `Auto` takes the cheaper by [`prefer_dense`]. With `share` (this rank's
+/// rows of a global batch) the residual's spread is the global batch's.
 #[allow(clippy::too_many_arguments)] // the step's tensors and the selector, each used once
 pub fn aux_loss(
     sae: &Sae,
@@ -56,12 +63,16 @@ pub fn aux_loss(
     k_aux: usize,
     decode: AuxDecode,
     (selector, seed): (profk::Selector, u64),
+    share: Option<&BatchShare>,
 ) -> Result<Option<Tensor>> {
     let n_dead = dead.1;
     if n_dead == 0 || k_aux == 0 {
         return Ok(None);
     }
-    let (residual, denom) = residual_spread(x, recon)?;
+    let (residual, mut denom) = residual_spread(x, recon)?;
+    if let Some(share) = share {
+        denom = share.spread(&residual)?;
+    }
     if denom.is_nan() || denom <= 0.0 {
         return Ok(None);
     }

@@ -50,6 +50,10 @@ pub struct Config {
     /// The final evaluation.
     #[serde(default)]
     pub eval: EvalConfig,
+    /// Training over several GPUs, one process per GPU (`mode = "data"`: each rank steps on its
+    /// rows of the global batch `train.batch_size`).
+    #[serde(default)]
+    pub distributed: collective::DistributedConfig,
 }
 
 /// The residual-stream hook point an SAE reads at each of `data.layers`.
@@ -633,6 +637,17 @@ impl Config {
         }
         if let Err((key, msg)) = self.selector.validate() {
             return bad(key, msg);
+        }
+        if let Err((key, msg)) = self.distributed.validate() {
+            return bad(key, msg);
+        }
+        if self.distributed.mode == collective::DistributedMode::Latents {
+            return bad(
+                "distributed.mode",
+                "\"latents\" (latent-sharded training) is not available in train-sae yet; \
+                 use \"data\" or \"off\""
+                    .into(),
+            );
         }
         if let Err(msg) = self.log.validate() {
             return Err(Error::config("log", msg));

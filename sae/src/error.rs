@@ -47,6 +47,9 @@ pub enum Error {
     Eval(#[from] eval::Error),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
+    /// A collective across the ranks failed (the message names the rank at fault).
+    #[error("distributed: {0}")]
+    Collective(#[from] collective::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

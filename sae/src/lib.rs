@@ -11,6 +11,7 @@ pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod data;
+pub mod distributed;
 pub mod error;
 pub mod features;
 pub mod hub;

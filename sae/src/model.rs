@@ -1,10 +1,12 @@
 //! Parameters shared by every architecture and the batch-global encoder:
 //! `pre = ReLU((x − b_dec)·W_enc + b_enc)`, then the B·k largest entries of `pre` over the whole batch.
 use crate::config::{Arch, DecodeMode};
+use crate::distributed::BatchShare;
 use crate::select::{select_flat, Selected};
 use crate::sparse::{gather_linear_to, sparse_decode_to, GradSink};
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor, Var};
+use collective::WireCount;
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
@@ -69,6 +71,8 @@ pub struct Encoded {
     /// The dense scores (matmul, bias, ReLU) and the selection, each waited for.
     pub scores_time: Duration,
     pub select_time: Duration,
+    /// What the selection sent to the other ranks and its time in collectives (zero in one process).
+    pub select_wire: WireCount,
     /// The dense activation matrix, built on first use.
     pub dense: OnceCell<Tensor>,
 }
@@ -205,12 +209,33 @@ impl Sae {
 
     /// Encoder plus the batch-global selection of B·k activations.
     pub fn encode(&self, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Encoded> {
+        self.encode_in(x, selector, seed, None)
+    }
+
+    /// [`Sae::encode`] on this rank's rows of a global batch: with a global selection over the
+    /// ranks, this rank's share of the top B·k of the global batch.
+    pub fn encode_in(
+        &self,
+        x: &Tensor,
+        selector: profk::Selector,
+        seed: u64,
+        share: Option<&BatchShare>,
+    ) -> Result<Encoded> {
         let t0 = Instant::now();
         let xc = x.broadcast_sub(self.b_dec.as_tensor())?;
         let scores = self.scores(&xc)?;
         let batch = scores.dim(0)?;
-        let keep = (batch * self.shape.k).min(scores.elem_count());
-        let Selected { indices, time } = select_flat(&scores, keep, selector, seed)?;
+        let (Selected { indices, time }, select_wire) = match share {
+            Some(share) if share.selects_globally() => {
+                let (global, n) = (share.global, self.shape.n);
+                share.select(&scores, (global * self.shape.k).min(global * n), seed)?
+            }
+            _ => {
+                let keep = (batch * self.shape.k).min(scores.elem_count());
+                let selected = select_flat(&scores, keep, selector, seed)?;
+                (selected, WireCount::default())
+            }
+        };
         let scores_time = t0.elapsed().saturating_sub(time);
         let vals = self.values_at(&xc, &indices)?;
         Ok(Encoded {
@@ -221,6 +246,7 @@ impl Sae {
             batch,
             scores_time,
             select_time: time,
+            select_wire,
             dense: OnceCell::new(),
         })
     }

@@ -10,9 +10,9 @@ use crate::{trainer::Trainer, Error, Result};
 use activations::corpus::{CorpusSource, PackOptions, Split};
 use activations::{ActivationSource, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
+use gpt2::{Gpt2, HookPoint};
 use eval::heldout::heldout_rows;
 use eval::measures::{ce_splices, CeSplices};
-use gpt2::{Gpt2, HookPoint};
 use harness::{LoopConfig, Metrics, Progress, StepContext, StepOutput};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -66,6 +66,7 @@ const RESUMABLE: &[&str] = &[
     "device",
     "log",
     "eval",
+    "distributed",
 ];
 
 pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
@@ -76,7 +77,9 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         let data = cfg.data.clone();
         std::thread::spawn(move || model_identity(&data))
     };
-    let device = runtime::device::open_device("device", cfg.device)?;
+    let device = runtime::device::open_device("device", crate::distributed::rank_device(&cfg)?)?;
+    // Before anything is loaded: a distributed run on the CPU is refused at once.
+    let ranks = crate::distributed::join(&cfg, &device)?;
     let device_ready = began.elapsed();
     set_precision(cfg.train.precision);
     #[cfg(feature = "cuda")]
@@ -124,18 +127,19 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let mut batch_ready = began.elapsed();
     let (trainer, start, pending) = match launch.resume_from() {
         Some(ckpt) => {
-            let trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
+            let mut trainer = load_state(&ckpt.dir, cfg.clone(), &device)?;
+            trainer.ranks = ranks;
             skip(data.train.as_mut(), trainer.tokens, cfg.train.batch_size)?;
             (trainer, ckpt.progress, None)
         }
         None => {
             let first = data.next_train(cfg.train.batch_size)?;
             batch_ready = began.elapsed();
-            (
-                Trainer::new(cfg.clone(), &first, &device)?,
-                Progress::default(),
-                Some(first),
-            )
+            let trainer = match ranks {
+                Some(ranks) => Trainer::new_in(cfg.clone(), &first, &device, ranks)?,
+                None => Trainer::new(cfg.clone(), &first, &device)?,
+            };
+            (trainer, Progress::default(), Some(first))
         }
     };
     let sae_ready = began.elapsed();

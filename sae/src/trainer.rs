@@ -3,14 +3,17 @@
 use crate::arch::{self, crosscoder::layer_fvu};
 use crate::aux::{aux_loss, DeadTracker};
 use crate::config::{Arch, Config};
+use crate::distributed::Ranks;
 use crate::init::{geometric_median, unit_square_norm_scales};
 use crate::model::{Sae, Shape};
 use crate::optim::{collect_grads, lr_at, Adam};
 use crate::select::{cross_check, sync};
+use crate::sparse::fired_latents;
 use crate::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use eval::measures::mse_fvu;
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Everything that changes while training; saved whole in a checkpoint.
@@ -27,6 +30,8 @@ pub struct Trainer {
     pub tokens: u64,
     /// Wait for the device after each stage of a step and report the stage times (benchmarks).
     pub profile: bool,
+    /// The group of ranks this trainer steps with (data-parallel), or `None` in one process.
+    pub ranks: Option<Arc<Ranks>>,
 }
 
 /// Metrics of one step.
@@ -52,9 +57,22 @@ pub struct StepStats {
     pub compare_ms: Option<f64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub layer_fvu: Vec<f64>,
+    /// In a group of ranks: the bytes this rank handed to the collectives this step, the time in
+    /// them, and the selection's share of both.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<StepWire>,
     /// Stage times with `profile` (else all 0).
     #[serde(skip)]
     pub stages: Stages,
+}
+
+/// A step's collectives on this rank (the metric names every training command shares).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StepWire {
+    pub wire_bytes: u64,
+    pub collective_ms: f64,
+    pub select_wire_bytes: u64,
+    pub select_collective_ms: f64,
 }
 
 /// Milliseconds per stage of a profiled step.
@@ -113,6 +131,16 @@ impl Trainer {
         Self::with_sae(cfg, sae, scales)
     }
 
+    /// A fresh model trained in the group `ranks`, from this rank's rows `first` of the first
+    /// global batch: every rank initializes from the whole first batch (gathered), so that every
+    /// rank starts from the model one process would start from on it.
+    pub fn new_in(cfg: Config, first: &Tensor, device: &Device, ranks: Arc<Ranks>) -> Result<Self> {
+        let global = ranks.gather_rows(first)?;
+        let mut trainer = Self::new(cfg, &global, device)?;
+        trainer.ranks = Some(ranks);
+        Ok(trainer)
+    }
+
     pub fn with_sae(cfg: Config, mut sae: Sae, scales: Vec<f64>) -> Result<Self> {
         sae.bf16_scores = cfg.train.precision == crate::config::Precision::Bf16;
         sae.sinks = Some(Default::default());
@@ -128,6 +156,7 @@ impl Trainer {
             step: 0,
             tokens: 0,
             profile: false,
+            ranks: None,
         })
     }
 
@@ -157,12 +186,21 @@ impl Trainer {
         let x = self.prepare(raw)?;
         let selector = self.cfg.selector.kind;
         let seed = self.cfg.seed ^ self.step.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let ranks = self.ranks.clone();
+        let wire_start = ranks.as_ref().map(|r| r.wire());
+        let share = match &ranks {
+            Some(r) => Some(r.share(x.dim(0)?)?),
+            None => None,
+        };
+        let share = share.as_ref();
         let mut lap = Lap::new(self.profile, &x);
-        let fwd = arch::forward(&self.sae, &x, selector, seed)?;
+        let mut fwd = arch::forward_in(&self.sae, &x, selector, seed, share)?;
         let forward_ms = lap.next()?;
         let keep = fwd.enc.idx.elem_count();
         let sel = &self.cfg.selector;
-        let compare_ms = if sel.compares_at(self.step) {
+        // A selection over the ranks is not this rank's own top-k: nothing to check it against here.
+        let checkable = !share.is_some_and(|s| s.selects_globally());
+        let compare_ms = if checkable && sel.compares_at(self.step) {
             cross_check(&fwd.enc.scores, keep, &fwd.enc.idx, sel, self.step)?
                 .map(|t| t.as_secs_f64() * 1e3)
         } else {
@@ -179,13 +217,27 @@ impl Trainer {
             self.k_aux(),
             self.cfg.sae.aux.decode,
             (selector, seed),
+            share,
         )?;
+        // Each rank's loss is its own mean; weighted by its share of the global batch, the summed
+        // gradients are those of the global mean.
+        let weight = share.map_or(1.0, |s| s.weight());
+        let aux = match aux {
+            Some(a) if weight != 1.0 => Some((a * weight)?),
+            a => a,
+        };
+        if weight != 1.0 {
+            fwd.loss = (&fwd.loss * weight)?;
+        }
         let loss = match &aux {
             Some(a) => (&fwd.loss + (a * self.cfg.sae.aux.coefficient)?)?,
             None => fwd.loss.clone(),
         };
         let aux_ms = lap.next()?;
-        let grads = collect_grads(&self.sae, &loss.backward()?)?;
+        let mut grads = collect_grads(&self.sae, &loss.backward()?)?;
+        if let Some(r) = &ranks {
+            grads = grads.iter().map(|g| r.sum(g)).collect::<Result<_>>()?;
+        }
         let backward_ms = lap.next()?;
         let lr = lr_at(self.step, self.cfg.lr(), &self.cfg.train);
         let grad_norm = self
@@ -198,7 +250,15 @@ impl Trainer {
             });
         }
         let optimizer_ms = lap.next()?;
-        self.dead.update(&fwd.enc, self.sae.shape.n)?;
+        let n = self.sae.shape.n;
+        match &ranks {
+            Some(r) => {
+                let fired = r.sum(&fired_latents(&fwd.enc.idx, &fwd.enc.vals, n)?)?;
+                self.dead
+                    .update_fired(&fired, share.map_or(0, |s| s.global))?;
+            }
+            None => self.dead.update(&fwd.enc, n)?,
+        }
         if self.step >= self.cfg.sae.threshold.start_step {
             self.update_threshold(&fwd.enc.vals)?;
         }
@@ -206,7 +266,7 @@ impl Trainer {
         let bookkeeping_ms = lap.next()?;
         let step_ms = t0.elapsed().as_secs_f64() * 1e3;
         let select_ms = fwd.enc.select_time.as_secs_f64() * 1e3;
-        let batch = x.dim(0)?;
+        let batch = share.map_or(x.dim(0)?, |s| s.global);
         self.step += 1;
         self.tokens += batch as u64;
         let mut stats = StepStats {
@@ -221,6 +281,15 @@ impl Trainer {
             compare_ms,
             ..Default::default()
         };
+        if let (Some(r), Some(start)) = (&ranks, wire_start) {
+            let step = r.wire().since(start);
+            stats.wire = Some(StepWire {
+                wire_bytes: step.bytes,
+                collective_ms: step.ms(),
+                select_wire_bytes: fwd.enc.select_wire.bytes,
+                select_collective_ms: fwd.enc.select_wire.ms(),
+            });
+        }
         if self.profile {
             let scores = fwd.enc.scores_time.as_secs_f64() * 1e3;
             stats.stages = Stages {
@@ -239,10 +308,20 @@ impl Trainer {
                 Some(a) => a.to_dtype(DType::F64)?.to_scalar()?,
                 None => 0.0,
             };
-            let (mse, fvu) = mse_fvu(&x, &fwd.recon)?;
-            stats.mse = mse;
-            stats.fvu = fvu;
-            stats.l0 = positive_count(&fwd.enc.vals)? / batch as f64;
+            match &ranks {
+                Some(r) => {
+                    let mut sums = metric_sums(&x, &fwd.recon, &fwd.enc.vals)?;
+                    sums.extend([stats.loss, stats.aux_loss]);
+                    r.sum_f64(&mut sums)?;
+                    stats.aux_loss = sums.pop().unwrap_or_default();
+                    stats.loss = sums.pop().unwrap_or_default();
+                    (stats.mse, stats.fvu, stats.l0) = metrics_of(&sums, batch, x.dim(1)?);
+                }
+                None => {
+                    (stats.mse, stats.fvu) = mse_fvu(&x, &fwd.recon)?;
+                    stats.l0 = positive_count(&fwd.enc.vals)? / batch as f64;
+                }
+            }
             stats.dead_fraction = self.dead.dead()?.1 as f64 / self.sae.shape.n as f64;
             if self.sae.shape.arch == Arch::Crosscoder {
                 stats.layer_fvu = layer_fvu(&x, &fwd.recon.detach(), self.sae.shape.layers)?;
@@ -251,15 +330,22 @@ impl Trainer {
         Ok(stats)
     }
 
-    /// EMA of the smallest positive kept activation.
+    /// EMA of the smallest positive kept activation (over the global batch in a group of ranks).
     fn update_threshold(&mut self, vals: &Tensor) -> Result<()> {
         let vals = vals.detach();
         let inf = Tensor::full(f32::INFINITY, vals.shape(), vals.device())?;
-        let min = vals
-            .gt(0f64)?
-            .where_cond(&vals, &inf)?
-            .min(0)?
-            .to_scalar::<f32>()? as f64;
+        let mut min = if vals.elem_count() == 0 {
+            f32::INFINITY
+        } else {
+            vals.gt(0f64)?
+                .where_cond(&vals, &inf)?
+                .min(0)?
+                .to_scalar::<f32>()?
+        };
+        if let Some(r) = &self.ranks {
+            min = r.min_f32(min)?;
+        }
+        let min = min as f64;
         if !min.is_finite() {
             return Ok(());
         }
@@ -358,6 +444,31 @@ pub fn scale_and_stack(raw: &Tensor, scales: &[f64]) -> Result<Tensor> {
     let s: Vec<f32> = scales.iter().map(|v| *v as f32).collect();
     let s = Tensor::from_vec(s, (1, l, 1), raw.device())?;
     Ok(raw.broadcast_mul(&s)?.reshape((b, l * d))?)
+}
+
+/// The sums behind a step's metrics, summable over ranks: Σ squared error, Σ‖x‖², the positive
+/// kept activations, then Σx per input dimension.
+fn metric_sums(x: &Tensor, recon: &Tensor, vals: &Tensor) -> Result<Vec<f64>> {
+    let f64s = |t: Tensor| -> Result<Tensor> { Ok(t.to_dtype(DType::F64)?) };
+    let err = f64s((x - recon.detach())?.sqr()?.sum_all()?)?.to_scalar::<f64>()?;
+    let sq = f64s(x.sqr()?.sum_all()?)?.to_scalar::<f64>()?;
+    let mut sums = vec![err, sq, positive_count(vals)?];
+    sums.extend(f64s(x.sum(0)?)?.to_vec1::<f64>()?);
+    Ok(sums)
+}
+
+/// MSE per element, FVU and L0 of a batch of `rows` tokens of `d` inputs from [`metric_sums`]
+/// (the variance about the batch mean is Σ‖x‖² − rows·‖mean‖²).
+fn metrics_of(sums: &[f64], rows: usize, d: usize) -> (f64, f64, f64) {
+    let (err, sq, positive) = (sums[0], sums[1], sums[2]);
+    let rows = rows.max(1) as f64;
+    let mean_sq: f64 = sums[3..].iter().map(|s| (s / rows) * (s / rows)).sum();
+    let var = sq - rows * mean_sq;
+    (
+        err / (rows * d.max(1) as f64),
+        err / var.max(1e-30),
+        positive / rows,
+    )
 }
 
 fn positive_count(vals: &Tensor) -> Result<f64> {

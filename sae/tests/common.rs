@@ -49,6 +49,7 @@ pub fn forward_and_aux(
         k_aux,
         form,
         (profk::Selector::Profk, 0),
+        None,
     )?
     .expect("dead latents");
     Ok((fwd, aux))

@@ -8,13 +8,13 @@
 //! The sparse form computes every prefix from the selected pairs at the cost of one decode
 //! ([`crate::nested`]); the dense form (`decode = "dense"`) decodes each prefix of the dense B×n
 //! activations, as a reference.
-use crate::model::{dense_acts, l2_loss, Forward, Sae};
+use crate::model::{dense_acts, l2_loss, Encoded, Forward, Sae};
 use crate::nested::{default_coefs, prefix_loss, PrefixLoss};
 use crate::Result;
 use candle_core::Tensor;
 
-pub fn forward(sae: &Sae, x: &Tensor, selector: profk::Selector, seed: u64) -> Result<Forward> {
-    let enc = sae.encode(x, selector, seed)?;
+/// The loss and reconstruction of the encoded batch `enc` of `x`.
+pub fn forward(sae: &Sae, x: &Tensor, enc: Encoded) -> Result<Forward> {
     let groups = &sae.shape.groups;
     let coefs = default_coefs(groups.len(), enc.batch);
     let (w, b_dec) = (sae.w_dec.as_tensor(), sae.b_dec.as_tensor());
