@@ -4,7 +4,7 @@
 # from the repository root (seconds when up to date):
 #   bash bench/pack.sh WORKLOAD...
 # WORKLOAD is the name of its run script, bench/WORKLOAD.sh: activations, attention_train,
-# layer_norm_train, linear_train, data_path (also for checkpoint_time.sh and mixing.sh), gradsparse,
+# layer_norm_train, linear_train, data_path (also for checkpoint_time.sh and mixing.sh), distributed, gradsparse,
 # profk, sae, sae_matryoshka. The build goes to $CARGO_TARGET_DIR (default target-gpu) with the pinned
 # CUDA toolchain (tools/cuda-toolchain.sh), release, `--features cuda,bench`.
 set -euo pipefail
@@ -28,7 +28,7 @@ pack() {
     done
 }
 
-WORKLOADS="activations attention_train layer_norm_train linear_train data_path gradsparse profk sae sae_matryoshka"
+WORKLOADS="activations attention_train layer_norm_train linear_train data_path distributed gradsparse profk sae sae_matryoshka"
 [ $# -gt 0 ] || { echo "usage: bash bench/pack.sh WORKLOAD... ($WORKLOADS)" >&2; exit 2; }
 for workload in "$@"; do
   dest=.devbin/$workload
@@ -49,6 +49,9 @@ for workload in "$@"; do
     pack "$dest" "-p sparsetrain -p activations -p sae --bins --tests --examples" \
       sparsetrain/train-sae sparsetrain/finetune sparsetrain/extract activations/hash_rate \
       activations/it sae/shard_stream ;;
+  distributed)
+    # train-sae for the world-size-1 runs, finetune-bench for the exchanges.
+    pack "$dest" "-p sparsetrain -p gradsparse --bins" sparsetrain/train-sae gradsparse/finetune-bench ;;
   gradsparse)
     # The accumulate tests, the gradsparse unit tests, the benchmark.
     pack "$dest" "-p profk -p gradsparse --bins --tests" \

@@ -181,6 +181,17 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
     )?)?;
     // Before anything heavy: a distributed run on the CPU is refused here.
     let group = crate::distributed::join(&cfg.distributed, &device)?;
+    if let Some(group) = group.as_ref().filter(|g| g.world() > 1) {
+        return Err(Error::config(
+            "distributed.mode",
+            format!(
+                "this process is rank {} of {}; the finetune command runs one rank so far (rank 0 \
+                 of 1: launch one process, or train with gradsparse::distributed from Rust)",
+                group.rank(),
+                group.world()
+            ),
+        ));
+    }
     // Hashed beside the model loading (a multi-GB weights file takes seconds).
     let hashing = {
         let (model, seed) = (cfg.model.clone(), cfg.seed);

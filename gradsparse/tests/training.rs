@@ -5,6 +5,7 @@ use gradsparse::data::Batches;
 use gradsparse::run::{finetune, RunOptions};
 use gradsparse::trainer::{build_model, device_of};
 use gradsparse::{checkpoint, FinetuneConfig, Trainer};
+use runtime::test_device;
 
 const SMALL: &str = r#"
 name = "test"
@@ -246,15 +247,10 @@ fn sunk_gradients_reach_the_residual(device: &str) {
     );
 }
 
-#[test]
-fn sunk_gradients_reach_the_residual_cpu() {
-    sunk_gradients_reach_the_residual("cpu");
-}
-
-#[cfg(feature = "cuda")]
-#[test]
-fn sunk_gradients_reach_the_residual_cuda() {
-    sunk_gradients_reach_the_residual("cuda");
+test_device!(sunk_gradients_reach_the_residual, sunk_gradients_on);
+fn sunk_gradients_on(device: &Device) -> anyhow::Result<()> {
+    sunk_gradients_reach_the_residual(if device.is_cuda() { "cuda" } else { "cpu" });
+    Ok(())
 }
 
 #[test]
