@@ -256,7 +256,7 @@ impl candle_core::CustomOp1 for DeviceSum<'_> {
             .0
             .all_reduce(&src, &mut out, &ReduceOp::Sum)
             .map_err(|e| candle_core::Error::Msg(format!("ncclAllReduce: {:?}", e.0)))?;
-        let device = storage.device().clone();
+        let device = storage.device.clone();
         Ok((
             candle_core::CudaStorage::wrap_cuda_slice(out, device),
             layout.shape().clone(),
