@@ -18,7 +18,7 @@ pub enum Error {
     #[error("writing checkpoint {path}: {cause}")]
     CheckpointWrite { path: PathBuf, cause: ImageError },
     /// A config the file's text or its types refuse; `line` 0 when no single line is at fault.
-    #[error("{}: {message}", place(path, *line))]
+    #[error("{}: {message}", runtime::error::place(path, *line))]
     Parse {
         path: PathBuf,
         line: usize,
@@ -43,14 +43,6 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-}
-
-/// `file:line`, or `file` without a line.
-fn place(path: &std::path::Path, line: usize) -> String {
-    match line {
-        0 => path.display().to_string(),
-        n => format!("{}:{n}", path.display()),
-    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

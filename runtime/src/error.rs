@@ -30,7 +30,7 @@ pub enum Error {
 }
 
 /// `file:line`, or `file` without a line.
-fn place(path: &std::path::Path, line: usize) -> String {
+pub fn place(path: &std::path::Path, line: usize) -> String {
     match line {
         0 => path.display().to_string(),
         n => format!("{}:{n}", path.display()),

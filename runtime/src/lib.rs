@@ -15,7 +15,7 @@ pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
-mod error;
+pub mod error;
 pub mod fs;
 pub mod host;
 pub mod lock;
