@@ -31,6 +31,7 @@ fn main() -> anyhow::Result<()> {
         resume: args.run.resume,
         stop: runtime::signal::StopSignal::install()?,
         build: sparsetrain::build_info(),
+        group: None,
     };
     let summary = sae::run::train_sae(&opts)?;
     let dir = summary.run_dir.display();

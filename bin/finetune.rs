@@ -60,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         progress_bar: true,
         build: sparsetrain::build_info(),
         install_default: args.install_default,
+        group: None,
     };
     let result =
         finetune(config, &opts).with_context(|| format!("finetune {}", config.display()))?;

@@ -59,6 +59,9 @@ pub struct RunOptions {
     /// After a run that finished, install the trained model as the default tiny model
     /// (`activations::tiny::model_dir()`), which `model = "tiny"` then loads (`--install-default`).
     pub install_default: bool,
+    /// A group this process already joined (a program embedding the trainer, or the tests' thread
+    /// double); `None`: the command joins what `[distributed]` asks for.
+    pub group: Option<harness::RankGroup>,
 }
 
 /// What a finished (or stopped) run reports.
@@ -180,18 +183,20 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         cfg.device,
     )?)?;
     // Before anything heavy: a distributed run on the CPU is refused here.
-    let group = crate::distributed::join(&cfg.distributed, &device)?;
-    if let Some(group) = group.as_ref().filter(|g| g.world() > 1) {
-        return Err(Error::config(
-            "distributed.mode",
-            format!(
-                "this process is rank {} of {}; the finetune command runs one rank so far (rank 0 \
-                 of 1: launch one process, or train with gradsparse::distributed from Rust)",
-                group.rank(),
-                group.world()
-            ),
-        ));
-    }
+    let group = match &opts.group {
+        Some(g) if cfg.distributed.is_distributed() => Some(crate::distributed::Group::new(
+            g.shared(),
+            cfg.distributed.exchange,
+        )),
+        Some(_) => {
+            return Err(Error::config(
+                "distributed.mode",
+                "the run was given a group of ranks; set distributed.mode = \"data\"",
+            ))
+        }
+        None => crate::distributed::join(&cfg.distributed, &device)?,
+    };
+    let ranks = group.as_ref().map(|g| harness::RankGroup::new(g.shared()));
     // Hashed beside the model loading (a multi-GB weights file takes seconds).
     let hashing = {
         let (model, seed) = (cfg.model.clone(), cfg.seed);
@@ -224,25 +229,29 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         .join()
         .map_err(|_| Error::config("model.name", "hashing the weights failed"))??;
 
-    let launch = harness::Launch::open(harness::LaunchSpec {
-        command: "finetune".into(),
-        task: "finetune".into(),
-        resolved: serde_json::to_value(&cfg)
-            .map_err(|e| Error::config("<config>", e.to_string()))?,
-        source,
-        name: cfg.name.clone(),
-        selector: cfg.selector_label(),
-        resumable: RESUMABLE.iter().map(|k| k.to_string()).collect(),
-        out: opts.out.clone(),
-        resume: opts.resume,
-        runs_root: opts
-            .runs_root
-            .clone()
-            .unwrap_or_else(|| PathBuf::from("runs")),
-        log: cfg.log.clone(),
-        build: opts.build.clone(),
-        model_sha256: Some(model_sha256),
-    })?;
+    let launch = harness::Launch::open_in(
+        harness::LaunchSpec {
+            command: "finetune".into(),
+            task: "finetune".into(),
+            resolved: serde_json::to_value(&cfg)
+                .map_err(|e| Error::config("<config>", e.to_string()))?,
+            source,
+            name: cfg.name.clone(),
+            selector: cfg.selector_label(),
+            resumable: RESUMABLE.iter().map(|k| k.to_string()).collect(),
+            out: opts.out.clone(),
+            resume: opts.resume,
+            runs_root: opts
+                .runs_root
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("runs")),
+            log: cfg.log.clone(),
+            build: opts.build.clone(),
+            model_sha256: Some(model_sha256),
+        },
+        ranks,
+    )?;
+    let leads = launch.leads();
     let start = match launch.resume_from() {
         Some(point) => {
             checkpoint::load(&mut trainer, &point.dir)?;
@@ -262,12 +271,13 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         unigram_eval_loss,
     };
     let finished = launch.train(&mut looped, &loop_cfg, start, details, &opts.stop)?;
-    if !finished.stopped() {
+    // Rank 0 writes the report and installs the model; the other ranks only trained.
+    if leads && !finished.stopped() {
         let run = harness::RunDir::open_existing(&finished.run_dir)?;
         eval::report::write_run_report(&run)?;
     }
 
-    let installed_tiny = if opts.install_default && !finished.stopped() {
+    let installed_tiny = if leads && opts.install_default && !finished.stopped() {
         let dir = activations::tiny::model_dir();
         looped
             .trainer

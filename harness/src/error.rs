@@ -35,6 +35,9 @@ pub enum Error {
     Runtime(#[from] runtime::Error),
     #[error("config key `{key}`: {message}")]
     Config { key: String, message: String },
+    /// A run of several ranks: agreeing with the other ranks, or a part that failed on one of them.
+    #[error("{0}")]
+    Ranks(String),
     #[error("report: {0}")]
     Report(String),
     #[error("serializing {what}: {source}")]

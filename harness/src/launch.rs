@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{MetricsSink, SinkOptions};
 use crate::output_path::check_output_dir;
 use crate::provenance::{BuildInfo, Provenance};
+use crate::ranks::RankGroup;
 use crate::run_dir::{
     Checkpoint, Progress, RunDir, RunMeta, CHECKPOINTS_DIR, CONFIG_JSON_FILE, CONFIG_TOML_FILE,
     METRICS_FILE, REPORT_FILE, RUN_FILES, RUN_META_FILE,
@@ -69,7 +70,7 @@ impl LaunchSpec {
     }
 }
 
-/// A run directory opened and locked for one run.
+/// A run directory opened and locked for one run (by rank 0 of a group; the other ranks follow it).
 #[derive(Debug)]
 pub struct Launch {
     spec: LaunchSpec,
@@ -77,8 +78,10 @@ pub struct Launch {
     resume_from: Option<Checkpoint>,
     /// For a fresh run: how to take the directory back if the run fails before training a step.
     fresh: Option<Fresh>,
-    // Declared last: dropped after `Drop::drop` has cleaned up a failed start.
-    lock: DirLock,
+    /// The ranks of a run of several; `None` for one process.
+    group: Option<RankGroup>,
+    // Declared last: dropped after `Drop::drop` has cleaned up a failed start. Held by rank 0 only.
+    lock: Option<DirLock>,
 }
 
 #[derive(Debug)]
@@ -106,7 +109,8 @@ impl Launch {
                 run,
                 resume_from: Some(ckpt),
                 fresh: None,
-                lock,
+                group: None,
+                lock: Some(lock),
             });
         }
         let (dir, created_dir) = match &spec.out {
@@ -146,8 +150,38 @@ impl Launch {
                 created_dir,
                 trained: false,
             }),
-            lock,
+            group: None,
+            lock: Some(lock),
         })
+    }
+
+    /// [`Launch::open`] for one rank of `group`: rank 0 opens (or refuses) the run directory and tells
+    /// the others where it is and which checkpoint a resume continues from; they follow it and write
+    /// nothing there but their parts of the checkpoints. A group of one opens as one process does.
+    pub fn open_in(spec: LaunchSpec, group: Option<RankGroup>) -> Result<Launch> {
+        let Some(group) = group.filter(|g| g.world() > 1) else {
+            return Launch::open(spec);
+        };
+        if !group.leads() {
+            let (dir, resume_from) = group.share_opening(None)?;
+            return Ok(Launch {
+                spec,
+                run: RunDir::opened_by_rank0(&dir),
+                resume_from,
+                fresh: None,
+                group: Some(group),
+                lock: None,
+            });
+        }
+        let opened = Launch::open(spec);
+        let told = opened
+            .as_ref()
+            .map(|l| (l.run.path().to_path_buf(), l.resume_from.clone()))
+            .map_err(|e| Error::Ranks(e.to_string()));
+        group.share_opening(Some(&told))?;
+        let mut launch = opened?;
+        launch.group = Some(group);
+        Ok(launch)
     }
 
     pub fn run_dir(&self) -> &RunDir {
@@ -159,9 +193,14 @@ impl Launch {
         self.resume_from.as_ref()
     }
 
-    /// The lock file held for the run.
-    pub fn lock_path(&self) -> &Path {
-        self.lock.path()
+    /// The lock file held for the run (by rank 0 in a group).
+    pub fn lock_path(&self) -> Option<&Path> {
+        self.lock.as_ref().map(DirLock::path)
+    }
+
+    /// Whether this process writes the run's files: one process, or rank 0 of a group.
+    pub fn leads(&self) -> bool {
+        self.group.as_ref().is_none_or(RankGroup::leads)
     }
 
     /// Writes the run's identity and config (fresh runs), opens the metrics sink, runs the loop from
@@ -174,6 +213,27 @@ impl Launch {
         details: serde_json::Map<String, serde_json::Value>,
         stop: &StopSignal,
     ) -> std::result::Result<Finished, T::Error> {
+        if !self.leads() {
+            let mut quiet = loop_cfg.clone();
+            quiet.progress_bar = false;
+            let summary = train_loop::run_in(
+                trainer,
+                &self.run,
+                None,
+                &quiet,
+                start,
+                stop,
+                self.group.as_ref(),
+            )?;
+            return Ok(Finished {
+                run_dir: self.run.path().to_path_buf(),
+                exit_code: match summary.outcome {
+                    Outcome::Completed => 0,
+                    Outcome::Stopped => stop.exit_code(),
+                },
+                summary,
+            });
+        }
         let previous = if self.fresh.is_some() {
             RunMeta::default()
         } else {
@@ -217,7 +277,15 @@ impl Launch {
             inner: trainer,
             trained: false,
         };
-        let result = train_loop::run(&mut watched, &self.run, &sink, loop_cfg, start, stop);
+        let result = train_loop::run_in(
+            &mut watched,
+            &self.run,
+            Some(&sink),
+            loop_cfg,
+            start,
+            stop,
+            self.group.as_ref(),
+        );
         if let Some(fresh) = &mut self.fresh {
             fresh.trained = watched.trained;
         }

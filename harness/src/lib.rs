@@ -59,6 +59,7 @@ pub mod metrics;
 pub mod output_path;
 pub mod progress;
 pub mod provenance;
+pub mod ranks;
 pub mod run_dir;
 pub mod selector;
 pub mod train_loop;
@@ -71,6 +72,7 @@ pub use launch::{Finished, Launch, LaunchSpec};
 pub use metrics::{Metrics, MetricsSink, Record, RecordKind, SinkOptions};
 pub use output_path::check_output_path;
 pub use provenance::{BuildInfo, Provenance};
+pub use ranks::RankGroup;
 pub use run_dir::{Checkpoint, Progress, RunDir, RunMeta};
 pub use selector::SelectorConfig;
 pub use train_loop::{

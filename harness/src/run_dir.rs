@@ -147,6 +147,14 @@ impl RunDir {
         })
     }
 
+    /// The directory rank 0 of a group opened, as the other ranks name it: they write only their
+    /// parts of the checkpoints there.
+    pub(crate) fn opened_by_rank0(path: &Path) -> RunDir {
+        RunDir {
+            path: path.to_path_buf(),
+        }
+    }
+
     fn init(path: PathBuf) -> Result<RunDir> {
         let checkpoints = path.join(CHECKPOINTS_DIR);
         fs::create_dir_all(&checkpoints).map_err(Error::io("creating directory", &checkpoints))?;

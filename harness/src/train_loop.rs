@@ -10,6 +10,7 @@
 use crate::atomic::{sync_dir, write_json_atomic};
 use crate::metrics::{names, Metrics, MetricsSink, Record};
 use crate::progress::{human, ProgressLines};
+use crate::ranks::RankGroup;
 use crate::run_dir::{Checkpoint, Progress, RunDir, PROGRESS_FILE};
 use crate::{config::LogConfig, error::Error};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -47,7 +48,7 @@ pub type CheckpointImage = Box<dyn FnOnce(&Path) -> Result<(), ImageError> + Sen
 /// A trainer the loop drives. Errors of the loop's own I/O reach the caller as `T::Error` through
 /// `From<harness::Error>`.
 pub trait Trainer {
-    type Error: From<Error>;
+    type Error: From<Error> + std::fmt::Display;
 
     /// Runs one optimizer step. Its wall time is the logged step_ms, so work queued on a device must be
     /// finished (synchronized) before returning.
@@ -152,19 +153,47 @@ pub fn run<T: Trainer>(
     start: Progress,
     stop: &StopSignal,
 ) -> Result<LoopSummary, T::Error> {
+    run_in(trainer, run_dir, Some(sink), cfg, start, stop, None)
+}
+
+/// [`run`] as one rank of `group`. Rank 0 (which passes the `sink`) logs, shows progress, evaluates
+/// and owns the checkpoint folders; every rank writes its part of each checkpoint into the folder
+/// rank 0 prepared, and all ranks stop after the same step. In a group a trainer's
+/// [`Trainer::eval`] runs on rank 0 alone, so it must not call collectives.
+pub fn run_in<T: Trainer>(
+    trainer: &mut T,
+    run_dir: &RunDir,
+    sink: Option<&MetricsSink>,
+    cfg: &LoopConfig,
+    start: Progress,
+    stop: &StopSignal,
+    group: Option<&RankGroup>,
+) -> Result<LoopSummary, T::Error> {
+    let leads = group.is_none_or(RankGroup::leads);
     let began = Instant::now();
     let wall = |extra: Duration| start.wall_s + extra.as_secs_f64();
-    let bar = progress_bar(cfg, start.step);
+    let bar = if leads {
+        progress_bar(cfg, start.step)
+    } else {
+        ProgressBar::hidden()
+    };
     let mut lines = ProgressLines::for_log(
         cfg.progress_bar,
         cfg.progress_every,
         cfg.total_steps,
         start.step,
         &cfg.progress_metrics,
-    );
+    )
+    .filter(|_| leads);
     let mut progress = start;
     let mut window = Window::default();
-    let mut checkpoints = Checkpoints::new(run_dir, cfg.keep_checkpoints, start.step);
+    let mut checkpoints = Checkpoints::new(run_dir, cfg.keep_checkpoints, start.step, group);
+    let log_to = |record: Record| {
+        if let Some(sink) = sink {
+            sink.log(record);
+        }
+    };
+    let flush = || sink.map_or(Ok(()), MetricsSink::flush);
     let log_every = cfg.log_every.max(1);
 
     while progress.step < cfg.total_steps {
@@ -182,7 +211,11 @@ pub fn run<T: Trainer>(
                 if let Err(earlier) = checkpoints.wait() {
                     eprintln!("checkpoint: {earlier}");
                 }
-                if trainer.intact_after_failed_step() && progress.step > checkpoints.on_disk {
+                // In a group the other ranks are inside the step's collectives: no checkpoint.
+                if group.is_none()
+                    && trainer.intact_after_failed_step()
+                    && progress.step > checkpoints.on_disk
+                {
                     progress.wall_s = wall(began.elapsed());
                     match checkpoints.save_now(trainer, &progress) {
                         Ok(dir) => eprintln!(
@@ -199,7 +232,7 @@ pub fn run<T: Trainer>(
                         ),
                     }
                 }
-                let _ = sink.flush();
+                let _ = flush();
                 return Err(e);
             }
         };
@@ -210,7 +243,10 @@ pub fn run<T: Trainer>(
         window.add(&out, step_time);
         bar.inc(1);
 
-        let stopping = stop.is_requested();
+        let stopping = match group {
+            Some(g) => g.any_stop(stop.is_requested())?,
+            None => stop.is_requested(),
+        };
         if log || stopping {
             let mut metrics = window.take();
             if progress.wall_s > 0.0 {
@@ -223,7 +259,7 @@ pub fn run<T: Trainer>(
             if let Some(lines) = &mut lines {
                 lines.record(progress.step, &metrics);
             }
-            sink.log(Record::train(
+            log_to(Record::train(
                 progress.step,
                 progress.tokens,
                 progress.wall_s,
@@ -231,13 +267,14 @@ pub fn run<T: Trainer>(
             ));
         }
         let at_end = progress.step == cfg.total_steps;
-        if cfg.eval_every > 0
+        if leads
+            && cfg.eval_every > 0
             && progress.step.is_multiple_of(cfg.eval_every)
             && !at_end
             && !stopping
         {
             let metrics = bar.suspend(|| trainer.eval(&progress))?;
-            sink.log(Record::eval(
+            log_to(Record::eval(
                 progress.step,
                 progress.tokens,
                 progress.wall_s,
@@ -248,7 +285,7 @@ pub fn run<T: Trainer>(
             progress.wall_s = wall(began.elapsed());
             checkpoints.save_now(trainer, &progress)?;
             bar.finish_and_clear();
-            sink.flush()?;
+            flush()?;
             return Ok(checkpoints.summary(Outcome::Stopped, progress, None));
         }
         let periodic =
@@ -261,10 +298,10 @@ pub fn run<T: Trainer>(
     bar.finish();
 
     // The final checkpoint is being written meanwhile.
-    let final_eval = if cfg.final_eval {
+    let final_eval = if cfg.final_eval && leads {
         progress.wall_s = wall(began.elapsed());
         let metrics = trainer.eval(&progress)?;
-        sink.log(Record::eval(
+        log_to(Record::eval(
             progress.step,
             progress.tokens,
             progress.wall_s,
@@ -275,7 +312,7 @@ pub fn run<T: Trainer>(
         None
     };
     checkpoints.wait()?;
-    sink.flush()?;
+    flush()?;
     Ok(checkpoints.summary(Outcome::Completed, progress, final_eval))
 }
 
@@ -284,6 +321,7 @@ pub fn run<T: Trainer>(
 /// it waits for that write.
 struct Checkpoints<'a> {
     run_dir: &'a RunDir,
+    group: Option<&'a RankGroup>,
     keep: usize,
     /// The step of the newest checkpoint on disk (a resumed run starts at one).
     on_disk: u64,
@@ -293,9 +331,10 @@ struct Checkpoints<'a> {
 }
 
 impl<'a> Checkpoints<'a> {
-    fn new(run_dir: &'a RunDir, keep: usize, on_disk: u64) -> Self {
+    fn new(run_dir: &'a RunDir, keep: usize, on_disk: u64, group: Option<&'a RankGroup>) -> Self {
         Self {
             run_dir,
+            group,
             keep,
             on_disk,
             last: None,
@@ -327,6 +366,11 @@ impl<'a> Checkpoints<'a> {
     fn start<T: Trainer>(&mut self, trainer: &mut T, progress: &Progress) -> Result<(), T::Error> {
         self.wait()?;
         let began = Instant::now();
+        if let Some(group) = self.group {
+            let written = self.save_in_group(trainer, progress, group);
+            self.time += began.elapsed();
+            return written;
+        }
         let image = trainer.checkpoint_image(progress);
         let written = match image? {
             Some(image) => self.spawn(image, *progress).map_err(T::Error::from),
@@ -337,6 +381,52 @@ impl<'a> Checkpoints<'a> {
         };
         self.time += began.elapsed();
         written
+    }
+
+    /// Every rank writes its part into the folder rank 0 prepared; rank 0 then completes it. Each
+    /// phase ends with every rank's outcome, so that all go on or all fail together.
+    fn save_in_group<T: Trainer>(
+        &mut self,
+        trainer: &mut T,
+        progress: &Progress,
+        group: &RankGroup,
+    ) -> Result<(), T::Error> {
+        let target = self.run_dir.checkpoint_dir(progress.step);
+        let prepared = if group.leads() {
+            prepare_checkpoint(self.run_dir, progress.step)
+        } else {
+            Ok(PathBuf::new())
+        };
+        group.all_succeeded(
+            &format!("preparing checkpoint {}", target.display()),
+            &outcome(&prepared),
+        )?;
+        let tmp = group.share_path(&prepared?)?;
+        let written = trainer.save_checkpoint(&tmp, progress);
+        let shared = group.all_succeeded(
+            &format!("writing checkpoint {}", target.display()),
+            &outcome(&written),
+        );
+        let completed = match shared {
+            Ok(()) if group.leads() => {
+                complete_checkpoint(self.run_dir, progress, self.keep, &tmp).map(|_| ())
+            }
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if group.leads() {
+                    // A full disk must not keep the half-written folder: it holds the space a retry needs.
+                    let _ = fs::remove_dir_all(&tmp);
+                }
+                return Err(e.into());
+            }
+        };
+        group.all_succeeded(
+            &format!("completing checkpoint {}", target.display()),
+            &outcome(&completed),
+        )?;
+        self.last = Some(target);
+        self.on_disk = progress.step;
+        Ok(())
     }
 
     fn spawn(&mut self, image: CheckpointImage, progress: Progress) -> Result<(), Error> {
@@ -418,7 +508,19 @@ fn write_checkpoint<E: From<Error>>(
     keep: usize,
     write: impl FnOnce(&Path) -> Result<(), E>,
 ) -> Result<PathBuf, E> {
-    let target = run_dir.checkpoint_dir(progress.step);
+    let tmp = prepare_checkpoint(run_dir, progress.step)?;
+    if let Err(e) = write(&tmp) {
+        // A full disk must not keep the half-written folder: it holds the space a retry needs.
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    Ok(complete_checkpoint(run_dir, progress, keep, &tmp)?)
+}
+
+/// An empty temporary folder for the checkpoint of `step`, after removing what earlier processes left
+/// half-written.
+fn prepare_checkpoint(run_dir: &RunDir, step: u64) -> Result<PathBuf, Error> {
+    let target = run_dir.checkpoint_dir(step);
     let parent = run_dir.checkpoints_dir();
     fs::create_dir_all(&parent).map_err(Error::io("creating directory", &parent))?;
     let name = target
@@ -428,19 +530,30 @@ fn write_checkpoint<E: From<Error>>(
     remove_partial_checkpoints(&parent)?;
     let tmp = parent.join(format!(".{name}.{}.tmp", std::process::id()));
     fs::create_dir_all(&tmp).map_err(Error::io("creating directory", &tmp))?;
-    let written = write(&tmp)
-        .and_then(|()| Ok(write_json_atomic(&tmp.join(PROGRESS_FILE), progress)?))
-        .and_then(|()| Ok(sync_tree(&tmp)?));
+    Ok(tmp)
+}
+
+/// Adds `progress.json` to the written folder `tmp`, syncs it, renames it into place, points
+/// `checkpoints/latest` at it and prunes to `keep`; a failure removes `tmp`.
+fn complete_checkpoint(
+    run_dir: &RunDir,
+    progress: &Progress,
+    keep: usize,
+    tmp: &Path,
+) -> Result<PathBuf, Error> {
+    let target = run_dir.checkpoint_dir(progress.step);
+    let parent = run_dir.checkpoints_dir();
+    let written =
+        write_json_atomic(&tmp.join(PROGRESS_FILE), progress).and_then(|()| sync_tree(tmp));
     if let Err(e) = written {
-        // A full disk must not keep the half-written folder: it holds the space a retry needs.
-        let _ = fs::remove_dir_all(&tmp);
+        let _ = fs::remove_dir_all(tmp);
         return Err(e);
     }
     if target.exists() {
         // Re-saving the same step (e.g. a run resumed at its last step): the new folder replaces it.
         fs::remove_dir_all(&target).map_err(Error::io("replacing", &target))?;
     }
-    fs::rename(&tmp, &target).map_err(Error::io("renaming into place", &target))?;
+    fs::rename(tmp, &target).map_err(Error::io("renaming into place", &target))?;
     sync_dir(&parent)?;
     run_dir.set_latest_checkpoint(&target)?;
     prune(run_dir, keep)?;
@@ -459,6 +572,11 @@ fn remove_partial_checkpoints(parent: &Path) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// A part's outcome as every rank reports it: nothing, or why it failed.
+fn outcome<T, E: std::fmt::Display>(r: &Result<T, E>) -> Result<(), String> {
+    r.as_ref().map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// Loads the latest checkpoint of `run_dir` for a resume, or says clearly that there is none.

@@ -183,23 +183,10 @@ pub fn rank_device(cfg: &crate::Config) -> Result<runtime::config::DeviceSpec> {
 
 /// Joins the group of ranks `[distributed]` asks for (NCCL on CUDA; refused on the CPU), or
 /// `None` for a plain run.
-pub fn join(cfg: &crate::Config, device: &candle_core::Device) -> Result<Option<Arc<Ranks>>> {
-    let Some(comm) = collective::join(&cfg.distributed, device)? else {
-        return Ok(None);
-    };
-    if comm.world() > 1 {
-        return Err(crate::Error::config(
-            "distributed.mode",
-            format!(
-                "this process is rank {} of {}; the train-sae command runs one rank so far \
-                 (rank 0 of 1: launch one process, or train with sae::distributed from Rust)",
-                comm.rank(),
-                comm.world()
-            ),
-        ));
-    }
-    Ok(Some(Arc::new(Ranks::new(
-        Arc::from(comm),
-        &cfg.distributed,
-    ))))
+pub fn join(
+    cfg: &crate::Config,
+    device: &candle_core::Device,
+) -> Result<Option<harness::RankGroup>> {
+    Ok(collective::join(&cfg.distributed, device)?
+        .map(|comm| harness::RankGroup::new(Arc::from(comm))))
 }

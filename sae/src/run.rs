@@ -31,6 +31,9 @@ pub struct RunOptions {
     pub stop: runtime::signal::StopSignal,
     /// The binary's build, recorded in run.json (`sparsetrain::build_info()`).
     pub build: harness::BuildInfo,
+    /// A group this process already joined (a program embedding the trainer, or the tests' thread
+    /// double); `None`: the command joins what `[distributed]` asks for.
+    pub group: Option<harness::RankGroup>,
 }
 
 /// What a finished (or stopped) run reports.
@@ -79,7 +82,19 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     };
     let device = runtime::device::open_device("device", crate::distributed::rank_device(&cfg)?)?;
     // Before anything is loaded: a distributed run on the CPU is refused at once.
-    let ranks = crate::distributed::join(&cfg, &device)?;
+    let group = match &opts.group {
+        Some(group) if cfg.distributed.is_distributed() => Some(group.clone()),
+        Some(_) => {
+            return Err(Error::config(
+                "distributed.mode",
+                "the run was given a group of ranks; set distributed.mode = \"data\"",
+            ))
+        }
+        None => crate::distributed::join(&cfg, &device)?,
+    };
+    let ranks = group
+        .as_ref()
+        .map(|g| Arc::new(crate::distributed::Ranks::new(g.shared(), &cfg.distributed)));
     let device_ready = began.elapsed();
     set_precision(cfg.train.precision);
     #[cfg(feature = "cuda")]
@@ -88,6 +103,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     }
     // The model and data load before the run directory exists: a missing model leaves nothing behind.
     let mut data = Data::open(&cfg, &device)?;
+    data.share = group.as_ref().map(|g| (g.rank(), g.world()));
     let data_ready = began.elapsed();
     let random_weights = match &cfg.data {
         DataConfig::Model { model, .. } => activations::models::random_weights_warning(model),
@@ -108,22 +124,26 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let model_sha256 = hashing
         .join()
         .map_err(|_| Error::Data("hashing the model weights failed".into()))??;
-    let launch = harness::Launch::open(harness::LaunchSpec {
-        command: "train-sae".into(),
-        task: "sae".into(),
-        resolved: serde_json::to_value(&cfg)
-            .map_err(|e| Error::config("<config>", e.to_string()))?,
-        source,
-        name: cfg.name.clone(),
-        selector: cfg.selector.kind.name().into(),
-        resumable: RESUMABLE.iter().map(|k| k.to_string()).collect(),
-        out: opts.out.clone(),
-        resume: opts.resume,
-        runs_root: PathBuf::from("runs"),
-        log: cfg.log.clone(),
-        build: opts.build.clone(),
-        model_sha256,
-    })?;
+    let launch = harness::Launch::open_in(
+        harness::LaunchSpec {
+            command: "train-sae".into(),
+            task: "sae".into(),
+            resolved: serde_json::to_value(&cfg)
+                .map_err(|e| Error::config("<config>", e.to_string()))?,
+            source,
+            name: cfg.name.clone(),
+            selector: cfg.selector.kind.name().into(),
+            resumable: RESUMABLE.iter().map(|k| k.to_string()).collect(),
+            out: opts.out.clone(),
+            resume: opts.resume,
+            runs_root: PathBuf::from("runs"),
+            log: cfg.log.clone(),
+            build: opts.build.clone(),
+            model_sha256,
+        },
+        group.clone(),
+    )?;
+    let leads = launch.leads();
     let mut batch_ready = began.elapsed();
     let (trainer, start, pending) = match launch.resume_from() {
         Some(ckpt) => {
@@ -158,6 +178,7 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
         random_weights: random_weights.is_some(),
         data_failed: false,
         run_dir: run_dir.clone(),
+        leads,
     };
     let mut facts = details(&cfg);
     facts.insert("dashboards".into(), job.data.dashboards.describe().into());
@@ -178,6 +199,17 @@ pub fn train_sae(opts: &RunOptions) -> Result<RunSummary> {
     let training = std::time::Instant::now();
     let finished = launch.train(&mut job, &loop_cfg, start, facts, &opts.stop)?;
     let trained = training.elapsed();
+    if !leads {
+        // Rank 0 exports the SAE, evaluates it and writes the report.
+        return Ok(RunSummary {
+            run_dir: finished.run_dir.clone(),
+            stopped: finished.stopped(),
+            step: finished.summary.progress.step,
+            exit_code: finished.exit_code(),
+            final_eval: None,
+            no_held_out: None,
+        });
+    }
     if !finished.stopped() {
         let sae_dir = crate::hub::export_dir(run_dir.path(), &job.trainer.cfg);
         std::fs::create_dir_all(&sae_dir).map_err(|e| Error::io(&sae_dir, e))?;
@@ -304,6 +336,10 @@ pub struct Data {
     pub dashboards: DashboardPlan,
     /// The corpus' token column, read because it has no text column and the config names none.
     pub detected_token_column: Option<String>,
+    /// This rank's place `(rank, world)` in a group: every rank reads the one training stream and
+    /// keeps its rows of each global batch, so W ranks train on the batches one process would, and
+    /// a checkpoint's token count resumes the stream at any world size.
+    pub share: Option<(usize, usize)>,
 }
 
 /// A model, the SAE's hook points (one per layer of the SAE) and held-out contexts: the SAE is spliced in there
@@ -347,6 +383,7 @@ impl Data {
                         "synthetic data has no tokens to show".into(),
                     ),
                     detected_token_column: None,
+                    share: None,
                 })
             }
             DataConfig::Shards {
@@ -386,6 +423,7 @@ impl Data {
                     splice: None,
                     dashboards,
                     detected_token_column: None,
+                    share: None,
                 })
             }
             DataConfig::Model {
@@ -476,20 +514,42 @@ impl Data {
                     splice,
                     dashboards,
                     detected_token_column: source.detected_token_column().map(str::to_string),
+                    share: None,
                 })
             }
         }
     }
 
     /// The next training batch as [B, L, d]; running dry is an error (model and shard sources repeat).
+    /// In a group: this rank's rows of the next global batch of `batch` rows.
     pub fn next_train(&mut self, batch: usize) -> Result<Tensor> {
-        match self.train.next_batch(batch)? {
-            Some(b) if b.dim(0)? == batch => with_layer_axis(b),
-            _ => Err(Error::Data(format!(
-                "the activation source ran out before a batch of {batch} tokens"
-            ))),
-        }
+        let rows = match self.train.next_batch(batch)? {
+            Some(b) if b.dim(0)? == batch => b,
+            _ => {
+                return Err(Error::Data(format!(
+                    "the activation source ran out before a batch of {batch} tokens"
+                )))
+            }
+        };
+        let rows = match self.share {
+            Some((rank, world)) => {
+                let (offset, len) = rank_rows(batch, rank, world);
+                rows.narrow(0, offset, len)?
+            }
+            None => rows,
+        };
+        with_layer_axis(rows)
     }
+}
+
+/// Rank `rank`'s rows of a batch of `batch` in a group of `world`: `(offset, count)`, the first
+/// `batch % world` ranks taking one row more.
+pub fn rank_rows(batch: usize, rank: usize, world: usize) -> (usize, usize) {
+    let (base, extra) = (batch / world, batch % world);
+    (
+        rank * base + rank.min(extra),
+        base + usize::from(rank < extra),
+    )
 }
 
 /// The model must have the layers and positions the config asks for.
@@ -540,6 +600,8 @@ struct SaeJob {
     data_failed: bool,
     /// Where the evaluations' latent-density histograms go.
     run_dir: harness::RunDir,
+    /// Rank 0 (or one process) writes the checkpoints; the other ranks hold the same state.
+    leads: bool,
 }
 
 impl harness::Trainer for SaeJob {
@@ -595,7 +657,10 @@ impl harness::Trainer for SaeJob {
     }
 
     fn save_checkpoint(&mut self, dir: &Path, _progress: &Progress) -> Result<()> {
-        save_state(dir, &self.trainer)
+        match self.leads {
+            true => save_state(dir, &self.trainer),
+            false => Ok(()),
+        }
     }
 
     fn checkpoint_image(

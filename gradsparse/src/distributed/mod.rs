@@ -55,6 +55,12 @@ impl Group {
         self.collective.rank()
     }
 
+    /// The collective itself (the launcher agrees on the run directory, stops and checkpoints
+    /// through it).
+    pub fn shared(&self) -> Arc<dyn Collective> {
+        Arc::clone(&self.collective)
+    }
+
     pub fn world(&self) -> usize {
         self.collective.world()
     }

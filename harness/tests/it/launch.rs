@@ -7,7 +7,7 @@ use harness::{Launch, LaunchSpec, LogConfig, LoopConfig};
 use runtime::{config::ConfigSource, signal::StopSignal};
 use std::path::Path;
 
-fn spec(root: &Path, lr: f64, steps: u64, resume: bool) -> LaunchSpec {
+pub(crate) fn spec(root: &Path, lr: f64, steps: u64, resume: bool) -> LaunchSpec {
     let text = format!("name = \"fake\"\n[train]\nsteps = {steps}\nlr = {lr}\n");
     let source = ConfigSource::from_text(&root.join("fake.toml"), text.clone(), &[]).unwrap();
     let resolved: toml::Table = toml::from_str(&text).unwrap();

@@ -6,6 +6,7 @@ mod common;
 mod background_checkpoints;
 mod fuzz_metrics;
 mod launch;
+mod ranks;
 mod robust_outputs;
 mod sink;
 mod train_loop;
