@@ -20,8 +20,10 @@ pub struct DistributedConfig {
     /// gradient; `sparse`: an all-gather of each rank's selected (index, value) pairs, summed into
     /// one update; `global`: the exact global top-k of the summed sparse gradients.
     pub exchange: GradientExchange,
-    /// Seconds a rank waits for the others (at start-up and at each collective) before the job
-    /// fails naming the ranks that did not arrive.
+    /// Seconds a rank waits for the others at start-up before the job fails naming the ranks that
+    /// did not arrive; in training, a rank that completes no step for this long (a rank died or
+    /// hangs) ends itself with an error naming it, so the job ends. Longer than the slowest
+    /// checkpoint write or evaluation.
     pub timeout_s: f64,
     /// Every this many steps each rank hashes its weights and the hashes are compared, so ranks
     /// that drift apart stop the run (0 = never).

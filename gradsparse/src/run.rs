@@ -196,7 +196,12 @@ pub fn finetune(config_path: &Path, opts: &RunOptions) -> Result<RunResult> {
         }
         None => crate::distributed::join(&cfg.distributed, &device)?,
     };
-    let ranks = group.as_ref().map(|g| harness::RankGroup::new(g.shared()));
+    let ranks = match &opts.group {
+        Some(given) => Some(given.clone()),
+        None => group.as_ref().map(|g| {
+            harness::RankGroup::new(g.shared()).with_stall_timeout(cfg.distributed.timeout())
+        }),
+    };
     // Hashed beside the model loading (a multi-GB weights file takes seconds).
     let hashing = {
         let (model, seed) = (cfg.model.clone(), cfg.seed);

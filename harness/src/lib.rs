@@ -64,6 +64,7 @@ pub mod run_dir;
 pub mod selector;
 pub mod train_loop;
 pub mod wandb;
+pub mod watchdog;
 
 pub use atomic::write_atomic;
 pub use config::LogConfig;

@@ -16,6 +16,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct RankGroup {
     comm: Arc<dyn Collective>,
+    /// Past this long without a completed step a rank ends itself ([`crate::watchdog`]).
+    stall_timeout: Option<std::time::Duration>,
 }
 
 impl std::fmt::Debug for RankGroup {
@@ -36,7 +38,28 @@ enum Opened {
 
 impl RankGroup {
     pub fn new(comm: Arc<dyn Collective>) -> RankGroup {
-        RankGroup { comm }
+        RankGroup {
+            comm,
+            stall_timeout: None,
+        }
+    }
+
+    /// Ends this rank (exit status 1, naming it) when no step completes within `timeout`: a rank
+    /// that died or hangs otherwise leaves the others waiting on the GPU for ever.
+    pub fn with_stall_timeout(mut self, timeout: std::time::Duration) -> RankGroup {
+        self.stall_timeout = Some(timeout);
+        self
+    }
+
+    /// The watchdog of a group with a stall timeout, started now.
+    pub(crate) fn watchdog(&self) -> Option<crate::watchdog::Watchdog> {
+        let timeout = self.stall_timeout.filter(|_| self.world() > 1)?;
+        Some(crate::watchdog::Watchdog::start(
+            self.rank(),
+            self.world(),
+            timeout,
+            crate::watchdog::exit_on_stall(),
+        ))
     }
 
     pub fn rank(&self) -> usize {

@@ -188,6 +188,7 @@ pub fn run_in<T: Trainer>(
     let mut progress = start;
     let mut window = Window::default();
     let mut checkpoints = Checkpoints::new(run_dir, cfg.keep_checkpoints, start.step, group);
+    let watchdog = group.and_then(RankGroup::watchdog);
     let log_to = |record: Record| {
         if let Some(sink) = sink {
             sink.log(record);
@@ -237,6 +238,9 @@ pub fn run_in<T: Trainer>(
             }
         };
         let step_time = t0.elapsed();
+        if let Some(dog) = &watchdog {
+            dog.beat(done_after);
+        }
         progress.step = done_after;
         progress.tokens += out.tokens;
         progress.wall_s = wall(began.elapsed());
@@ -296,6 +300,8 @@ pub fn run_in<T: Trainer>(
         }
     }
     bar.finish();
+    // The other ranks are done: rank 0's evaluation may take longer than a step.
+    drop(watchdog);
 
     // The final checkpoint is being written meanwhile.
     let final_eval = if cfg.final_eval && leads {

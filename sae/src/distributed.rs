@@ -187,6 +187,7 @@ pub fn join(
     cfg: &crate::Config,
     device: &candle_core::Device,
 ) -> Result<Option<harness::RankGroup>> {
-    Ok(collective::join(&cfg.distributed, device)?
-        .map(|comm| harness::RankGroup::new(Arc::from(comm))))
+    Ok(collective::join(&cfg.distributed, device)?.map(|comm| {
+        harness::RankGroup::new(Arc::from(comm)).with_stall_timeout(cfg.distributed.timeout())
+    }))
 }
