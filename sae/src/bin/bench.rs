@@ -58,6 +58,9 @@ struct Args {
     /// Layers of the crosscoder (each of `--d` inputs).
     #[arg(long, default_value_t = 3)]
     layers: usize,
+    /// Storage of Adam's moments: f32 or bf16 (`train.moments`).
+    #[arg(long, default_value = "f32")]
+    moments: String,
 }
 
 /// A BatchTopK config of n latents, k, batch b; `dead` tokens make a latent dead (0: all dead, aux-k on).
@@ -173,6 +176,7 @@ fn main() -> anyhow::Result<()> {
             cfg.sae.decode = decode;
             let mut t = sae::Trainer::new(cfg, &x, &device)?;
             t.profile = a.profile;
+            set_moments(&mut t, &a.moments)?;
             for &prec in &precisions {
                 set_precision(&mut t, prec);
                 for &sel in &selectors {
@@ -362,6 +366,7 @@ fn compare_archs(a: &Args, archs: &[Arch], setup: &Setup) -> anyhow::Result<()> 
                     .reshape((b, m.layers, m.d_model))?;
                 let mut t = arch_trainer(m, (n, b, a.k), cuda, device)?;
                 t.profile = a.profile;
+                set_moments(&mut t, &a.moments)?;
                 for &prec in setup.precisions {
                     set_precision(&mut t, prec);
                     for &sel in setup.selectors {
@@ -489,6 +494,16 @@ fn parse_shape(shape: &str) -> anyhow::Result<(usize, usize)> {
         .split_once('x')
         .ok_or_else(|| anyhow::anyhow!("shape {shape}: expected NxB"))?;
     Ok((n.trim().parse()?, b.trim().parse()?))
+}
+
+/// Fresh Adam moments stored as `moments` (`f32` or `bf16`).
+fn set_moments(t: &mut sae::Trainer, moments: &str) -> anyhow::Result<()> {
+    let [moments] = parse::<sae::config::Moments>(moments)?[..] else {
+        anyhow::bail!("--moments: one of f32, bf16");
+    };
+    t.cfg.train.moments = moments;
+    t.adam = sae::optim::Adam::new(&t.sae.vars(), &t.cfg.train)?;
+    Ok(())
 }
 
 /// The trainer and the device's matmuls set to `prec`.
