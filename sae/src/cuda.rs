@@ -1,12 +1,15 @@
 //! The CUDA side of the sparse step: launches of `kernels/sparse.cu` and `kernels/optim.cu` (fatbins
-//! built by build.rs, loaded once per context without JIT) and CUB's stable pair sort from `kernels/sort.cu`.
+//! built by build.rs, loaded once per context without JIT), CUB's stable pair sort from `kernels/sort.cu`,
+//! and the scores' cuBLASLt matmul with its bias + ReLU epilogue.
+use candle_core::cuda::cudarc::cublaslt::{Activation, CudaBlasLT, Matmul, MatmulConfig};
 use candle_core::cuda::cudarc::driver::{
-    CudaFunction, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaStream, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};
 use candle_core::{bail, DType, Layout, Result, Storage, Tensor};
 use runtime::cuda::Fatbin;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Family {
@@ -757,3 +760,83 @@ pub fn adam_fused(params: &[[&Tensor; 4]], decoder: usize, clip: f64, h: &AdamSt
     Ok(norm)
 }
 
+/// One cuBLASLt handle (with its workspace) per stream, made on first use; a handle keeps its stream
+/// alive, so a stream's address is never reused while it is cached.
+fn blas_lt(stream: &Arc<CudaStream>) -> Result<Arc<CudaBlasLT>> {
+    static HANDLES: OnceLock<Mutex<HashMap<usize, Arc<CudaBlasLT>>>> = OnceLock::new();
+    let mut handles = HANDLES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let key = stream.cu_stream() as usize;
+    if let Some(h) = handles.get(&key) {
+        return Ok(h.clone());
+    }
+    let h = Arc::new(CudaBlasLT::new(stream.clone()).map_err(drv)?);
+    handles.insert(key, h.clone());
+    Ok(h)
+}
+
+/// The contiguous f32 elements of a CUDA storage under `l`.
+fn view<'a>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, f32>> {
+    let Some((start, end)) = l.contiguous_offsets() else {
+        bail!("{what} must be contiguous")
+    };
+    Ok(s.as_cuda_slice::<f32>()?.slice(start..end))
+}
+
+/// `relu(xc · wᵀ + b)` [rows, n] from `xc [rows, d]`, `w [n, d]`, `b [n]` (f32, contiguous): one
+/// cuBLASLt matmul on TF32 tensor cores with its bias + ReLU epilogue, so the scores are written once
+/// and never read back for the bias and the ReLU.
+pub(crate) fn scores_tf32(
+    (x, xl): (&CudaStorage, &Layout),
+    (w, wl): (&CudaStorage, &Layout),
+    (b, bl): (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, candle_core::Shape)> {
+    let (rows, d) = xl.shape().dims2()?;
+    let (n, dw) = wl.shape().dims2()?;
+    if dw != d || bl.shape().dims1()? != n {
+        bail!(
+            "scores: inputs [{rows}, {d}], W [{n}, {dw}], bias {:?}",
+            bl.dims()
+        );
+    }
+    let dev = &x.device;
+    // SAFETY: the matmul writes every element (beta = 0).
+    let mut out = unsafe { dev.alloc::<f32>((rows * n).max(1))? };
+    if rows * n > 0 {
+        // Column-major: out [n, rows] = op(W) [n, d] · xc [d, rows], W read transposed; the bias runs
+        // along the n rows of the column-major result, i.e. per latent.
+        let cfg = MatmulConfig {
+            transa: true,
+            transb: false,
+            transc: false,
+            m: n as u64,
+            n: rows as u64,
+            k: d as u64,
+            alpha: 1.0,
+            lda: d as i64,
+            ldb: d as i64,
+            beta: 0.0,
+            ldc: n as i64,
+            stride_a: None,
+            stride_b: None,
+            stride_c: None,
+            stride_bias: None,
+            batch_size: None,
+        };
+        let (wv, xv, bv) = (
+            view(w, wl, "W")?,
+            view(x, xl, "inputs")?,
+            view(b, bl, "bias")?,
+        );
+        let lt = blas_lt(&dev.cuda_stream())?;
+        // SAFETY: the views hold the sizes the config states; `out` holds rows · n elements.
+        unsafe { lt.matmul(cfg, &wv, &xv, &mut out, Some(&bv), Some(&Activation::Relu)) }
+            .map_err(drv)?;
+    }
+    Ok((
+        CudaStorage::wrap_cuda_slice(out, dev.clone()),
+        candle_core::Shape::from((rows, n)),
+    ))
+}

@@ -749,3 +749,48 @@ test_device!(
     fused_adam_matches_reference
 );
 
+/// The encoder's scores `relu(xc · W_encᵀ + b_enc)` against an f64 reference: on CUDA the TF32 matmul
+/// with the bias + ReLU epilogue (`tf32_scores`), within TF32's rounding (2^-11 per factor), and the
+/// f32 path; on the CPU the f32 path. Odd sizes: no dimension a multiple of 4.
+fn scores_match_reference(dev: &Device) -> Result<()> {
+    let (rows, n, d) = (37, 301, 75);
+    let params = [
+        uniform(n * d, 41, dev)?.reshape((n, d))?,
+        uniform(n, 42, dev)?,
+        uniform(n * d, 43, dev)?.reshape((n, d))?,
+        uniform(d, 44, dev)?,
+    ];
+    let mut sae = sae::Sae::from_rows(
+        common::batchtopk_shape(d, n, 4),
+        params.each_ref(),
+        DecodeMode::Sparse,
+    )?;
+    let xc = uniform(rows * d, 45, dev)?.reshape((rows, d))?;
+    let (x, w, b) = (host(&xc)?, host(&params[0])?, host(&params[1])?);
+    let modes: &[bool] = if dev.is_cuda() {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &tf32 in modes {
+        sae.tf32_scores = tf32;
+        let got = host(&sae.scores(&xc)?)?;
+        assert_eq!(got.len(), rows * n);
+        for r in 0..rows {
+            for j in 0..n {
+                let (xr, wj) = (&x[r * d..(r + 1) * d], &w[j * d..(j + 1) * d]);
+                let dot: f64 = xr.iter().zip(wj).map(|(a, c)| a * c).sum();
+                let mag: f64 = xr.iter().zip(wj).map(|(a, c)| (a * c).abs()).sum();
+                let want = (dot + b[j]).max(0.0);
+                let tol = if tf32 { 2e-3 * mag } else { 1e-5 * mag } + 1e-6;
+                let g = got[r * n + j];
+                assert!(
+                    (g - want).abs() <= tol,
+                    "tf32 {tf32}: score ({r}, {j}) {g} vs {want}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+test_device!(scores_match_reference_on, scores_match_reference);

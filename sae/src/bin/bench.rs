@@ -515,6 +515,7 @@ fn set_precision(t: &mut sae::Trainer, prec: Precision) {
     }
     t.cfg.train.precision = prec;
     t.sae.bf16_scores = prec == Precision::Bf16;
+    t.sae.tf32_scores = prec == Precision::Tf32;
 }
 
 /// Tokens without firing that make a latent dead in the bench; the dead set's counters sit above it.
