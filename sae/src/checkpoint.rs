@@ -11,7 +11,7 @@
 use crate::config::{Arch, Config, DataConfig};
 use crate::model::{Sae, Shape};
 use crate::{trainer::Trainer, Error, Result};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use std::{collections::HashMap, path::Path};
@@ -396,9 +396,11 @@ pub fn load_state(dir: &Path, cfg: Config, device: &Device) -> Result<Trainer> {
     let [w_enc, b_enc, w_dec, b_dec] = PARAM_NAMES.map(get);
     let sae = Sae::from_rows(shape, [&w_enc?, &b_enc?, &w_dec?, &b_dec?], cfg.sae.decode)?;
     let mut trainer = Trainer::with_sae(cfg, sae, p.scales)?;
+    // The moments take the dtype `train.moments` asks for, whatever the checkpoint stored.
+    let moments = trainer.cfg.train.moments.dtype();
     for (i, name) in PARAM_NAMES.iter().enumerate() {
-        trainer.adam.m[i] = get(&format!("adam_m.{name}"))?.to_dtype(DType::F32)?;
-        trainer.adam.v[i] = get(&format!("adam_v.{name}"))?.to_dtype(DType::F32)?;
+        trainer.adam.m[i] = get(&format!("adam_m.{name}"))?.to_dtype(moments)?;
+        trainer.adam.v[i] = get(&format!("adam_v.{name}"))?.to_dtype(moments)?;
     }
     trainer.adam.t = p.adam_t;
     trainer.dead.since_fired = get("since_fired")?;

@@ -373,6 +373,27 @@ pub enum Precision {
     Bf16,
 }
 
+/// Storage dtype of Adam's moments.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Moments {
+    /// The plain update.
+    #[default]
+    F32,
+    /// Rounded to nearest after each update, which is computed in f32 from the unrounded new moments:
+    /// the optimizer moves 20 bytes per parameter instead of 28.
+    Bf16,
+}
+
+impl Moments {
+    pub fn dtype(self) -> candle_core::DType {
+        match self {
+            Moments::F32 => candle_core::DType::F32,
+            Moments::Bf16 => candle_core::DType::BF16,
+        }
+    }
+}
+
 /// `[train]`: the optimization.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -404,6 +425,9 @@ pub struct TrainConfig {
     pub grad_clip: f64,
     #[serde(default)]
     pub precision: Precision,
+    /// Storage of Adam's first and second moments (computed in f32 either way).
+    #[serde(default)]
+    pub moments: Moments,
     /// Checkpoint every this many steps (0: only at the end and on Ctrl-C).
     #[serde(default)]
     pub checkpoint_every: u64,

@@ -1,12 +1,15 @@
 //! The CUDA side of the sparse step: launches of `kernels/sparse.cu` and `kernels/optim.cu` (fatbins
-//! built by build.rs, loaded once per context without JIT) and CUB's stable pair sort from `kernels/sort.cu`.
+//! built by build.rs, loaded once per context without JIT), CUB's stable pair sort from `kernels/sort.cu`,
+//! and the scores' cuBLASLt matmul with its bias + ReLU epilogue.
+use candle_core::cuda::cudarc::cublaslt::{Activation, CudaBlasLT, Matmul, MatmulConfig};
 use candle_core::cuda::cudarc::driver::{
-    CudaFunction, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaStream, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda::{CudaDType, CudaDevice, CudaStorage};
 use candle_core::{bail, DType, Layout, Result, Storage, Tensor};
 use runtime::cuda::Fatbin;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 enum Family {
@@ -570,18 +573,8 @@ pub fn rows_add_inplace(acc: &Tensor, rows: Option<&Tensor>, src: &Tensor) -> Re
 
 const SUMSQ_BLOCKS: usize = 1024;
 
-/// Σ x² of a contiguous f32 tensor, reduced in a fixed order (bit-reproducible).
-pub fn sum_sq(x: &Tensor) -> Result<f64> {
-    let partial = Tensor::zeros(SUMSQ_BLOCKS, DType::F32, x.device())?;
-    let (xp, dev) = tensor_ptr(x)?;
-    let (pp, _) = tensor_ptr(&partial)?;
-    let len = x.elem_count() as i64;
-    launch!(dev, Family::Optim, "sae_sumsq", (SUMSQ_BLOCKS, 1), 256; xp, len, pp);
-    Ok(partial.to_vec1::<f32>()?.iter().map(|&v| v as f64).sum())
-}
-
 /// Σ x² of a contiguous f32 tensor as an f32 scalar on the device (no wait for it), reduced in a fixed
-/// order: [`sum_sq`]'s block partials, then their sum in block order.
+/// order: block partials over a fixed grid, then their sum in block order.
 pub fn sum_sq_scalar(x: &Tensor) -> Result<Tensor> {
     // SAFETY: every block writes its partial.
     let partial = unsafe { Tensor::empty(SUMSQ_BLOCKS, DType::F32, x.device())? };
@@ -626,28 +619,30 @@ pub fn residual_spread(x: &Tensor, r: &Tensor) -> Result<(Tensor, f64)> {
     Ok((e, total / rows as f64))
 }
 
-/// In place: every row of `g [rows, d]` loses its component along the same row of `w`; returns the
-/// squared norm of the projected gradient.
-pub fn project_rows_inplace(g: &Tensor, w: &Tensor) -> Result<f64> {
-    let (rows, d) = g.dims2()?;
-    let rowsq = Tensor::zeros(rows, DType::F32, g.device())?;
-    let (gp, dev) = tensor_ptr(g)?;
-    let (wp, _) = tensor_ptr(w)?;
-    let (rp, _) = tensor_ptr(&rowsq)?;
-    let (rows_i, d_i) = (rows as i64, d as i64);
-    launch!(dev, Family::Optim, "sae_project_rows", (rows.clamp(1, MAX_GRID), 1), threads_for(d);
-        gp, wp, rp, rows_i, d_i);
-    Ok(rowsq.to_vec1::<f32>()?.iter().map(|&v| v as f64).sum())
-}
+/// `ADAM_MAX_PARAMS` and `ADAM_CHUNK` of `kernels/optim.cu`.
+const ADAM_MAX_PARAMS: usize = 4;
+const ADAM_CHUNK: usize = 2048;
 
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct AdamArgs {
+#[derive(Clone, Copy, Debug, Default)]
+struct AdamParam {
     p: u64,
     g: u64,
     m: u64,
     v: u64,
     len: i64,
+    d: i64,
+    first_block: i64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct AdamTable {
+    t: [AdamParam; ADAM_MAX_PARAMS],
+    count: i64,
+    blocks: i64,
+    dots: u64,
+    partial: u64,
     scale: f32,
     beta1: f32,
     beta2: f32,
@@ -656,12 +651,11 @@ struct AdamArgs {
     eps: f32,
     lr: f32,
 }
-// SAFETY: plain old data mirroring `struct AdamArgs` in kernels/optim.cu.
-unsafe impl DeviceRepr for AdamArgs {}
+// SAFETY: plain old data mirroring `struct AdamTable` in kernels/optim.cu.
+unsafe impl DeviceRepr for AdamTable {}
 
-/// Adam's constants for one step.
+/// Adam's constants for one step (bias corrections `1 − β^t` included).
 pub struct AdamStep {
-    pub scale: f64,
     pub beta1: f64,
     pub beta2: f64,
     pub bc1: f64,
@@ -670,16 +664,33 @@ pub struct AdamStep {
     pub lr: f64,
 }
 
-/// In place: Adam on `p` with gradient `g · scale` and moments `m`, `v` (all contiguous f32, same size).
-pub fn adam_inplace(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &AdamStep) -> Result<()> {
-    let (pp, dev) = tensor_ptr(p)?;
-    let args = AdamArgs {
-        p: pp,
-        g: tensor_ptr(g)?.0,
-        m: tensor_ptr(m)?.0,
-        v: tensor_ptr(v)?.0,
-        len: p.elem_count() as i64,
-        scale: h.scale as f32,
+/// The whole optimizer step in place over up to four parameters `[p, g, m, v]` (p and g f32, the
+/// moments f32 or bf16, all contiguous and of one size per parameter): parameter `decoder` ([rows, d])
+/// has its gradient projected off each of its rows and its rows renormalized after the update; every
+/// gradient is scaled by `min(1, clip / ‖g‖)` (clip 0: no clipping), ‖g‖ the global norm after the
+/// projection, which is returned. Two launches over all parameters (the gradients' statistics, then
+/// Adam), one wait for the norm between them.
+pub fn adam_fused(params: &[[&Tensor; 4]], decoder: usize, clip: f64, h: &AdamStep) -> Result<f64> {
+    if params.is_empty() || params.len() > ADAM_MAX_PARAMS || decoder >= params.len() {
+        bail!(
+            "adam_fused: 1 to {ADAM_MAX_PARAMS} parameters with the decoder among them, not {}",
+            params.len()
+        );
+    }
+    let moments = params[0][2].dtype();
+    let kernel = match moments {
+        DType::F32 => "sae_adam_multi_f32",
+        DType::BF16 => "sae_adam_multi_bf16",
+        other => bail!("adam_fused: moments must be f32 or bf16, not {other:?}"),
+    };
+    let dev = tensor_ptr(params[0][0])?.1;
+    let mut table = AdamTable {
+        t: [AdamParam::default(); ADAM_MAX_PARAMS],
+        count: params.len() as i64,
+        blocks: 0,
+        dots: 0,
+        partial: 0,
+        scale: 1.0,
         beta1: h.beta1 as f32,
         beta2: h.beta2 as f32,
         bc1: h.bc1 as f32,
@@ -687,17 +698,145 @@ pub fn adam_inplace(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &AdamStep
         eps: h.eps as f32,
         lr: h.lr as f32,
     };
-    let blocks = p.elem_count().div_ceil(256).clamp(1, 132 * 32);
-    launch!(dev, Family::Optim, "sae_adam", (blocks, 1), 256; args);
-    Ok(())
+    let mut blocks = 0usize;
+    let mut rows = 0usize;
+    for (i, [p, g, m, v]) in params.iter().enumerate() {
+        let len = p.elem_count();
+        if [g, m, v].iter().any(|t| t.elem_count() != len)
+            || p.dtype() != DType::F32
+            || g.dtype() != DType::F32
+            || m.dtype() != moments
+            || v.dtype() != moments
+        {
+            bail!(
+                "adam_fused: parameter {i}: p, g f32 and m, v {moments:?}, all of {len} elements"
+            );
+        }
+        let d = if i == decoder {
+            let (r, d) = p.dims2()?;
+            rows = r;
+            d
+        } else {
+            0
+        };
+        table.t[i] = AdamParam {
+            p: tensor_ptr(p)?.0,
+            g: tensor_ptr(g)?.0,
+            m: tensor_ptr(m)?.0,
+            v: tensor_ptr(v)?.0,
+            len: len as i64,
+            d: d as i64,
+            first_block: blocks as i64,
+        };
+        blocks += if d > 0 {
+            rows
+        } else {
+            len.div_ceil(ADAM_CHUNK)
+        };
+    }
+    if blocks == 0 {
+        return Ok(0.0);
+    }
+    if blocks > i32::MAX as usize {
+        bail!("adam_fused: {blocks} blocks exceed the grid");
+    }
+    // SAFETY: the stats pass writes every row's dot and every block's partial before they are read.
+    let dots = unsafe { Tensor::empty(rows.max(1), DType::F32, params[0][0].device())? };
+    let partial = unsafe { Tensor::empty(blocks, DType::F32, params[0][0].device())? };
+    let total = unsafe { Tensor::empty((), DType::F64, params[0][0].device())? };
+    table.blocks = blocks as i64;
+    table.dots = tensor_ptr(&dots)?.0;
+    table.partial = tensor_ptr(&partial)?.0;
+    let (pp, tp, count) = (table.partial, tensor_ptr(&total)?.0, blocks as i64);
+    launch!(dev, Family::Optim, "sae_adam_stats", (blocks, 1), 256; table);
+    launch!(dev, Family::Optim, "sae_sum_partials", (1, 1), 1024; pp, count, tp);
+    let norm = total.to_scalar::<f64>()?.sqrt();
+    table.scale = if clip > 0.0 && norm > clip {
+        (clip / norm) as f32
+    } else {
+        1.0
+    };
+    launch!(dev, Family::Optim, kernel, (blocks, 1), 256; table);
+    Ok(norm)
 }
 
-/// In place: every row of `w [rows, d]` rescaled to unit norm.
-pub fn renorm_rows_inplace(w: &Tensor) -> Result<()> {
-    let (rows, d) = w.dims2()?;
-    let (wp, dev) = tensor_ptr(w)?;
-    let (rows_i, d_i) = (rows as i64, d as i64);
-    launch!(dev, Family::Optim, "sae_renorm_rows", (rows.clamp(1, MAX_GRID), 1), threads_for(d);
-        wp, rows_i, d_i);
-    Ok(())
+/// One cuBLASLt handle (with its workspace) per stream, made on first use; a handle keeps its stream
+/// alive, so a stream's address is never reused while it is cached.
+fn blas_lt(stream: &Arc<CudaStream>) -> Result<Arc<CudaBlasLT>> {
+    static HANDLES: OnceLock<Mutex<HashMap<usize, Arc<CudaBlasLT>>>> = OnceLock::new();
+    let mut handles = HANDLES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let key = stream.cu_stream() as usize;
+    if let Some(h) = handles.get(&key) {
+        return Ok(h.clone());
+    }
+    let h = Arc::new(CudaBlasLT::new(stream.clone()).map_err(drv)?);
+    handles.insert(key, h.clone());
+    Ok(h)
+}
+
+/// The contiguous f32 elements of a CUDA storage under `l`.
+fn view<'a>(s: &'a CudaStorage, l: &Layout, what: &str) -> Result<CudaView<'a, f32>> {
+    let Some((start, end)) = l.contiguous_offsets() else {
+        bail!("{what} must be contiguous")
+    };
+    Ok(s.as_cuda_slice::<f32>()?.slice(start..end))
+}
+
+/// `relu(xc · wᵀ + b)` [rows, n] from `xc [rows, d]`, `w [n, d]`, `b [n]` (f32, contiguous): one
+/// cuBLASLt matmul on TF32 tensor cores with its bias + ReLU epilogue, so the scores are written once
+/// and never read back for the bias and the ReLU.
+pub(crate) fn scores_tf32(
+    (x, xl): (&CudaStorage, &Layout),
+    (w, wl): (&CudaStorage, &Layout),
+    (b, bl): (&CudaStorage, &Layout),
+) -> Result<(CudaStorage, candle_core::Shape)> {
+    let (rows, d) = xl.shape().dims2()?;
+    let (n, dw) = wl.shape().dims2()?;
+    if dw != d || bl.shape().dims1()? != n {
+        bail!(
+            "scores: inputs [{rows}, {d}], W [{n}, {dw}], bias {:?}",
+            bl.dims()
+        );
+    }
+    let dev = &x.device;
+    // SAFETY: the matmul writes every element (beta = 0).
+    let mut out = unsafe { dev.alloc::<f32>((rows * n).max(1))? };
+    if rows * n > 0 {
+        // Column-major: out [n, rows] = op(W) [n, d] · xc [d, rows], W read transposed; the bias runs
+        // along the n rows of the column-major result, i.e. per latent.
+        let cfg = MatmulConfig {
+            transa: true,
+            transb: false,
+            transc: false,
+            m: n as u64,
+            n: rows as u64,
+            k: d as u64,
+            alpha: 1.0,
+            lda: d as i64,
+            ldb: d as i64,
+            beta: 0.0,
+            ldc: n as i64,
+            stride_a: None,
+            stride_b: None,
+            stride_c: None,
+            stride_bias: None,
+            batch_size: None,
+        };
+        let (wv, xv, bv) = (
+            view(w, wl, "W")?,
+            view(x, xl, "inputs")?,
+            view(b, bl, "bias")?,
+        );
+        let lt = blas_lt(&dev.cuda_stream())?;
+        // SAFETY: the views hold the sizes the config states; `out` holds rows · n elements.
+        unsafe { lt.matmul(cfg, &wv, &xv, &mut out, Some(&bv), Some(&Activation::Relu)) }
+            .map_err(drv)?;
+    }
+    Ok((
+        CudaStorage::wrap_cuda_slice(out, dev.clone()),
+        candle_core::Shape::from((rows, n)),
+    ))
 }

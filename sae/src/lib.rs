@@ -22,6 +22,7 @@ pub mod nested;
 pub mod neuronpedia;
 pub mod optim;
 pub mod run;
+mod scores;
 pub mod select;
 pub mod sparse;
 pub mod trainer;

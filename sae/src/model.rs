@@ -44,6 +44,9 @@ pub struct Sae {
     /// Compute the selection scores (the dense encoder matmul) in bf16; the kept values are recomputed
     /// in f32 all the same.
     pub bf16_scores: bool,
+    /// On CUDA with f32 scores: compute them on TF32 tensor cores in one cuBLASLt matmul whose
+    /// epilogue adds the bias and applies the ReLU (`precision = "tf32"`).
+    pub tf32_scores: bool,
     /// Where the gradients of W_enc and W_dec go when set (training); through candle's autograd when
     /// None.
     pub sinks: Option<WeightSinks>,
@@ -158,6 +161,7 @@ impl Sae {
             b_dec: var(b_dec)?,
             sparse,
             bf16_scores: false,
+            tf32_scores: false,
             sinks: None,
         })
     }
@@ -176,11 +180,20 @@ impl Sae {
     }
 
     /// Detached ReLU pre-activations [B, n] of centered inputs `xc` [B, d_in]: one dense matmul (TF32
-    /// when enabled, bf16 with `bf16_scores`), then bias and ReLU in place on CUDA.
+    /// when enabled, bf16 with `bf16_scores`), then bias and ReLU in place on CUDA; with `tf32_scores`
+    /// on CUDA, one matmul with the bias and ReLU in its epilogue.
     pub fn scores(&self, xc: &Tensor) -> Result<Tensor> {
         let xc = xc.detach();
         let w = self.w_enc.as_tensor().detach();
         let b = self.b_enc.as_tensor().detach();
+        if self.tf32_scores && !self.bf16_scores && xc.device().is_cuda() {
+            let op = crate::scores::ScoresTf32;
+            return Ok(xc.contiguous()?.apply_op3_no_bwd(
+                &w.contiguous()?,
+                &b.contiguous()?,
+                &op,
+            )?);
+        }
         let pre = if self.bf16_scores {
             xc.to_dtype(DType::BF16)?
                 .matmul(&w.to_dtype(DType::BF16)?.t()?)?

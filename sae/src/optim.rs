@@ -4,9 +4,10 @@
 use crate::config::TrainConfig;
 use crate::model::Sae;
 use crate::Result;
-use candle_core::{backprop::GradStore, Tensor, Var};
+use candle_core::{backprop::GradStore, DType, Tensor, Var};
 
-/// First and second moments of every parameter, in the order of [`crate::model::Sae::vars`].
+/// First and second moments of every parameter, in the order of [`crate::model::Sae::vars`], stored
+/// in f32 or bf16 (`train.moments`).
 pub struct Adam {
     pub m: Vec<Tensor>,
     pub v: Vec<Tensor>,
@@ -19,7 +20,8 @@ pub struct Adam {
 
 impl Adam {
     pub fn new(vars: &[&Var], cfg: &TrainConfig) -> Result<Self> {
-        let zeros = |v: &&Var| v.as_tensor().zeros_like();
+        let dtype = cfg.moments.dtype();
+        let zeros = |v: &&Var| v.as_tensor().zeros_like()?.to_dtype(dtype);
         Ok(Self {
             m: vars.iter().map(zeros).collect::<candle_core::Result<_>>()?,
             v: vars.iter().map(zeros).collect::<candle_core::Result<_>>()?,
@@ -33,14 +35,15 @@ impl Adam {
     /// The whole update from the raw gradients (in the order of [`Sae::vars`]): the decoder gradient
     /// loses its component along each decoder row, all gradients are clipped to a global norm of
     /// `clip` (0: no clipping), Adam steps, and the decoder rows are renormalized. Returns the gradient
-    /// norm before clipping. On CUDA each pass is one fused kernel working in place.
+    /// norm before clipping. On CUDA this is two launches over all parameters (the gradients'
+    /// statistics, then Adam with the projection and renormalization folded in), in place.
     pub fn update(&mut self, sae: &Sae, mut grads: Vec<Tensor>, clip: f64, lr: f64) -> Result<f64> {
         let vars = sae.vars();
         #[cfg(feature = "cuda")]
         if sae.device().is_cuda() {
             return self.update_cuda(&vars, &grads, clip, lr);
         }
-        grads[2] = project_decoder_grad(sae.w_dec.as_tensor(), &grads[2])?;
+        grads[DECODER] = project_decoder_grad(sae.w_dec.as_tensor(), &grads[DECODER])?;
         let norm = clip_global_norm(&mut grads, clip)?;
         self.step(&vars, &grads, lr)?;
         normalize_rows(&sae.w_dec)?;
@@ -54,20 +57,8 @@ impl Adam {
             .iter()
             .map(|g| g.contiguous())
             .collect::<candle_core::Result<_>>()?;
-        let w_dec = vars[2].as_tensor();
-        let mut sq = cuda::project_rows_inplace(&grads[2], w_dec)?;
-        for i in [0, 1, 3] {
-            sq += cuda::sum_sq(&grads[i])?;
-        }
-        let norm = sq.sqrt();
-        let scale = if clip > 0.0 && norm > clip {
-            clip / norm
-        } else {
-            1.0
-        };
         self.t += 1;
         let h = cuda::AdamStep {
-            scale,
             beta1: self.beta1,
             beta2: self.beta2,
             bc1: 1.0 - self.beta1.powi(self.t as i32),
@@ -75,29 +66,39 @@ impl Adam {
             eps: self.eps,
             lr,
         };
-        for (i, (var, g)) in vars.iter().zip(&grads).enumerate() {
-            cuda::adam_inplace(var.as_tensor(), g, &self.m[i], &self.v[i], &h)?;
-        }
-        cuda::renorm_rows_inplace(w_dec)?;
-        Ok(norm)
+        let params: Vec<[&Tensor; 4]> = vars
+            .iter()
+            .zip(&grads)
+            .zip(self.m.iter().zip(&self.v))
+            .map(|((p, g), (m, v))| [p.as_tensor(), g, m, v])
+            .collect();
+        Ok(cuda::adam_fused(&params, DECODER, clip, &h)?)
     }
 
-    /// One update of every var with its gradient in `grads` (already clipped / projected).
+    /// One update of every var with its gradient in `grads` (already clipped / projected); the moments
+    /// are computed in f32 and stored in their dtype.
     pub fn step(&mut self, vars: &[&Var], grads: &[Tensor], lr: f64) -> Result<()> {
         self.t += 1;
         let bc1 = 1.0 - self.beta1.powi(self.t as i32);
         let bc2 = 1.0 - self.beta2.powi(self.t as i32);
         for (i, (var, g)) in vars.iter().zip(grads).enumerate() {
             let g = g.detach();
-            self.m[i] = ((&self.m[i] * self.beta1)? + (&g * (1.0 - self.beta1))?)?.detach();
-            self.v[i] = ((&self.v[i] * self.beta2)? + (g.sqr()? * (1.0 - self.beta2))?)?.detach();
-            let denom = ((&self.v[i] / bc2)?.sqrt()? + self.eps)?;
-            let update = ((&self.m[i] / bc1)? / denom)?;
+            let stored = self.m[i].dtype();
+            let m = ((self.m[i].to_dtype(DType::F32)? * self.beta1)? + (&g * (1.0 - self.beta1))?)?;
+            let v = ((self.v[i].to_dtype(DType::F32)? * self.beta2)?
+                + (g.sqr()? * (1.0 - self.beta2))?)?;
+            let denom = ((&v / bc2)?.sqrt()? + self.eps)?;
+            let update = ((&m / bc1)? / denom)?;
             var.set(&(var.as_tensor() - (update * lr)?)?)?;
+            self.m[i] = m.to_dtype(stored)?.detach();
+            self.v[i] = v.to_dtype(stored)?.detach();
         }
         Ok(())
     }
 }
+
+/// Position of the decoder (projected and renormalized) in [`Sae::vars`].
+const DECODER: usize = 2;
 
 /// Learning rate at `step` (0-based): linear warm-up over `warmup_steps`, constant, then linear decay to 0
 /// from `decay_start · steps` to the end.

@@ -14,6 +14,7 @@
 use crate::Result;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
+use runtime::{cpu_fwd, cuda_fwd};
 use std::sync::{Arc, Mutex};
 
 /// Decodes `vals [S]` at flat indices `idx [S]` with `w [n, d]` into `[batch, d]`.
@@ -363,7 +364,6 @@ fn cpu_col_reduce(g: &[f32], idx: &[i64], vals: &[f32], n: usize, d: usize) -> V
 #[cfg(feature = "cuda")]
 mod gpu {
     pub(super) use crate::cuda::{col_reduce, decode_rows, dot_pairs, storage_ptr};
-    pub(super) use candle_core::cuda::CudaStorage;
 }
 
 // ---- The custom ops ----
@@ -380,52 +380,29 @@ impl CustomOp3 for DecodeRows {
         "sparse-decode"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (s1, l1), (s2, l2), (s3, l3)| {
         let (vals, idx, w) = (
             slice_f32(s1, l1, "values")?,
             slice_i64(s2, l2)?,
             slice_f32(s3, l3, "W")?,
         );
-        check_range(idx, self.batch, self.n)?;
+        check_range(idx, op.batch, op.n)?;
         let d = l3.dims()[1];
-        let out = cpu_decode_rows(vals, idx, w, self.batch, self.n, d);
-        Ok((CpuStorage::F32(out), Shape::from((self.batch, d))))
-    }
+        let out = cpu_decode_rows(vals, idx, w, op.batch, op.n, d);
+        Ok((CpuStorage::F32(out), Shape::from((op.batch, d))))
+    });
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &gpu::CudaStorage,
-        l1: &Layout,
-        s2: &gpu::CudaStorage,
-        l2: &Layout,
-        s3: &gpu::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(gpu::CudaStorage, Shape)> {
+    cuda_fwd!(|op, (s1, l1), (s2, l2), (s3, l3)| {
         let d = l3.dims()[1];
         let ptrs = (
             gpu::storage_ptr::<f32>(s1, l1, "values")?,
             gpu::storage_ptr::<i64>(s2, l2, "indices")?,
             gpu::storage_ptr::<f32>(s3, l3, "W")?,
         );
-        let out = gpu::decode_rows(
-            &s1.device,
-            ptrs,
-            l2.shape().elem_count(),
-            self.batch,
-            self.n,
-            d,
-        )?;
-        Ok((out, Shape::from((self.batch, d))))
-    }
+        let pairs = l2.shape().elem_count();
+        let out = gpu::decode_rows(&s1.device, ptrs, pairs, op.batch, op.n, d)?;
+        Ok((out, Shape::from((op.batch, d))))
+    });
 
     fn bwd(
         &self,
@@ -452,60 +429,37 @@ struct GatherLinear {
     sink: Option<GradSink>,
 }
 
-impl GatherLinear {
-    fn idx_cpu(&self) -> candle_core::Result<Vec<i64>> {
-        self.idx.to_vec1::<i64>()
-    }
-}
-
 impl CustomOp3 for GatherLinear {
     fn name(&self) -> &'static str {
         "gather-linear"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (s1, l1), (s2, l2), (s3, l3)| {
         let (xc, w, b) = (
             slice_f32(s1, l1, "input")?,
             slice_f32(s2, l2, "W")?,
             slice_f32(s3, l3, "b")?,
         );
-        let idx = self.idx_cpu()?;
+        let idx = op.idx.to_vec1::<i64>()?;
         let (rows, d) = (l1.dims()[0], l1.dims()[1]);
         let n = l2.dims()[0];
         check_range(&idx, rows, n)?;
         let out = cpu_dot_pairs(xc, &idx, w, Some(b), n, d);
         Ok((CpuStorage::F32(out), Shape::from(idx.len())))
-    }
+    });
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &gpu::CudaStorage,
-        l1: &Layout,
-        s2: &gpu::CudaStorage,
-        l2: &Layout,
-        s3: &gpu::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(gpu::CudaStorage, Shape)> {
-        let (idx_p, _) = crate::cuda::tensor_ptr(&self.idx)?;
+    cuda_fwd!(|op, (s1, l1), (s2, l2), (s3, l3)| {
+        let (idx_p, _) = crate::cuda::tensor_ptr(&op.idx)?;
         let ptrs = (
             gpu::storage_ptr::<f32>(s1, l1, "input")?,
             idx_p,
             gpu::storage_ptr::<f32>(s2, l2, "W")?,
             gpu::storage_ptr::<f32>(s3, l3, "b")?,
         );
-        let pairs = self.idx.elem_count();
+        let pairs = op.idx.elem_count();
         let out = gpu::dot_pairs(&s1.device, ptrs, pairs, l2.dims()[0], l1.dims()[1])?;
         Ok((out, Shape::from(pairs)))
-    }
+    });
 
     fn bwd(
         &self,
@@ -552,35 +506,18 @@ impl CustomOp3 for PairDot {
         "pair-dot"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (s1, l1), (s2, l2), (s3, l3)| {
         let (g, idx, w) = (
             slice_f32(s1, l1, "gradient")?,
             slice_i64(s2, l2)?,
             slice_f32(s3, l3, "W")?,
         );
-        check_range(idx, l1.dims()[0], self.n)?;
-        let out = cpu_dot_pairs(g, idx, w, None, self.n, l3.dims()[1]);
+        check_range(idx, l1.dims()[0], op.n)?;
+        let out = cpu_dot_pairs(g, idx, w, None, op.n, l3.dims()[1]);
         Ok((CpuStorage::F32(out), Shape::from(idx.len())))
-    }
+    });
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &gpu::CudaStorage,
-        l1: &Layout,
-        s2: &gpu::CudaStorage,
-        l2: &Layout,
-        s3: &gpu::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(gpu::CudaStorage, Shape)> {
+    cuda_fwd!(|op, (s1, l1), (s2, l2), (s3, l3)| {
         let ptrs = (
             gpu::storage_ptr::<f32>(s1, l1, "gradient")?,
             gpu::storage_ptr::<i64>(s2, l2, "indices")?,
@@ -588,9 +525,9 @@ impl CustomOp3 for PairDot {
             0u64,
         );
         let pairs = l2.shape().elem_count();
-        let out = gpu::dot_pairs(&s1.device, ptrs, pairs, self.n, l3.dims()[1])?;
+        let out = gpu::dot_pairs(&s1.device, ptrs, pairs, op.n, l3.dims()[1])?;
         Ok((out, Shape::from(pairs)))
-    }
+    });
 }
 
 /// g [B, d], idx [S], vals [S] → [n, d]: row j = Σ_{s: col(s)=j} vals[s]·g[row(s)], in pair order.
@@ -603,43 +540,27 @@ impl CustomOp3 for ColReduce {
         "col-reduce"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    cpu_fwd!(|op, (s1, l1), (s2, l2), (s3, l3)| {
         let (g, idx, vals) = (
             slice_f32(s1, l1, "rows")?,
             slice_i64(s2, l2)?,
             slice_f32(s3, l3, "values")?,
         );
-        check_range(idx, l1.dims()[0], self.n)?;
+        check_range(idx, l1.dims()[0], op.n)?;
         let d = l1.dims()[1];
-        let out = cpu_col_reduce(g, idx, vals, self.n, d);
-        Ok((CpuStorage::F32(out), Shape::from((self.n, d))))
-    }
+        let out = cpu_col_reduce(g, idx, vals, op.n, d);
+        Ok((CpuStorage::F32(out), Shape::from((op.n, d))))
+    });
 
-    #[cfg(feature = "cuda")]
-    fn cuda_fwd(
-        &self,
-        s1: &gpu::CudaStorage,
-        l1: &Layout,
-        s2: &gpu::CudaStorage,
-        l2: &Layout,
-        s3: &gpu::CudaStorage,
-        l3: &Layout,
-    ) -> candle_core::Result<(gpu::CudaStorage, Shape)> {
+    cuda_fwd!(|op, (s1, l1), (s2, l2), (s3, l3)| {
         let d = l1.dims()[1];
         let ptrs = (
             gpu::storage_ptr::<f32>(s1, l1, "rows")?,
             gpu::storage_ptr::<i64>(s2, l2, "indices")?,
             gpu::storage_ptr::<f32>(s3, l3, "values")?,
         );
-        let out = gpu::col_reduce(&s1.device, ptrs, l2.shape().elem_count(), self.n, d)?;
-        Ok((out, Shape::from((self.n, d))))
-    }
+        let pairs = l2.shape().elem_count();
+        let out = gpu::col_reduce(&s1.device, ptrs, pairs, op.n, d)?;
+        Ok((out, Shape::from((op.n, d))))
+    });
 }

@@ -143,6 +143,7 @@ impl Trainer {
 
     pub fn with_sae(cfg: Config, mut sae: Sae, scales: Vec<f64>) -> Result<Self> {
         sae.bf16_scores = cfg.train.precision == crate::config::Precision::Bf16;
+        sae.tf32_scores = cfg.train.precision == crate::config::Precision::Tf32;
         sae.sinks = Some(Default::default());
         let adam = Adam::new(&sae.vars(), &cfg.train)?;
         let dead = DeadTracker::new(sae.shape.n, cfg.sae.aux.dead_tokens, sae.device())?;

@@ -610,3 +610,187 @@ fn dead_columns_match_host(dev: &Device) -> Result<()> {
     Ok(())
 }
 test_device!(dead_columns_match_host_on, dead_columns_match_host);
+
+/// f32 → bf16 → f32, rounding to nearest even (finite values).
+fn bf16_round(x: f64) -> f64 {
+    let b = (x as f32).to_bits();
+    f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000) as f64
+}
+
+/// The optimizer step in f64 over host copies of [W_enc, b_enc, W_dec, b_dec] (W_dec [n, d] at 2):
+/// projection of the decoder gradient off its rows, global-norm clipping, Adam (moments rounded to
+/// bf16 after the update with `bf16`), renormalization of the decoder rows. Returns the norm.
+#[allow(clippy::too_many_arguments)]
+fn adam_reference(
+    p: &mut [Vec<f64>],
+    g: &[Vec<f64>],
+    (m, v): (&mut [Vec<f64>], &mut [Vec<f64>]),
+    d: usize,
+    (t, lr, clip): (u64, f64, f64),
+    (beta1, beta2, eps): (f64, f64, f64),
+    bf16: bool,
+) -> f64 {
+    let mut g = g.to_vec();
+    for (gr, wr) in g[2].chunks_mut(d).zip(p[2].chunks(d)) {
+        let dot: f64 = gr.iter().zip(wr).map(|(a, b)| a * b).sum();
+        for (a, b) in gr.iter_mut().zip(wr) {
+            *a -= dot * b;
+        }
+    }
+    let norm = g.iter().flatten().map(|x| x * x).sum::<f64>().sqrt();
+    let scale = if clip > 0.0 && norm > clip {
+        clip / norm
+    } else {
+        1.0
+    };
+    let (bc1, bc2) = (1.0 - beta1.powi(t as i32), 1.0 - beta2.powi(t as i32));
+    let round = |x: f64| if bf16 { bf16_round(x) } else { x };
+    for i in 0..p.len() {
+        for j in 0..p[i].len() {
+            let gj = g[i][j] * scale;
+            let mj = m[i][j] * beta1 + gj * (1.0 - beta1);
+            let vj = v[i][j] * beta2 + gj * gj * (1.0 - beta2);
+            p[i][j] -= lr * (mj / bc1) / ((vj / bc2).sqrt() + eps);
+            (m[i][j], v[i][j]) = (round(mj), round(vj));
+        }
+    }
+    for row in p[2].chunks_mut(d) {
+        let n = row.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
+        row.iter_mut().for_each(|x| *x /= n);
+    }
+    norm
+}
+
+/// Three optimizer steps (clipping active on the second) of `Adam::update` against the f64 reference,
+/// with f32 and bf16 moments. The decoder's rows are wider than a block (300 > 256 threads) and W_enc
+/// spans several of the fused kernel's chunks (4800 > 2048 elements).
+fn fused_adam_matches_reference(dev: &Device) -> Result<()> {
+    let (n, d) = (16, 300);
+    for moments in ["f32", "bf16"] {
+        let text = common::synthetic_config("batchtopk", "", 1)
+            .replace("[train]", &format!("[train]\nmoments = \"{moments}\""));
+        let cfg = sae::Config::from_toml(&text)?;
+        let bf16 = moments == "bf16";
+        let w_dec = uniform(n * d, 31, dev)?.reshape((n, d))?;
+        let w_dec = w_dec.broadcast_div(&w_dec.sqr()?.sum_keepdim(1)?.sqrt()?)?;
+        let params = [
+            uniform(n * d, 32, dev)?.reshape((n, d))?,
+            uniform(n, 33, dev)?,
+            w_dec,
+            uniform(d, 34, dev)?,
+        ];
+        let mut sae = sae::Sae::from_rows(
+            common::batchtopk_shape(d, n, 4),
+            params.each_ref(),
+            DecodeMode::Sparse,
+        )?;
+        sae.sinks = None;
+        let mut adam = sae::optim::Adam::new(&sae.vars(), &cfg.train)?;
+        let want = if bf16 { DType::BF16 } else { DType::F32 };
+        assert!(adam.m.iter().chain(&adam.v).all(|t| t.dtype() == want));
+        let mut p: Vec<Vec<f64>> = params.iter().map(host).collect::<Result<_>>()?;
+        let mut m: Vec<Vec<f64>> = p.iter().map(|x| vec![0.0; x.len()]).collect();
+        let mut v = m.clone();
+        let lr = 1e-3;
+        for (step, clip) in [(1u64, 0.0), (2, 1.5), (3, 1e6)] {
+            let grads: Vec<Tensor> = params
+                .iter()
+                .enumerate()
+                .map(|(i, x)| {
+                    let g = uniform(x.elem_count(), 100 * step + i as u64, dev)?;
+                    Ok(g.reshape(x.shape())?)
+                })
+                .collect::<Result<_>>()?;
+            let g_host: Vec<Vec<f64>> = grads.iter().map(host).collect::<Result<_>>()?;
+            let norm = adam.update(&sae, grads, clip, lr)?;
+            let want_norm = adam_reference(
+                &mut p,
+                &g_host,
+                (&mut m, &mut v),
+                d,
+                (step, lr, clip),
+                (adam.beta1, adam.beta2, adam.eps),
+                bf16,
+            );
+            assert!(
+                (norm - want_norm).abs() < 1e-5 * want_norm,
+                "{moments} step {step}: norm {norm} vs {want_norm}"
+            );
+            for (i, var) in sae.vars().iter().enumerate() {
+                let got = host(var.as_tensor())?;
+                assert!(
+                    max_err(&got, &p[i]) < 2e-5,
+                    "{moments} step {step}: parameter {i} off by {}",
+                    max_err(&got, &p[i])
+                );
+                // bf16 moments: each within an ulp (≤ 2^-7 relative) of the reference's rounding.
+                for (got, want) in [(&adam.m[i], &m[i]), (&adam.v[i], &v[i])] {
+                    let got = host(got)?;
+                    let scale = want.iter().fold(1e-6f64, |a, x| a.max(x.abs()));
+                    for (g, w) in got.iter().zip(want) {
+                        let tol = if bf16 {
+                            w.abs() / 128.0 + 1e-6 * scale
+                        } else {
+                            1e-5 * scale
+                        };
+                        assert!(
+                            (g - w).abs() <= tol,
+                            "{moments} step {step}: a moment of parameter {i}: {g} vs {w}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+test_device!(
+    fused_adam_matches_reference_on,
+    fused_adam_matches_reference
+);
+
+/// The encoder's scores `relu(xc · W_encᵀ + b_enc)` against an f64 reference: on CUDA the TF32 matmul
+/// with the bias + ReLU epilogue (`tf32_scores`), within TF32's rounding (2^-11 per factor), and the
+/// f32 path; on the CPU the f32 path. Odd sizes: no dimension a multiple of 4.
+fn scores_match_reference(dev: &Device) -> Result<()> {
+    let (rows, n, d) = (37, 301, 75);
+    let params = [
+        uniform(n * d, 41, dev)?.reshape((n, d))?,
+        uniform(n, 42, dev)?,
+        uniform(n * d, 43, dev)?.reshape((n, d))?,
+        uniform(d, 44, dev)?,
+    ];
+    let mut sae = sae::Sae::from_rows(
+        common::batchtopk_shape(d, n, 4),
+        params.each_ref(),
+        DecodeMode::Sparse,
+    )?;
+    let xc = uniform(rows * d, 45, dev)?.reshape((rows, d))?;
+    let (x, w, b) = (host(&xc)?, host(&params[0])?, host(&params[1])?);
+    let modes: &[bool] = if dev.is_cuda() {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &tf32 in modes {
+        sae.tf32_scores = tf32;
+        let got = host(&sae.scores(&xc)?)?;
+        assert_eq!(got.len(), rows * n);
+        for r in 0..rows {
+            for j in 0..n {
+                let (xr, wj) = (&x[r * d..(r + 1) * d], &w[j * d..(j + 1) * d]);
+                let dot: f64 = xr.iter().zip(wj).map(|(a, c)| a * c).sum();
+                let mag: f64 = xr.iter().zip(wj).map(|(a, c)| (a * c).abs()).sum();
+                let want = (dot + b[j]).max(0.0);
+                let tol = if tf32 { 2e-3 * mag } else { 1e-5 * mag } + 1e-6;
+                let g = got[r * n + j];
+                assert!(
+                    (g - want).abs() <= tol,
+                    "tf32 {tf32}: score ({r}, {j}) {g} vs {want}"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+test_device!(scores_match_reference_on, scores_match_reference);

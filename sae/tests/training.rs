@@ -44,6 +44,23 @@ fn resume_reaches_the_same_weights() {
     }
 }
 
+/// `train.moments = "bf16"`: the checkpoint stores the moments in bf16 and a resumed run reaches the
+/// uninterrupted run's weights.
+#[test]
+fn bf16_moments_are_checkpointed_and_resume_exactly() {
+    let text =
+        synthetic_config("batchtopk", "", 1).replace("[train]", "[train]\nmoments = \"bf16\"");
+    let (a, b, ckpt) = uninterrupted_and_killed(&text);
+    let state = ckpt.join("training_state.safetensors");
+    let stored = candle_core::safetensors::load(&state, &Device::Cpu).unwrap();
+    for name in ["adam_m.W_enc", "adam_v.W_dec", "adam_m.b_dec"] {
+        assert_eq!(stored[name].dtype(), candle_core::DType::BF16, "{name}");
+    }
+    let s = run(b.path(), &text, true);
+    assert_eq!(s.step, 12);
+    assert_same_weights(a.path(), b.path(), "bf16 moments after resume");
+}
+
 #[test]
 fn a_checkpoint_with_the_weights_in_its_training_state_still_resumes() {
     let text = synthetic_config("batchtopk", "", 1);

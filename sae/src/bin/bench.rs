@@ -58,6 +58,9 @@ struct Args {
     /// Layers of the crosscoder (each of `--d` inputs).
     #[arg(long, default_value_t = 3)]
     layers: usize,
+    /// Storage of Adam's moments: f32 or bf16 (`train.moments`).
+    #[arg(long, default_value = "f32")]
+    moments: String,
 }
 
 /// A BatchTopK config of n latents, k, batch b; `dead` tokens make a latent dead (0: all dead, aux-k on).
@@ -173,6 +176,7 @@ fn main() -> anyhow::Result<()> {
             cfg.sae.decode = decode;
             let mut t = sae::Trainer::new(cfg, &x, &device)?;
             t.profile = a.profile;
+            set_moments(&mut t, &a.moments)?;
             for &prec in &precisions {
                 set_precision(&mut t, prec);
                 for &sel in &selectors {
@@ -362,6 +366,7 @@ fn compare_archs(a: &Args, archs: &[Arch], setup: &Setup) -> anyhow::Result<()> 
                     .reshape((b, m.layers, m.d_model))?;
                 let mut t = arch_trainer(m, (n, b, a.k), cuda, device)?;
                 t.profile = a.profile;
+                set_moments(&mut t, &a.moments)?;
                 for &prec in setup.precisions {
                     set_precision(&mut t, prec);
                     for &sel in setup.selectors {
@@ -491,6 +496,16 @@ fn parse_shape(shape: &str) -> anyhow::Result<(usize, usize)> {
     Ok((n.trim().parse()?, b.trim().parse()?))
 }
 
+/// Fresh Adam moments stored as `moments` (`f32` or `bf16`).
+fn set_moments(t: &mut sae::Trainer, moments: &str) -> anyhow::Result<()> {
+    let [moments] = parse::<sae::config::Moments>(moments)?[..] else {
+        anyhow::bail!("--moments: one of f32, bf16");
+    };
+    t.cfg.train.moments = moments;
+    t.adam = sae::optim::Adam::new(&t.sae.vars(), &t.cfg.train)?;
+    Ok(())
+}
+
 /// The trainer and the device's matmuls set to `prec`.
 fn set_precision(t: &mut sae::Trainer, prec: Precision) {
     #[cfg(feature = "cuda")]
@@ -500,6 +515,7 @@ fn set_precision(t: &mut sae::Trainer, prec: Precision) {
     }
     t.cfg.train.precision = prec;
     t.sae.bf16_scores = prec == Precision::Bf16;
+    t.sae.tf32_scores = prec == Precision::Tf32;
 }
 
 /// Tokens without firing that make a latent dead in the bench; the dead set's counters sit above it.
