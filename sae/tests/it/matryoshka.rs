@@ -1,7 +1,7 @@
 //! Matryoshka's nested-prefix loss from the selected pairs, the crosscoder as a wide BatchTopK, and the
 //! aux-k loss with most latents dead, each against a dense f64 reference of the loss and of every
 //! gradient (dictionary_learning's formulas), on every device: CPU in CI, CUDA with `--features cuda`.
-mod common;
+use crate::common;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
 use common::{host, max_err, uniform};
