@@ -7,9 +7,9 @@ use candle_core::{DType, Device, Tensor, Var};
 use common::{host, max_err, uniform};
 use rand::{Rng, SeedableRng};
 use runtime::test_device;
+use sae::arch::matryoshka::prefix_loss;
 use sae::config::{Arch, AuxDecode, DecodeMode};
 use sae::model::{Sae, Shape};
-use sae::nested::prefix_loss;
 
 /// `got` within `tol` of `want`, relative to the larger of 1 and want's largest magnitude.
 fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
