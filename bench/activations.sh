@@ -6,14 +6,19 @@
 # forward pass alone with per-op times (forward_bench). About 2 min.
 #
 # Binaries (built on the development machine, from the repo root):
-#   bash bench/pack.sh activations     # builds, strips + xz's extract, forward_bench, ops, gpt2, it (the activations tests) into .devbin/activations/
+#   bash bench/pack.sh activations     # builds, strips + xz's extract, forward_bench, gpt2_it (gpt2's ops tests among them), gpt2, it (the activations tests) into .devbin/activations/
 # Run on the GPU machine from the repo root: bash bench/activations.sh  (logs: $OUT/activations/)
 # A subset: ACT_BIN=.devbin/act2 ACT_TESTS="ops" ACT_RUNS="f32_24" bash bench/activations.sh
 set -uo pipefail
 . bench/lib.sh
 begin activations "${ACT_BIN:-.devbin/activations}"
 SCRATCH=/dev/shm/act-final; mkdir -p "$SCRATCH"
-for t in ${ACT_TESTS:-ops gpt2}; do run_test "$t" 60 "$B/$t" --test-threads 4; done
+for t in ${ACT_TESTS:-ops gpt2}; do
+  # gpt2's whole forwards are a test binary of their own; the other names are modules of gpt2_it.
+  # shellcheck disable=SC2046 # one word per test name
+  if [ "$t" = gpt2 ]; then run_test gpt2 60 "$B/gpt2" --test-threads 4
+  else run_test "$t" 60 "$B/gpt2_it" --test-threads 4 --exact $(module_tests "$B/gpt2_it" "$t"); fi
+done
 extract() { # dtype hook tokens -> tokens/s
   cat > "$SCRATCH/cfg.toml" <<TOML
 model = "random:xl"

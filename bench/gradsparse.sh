@@ -12,9 +12,10 @@
 set -uo pipefail
 . bench/lib.sh
 begin gradsparse .devbin/gradsparse
-step "profk accumulate tests (cpu + cuda)" 60 accumulate-tests "$B/accumulate"
-# Optional (not packed by default, to keep the carried binaries small): profk's selection tests on CUDA.
-[ -x "$B/selection" ] && step "profk selection tests (cuda)" 45 selection-tests "$B/selection" cuda
+# shellcheck disable=SC2046 # one word per test name
+step "profk accumulate tests (cpu + cuda)" 60 accumulate-tests "$B/profk_it" --exact $(module_tests "$B/profk_it" accumulate)
+# shellcheck disable=SC2046
+step "profk selection tests (cuda)" 45 selection-tests "$B/profk_it" --exact $(module_tests "$B/profk_it" selection cuda)
 step "gradsparse fused vs separate EF (cpu + cuda)" 30 gradsparse-lib "$B/gradsparse_lib" feedback
 step "finetune-bench --check (tiny model, cpu vs cuda)" 40 check "$B/finetune-bench" --check --ef-only --models gpt2 --selectors profk --steps 2 --warmup 1
 step "XL EF overhead, gradsparse" 80 ef-xl "$B/finetune-bench" --ef-only --models gpt2-xl --selectors profk,radix,sort --steps 7 --warmup 2

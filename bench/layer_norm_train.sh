@@ -9,7 +9,9 @@
 set -uo pipefail
 . bench/lib.sh
 begin layer_norm "${LN_BIN:-.devbin/layer_norm_train}"
-run_test train_layer_norm 60 "$B/train_layer_norm" --test-threads 1 --nocapture
+# shellcheck disable=SC2046 # one word per test name
+run_test train_layer_norm 60 "$B/gpt2_it" --test-threads 1 --nocapture \
+  --exact $(module_tests "$B/gpt2_it" train_layer_norm)
 for dt in f32 bf16; do
   timeout 30 "$B/layer_norm_train_bench" --device cuda --dtype $dt > "$LOG/ours-$dt.md" 2> "$LOG/ours-$dt.err"
   timeout 30 python3 bench/peers/layer_norm_train_torch.py --dtype $dt > "$LOG/torch-$dt.md" 2> "$LOG/torch-$dt.err"

@@ -17,6 +17,15 @@ test_result() {
   grep -Eo 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$1" | tail -1 | sed 's/test result: //'
 }
 
+# module_tests BIN MODULE [WORD]: the full names of the tests of MODULE (a former test file) in the
+# one-binary test suite BIN, only those containing WORD if given, for `BIN --exact NAMES`. When none
+# match it prints a name no test has, so that the run reports 0 tests instead of running them all.
+module_tests() {
+  local names
+  names=$("$1" --list 2>/dev/null | sed -n "s/^\($2::[^:].*\): test\$/\1/p" | grep -F -- "${3:-}")
+  echo "${names:-no_test_of_$2}"
+}
+
 # step LABEL TIMEOUT-SECONDS LOG-NAME COMMAND...: runs COMMAND into $LOG/LOG-NAME.log under a timeout
 # and adds a row (verdict, seconds, the last `test result` line) to SUMMARY.
 SUMMARY=()
@@ -148,7 +157,11 @@ profk_checks() {
     echo "## checks: run earlier in this call on the same build" >>"$R"
     return
   fi
-  for t in selection rows statistics accumulate; do section "test $t (cuda)" 150 "$1/$t" cuda; done
+  local t
+  for t in selection rows statistics accumulate; do
+    # shellcheck disable=SC2046 # one word per test name
+    section "test $t (cuda)" 150 "$1/profk_it" --exact $(module_tests "$1/profk_it" $t cuda)
+  done
   section "graph capture" 60 "$1/graph_capture"
   section "profk bench --device cuda --check --no-table" 90 "$1/profk" bench --device cuda --check --no-table
 }

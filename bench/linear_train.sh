@@ -10,7 +10,9 @@
 set -uo pipefail
 . bench/lib.sh
 begin linear_train "${LIN_BIN:-.devbin/linear_train}"
-for t in train_linear ops; do run_test "$t" 60 "$B/$t" --test-threads 4; done
+run_test train_linear 60 "$B/train_linear" --test-threads 4
+# shellcheck disable=SC2046 # one word per test name
+run_test ops 60 "$B/gpt2_it" --test-threads 4 --exact $(module_tests "$B/gpt2_it" ops)
 timeout 40 "$B/linear_train_bench" --device cuda --iters 30 > "$LOG/ours.md" 2> "$LOG/ours.err"
 timeout 40 python3 bench/peers/linear_train_torch.py --iters 30 > "$LOG/torch.md" 2> "$LOG/torch.err"
 echo "## linear_train, $GPU, $(date -u +%F)"

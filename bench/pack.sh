@@ -11,7 +11,8 @@ set -euo pipefail
 
 # pack DEST "CARGO BUILD FLAGS" PACKAGE/TARGET[=NAME] ...: each PACKAGE/TARGET is an integration test,
 # a binary or an example of that package by its name, or PACKAGE/lib for its library's unit tests,
-# packed as DEST/NAME.xz (NAME defaults to TARGET).
+# packed as DEST/NAME.xz (NAME defaults to TARGET). A crate's one-binary test suite `it` is packed as
+# CRATE_it; the run scripts pick a former test file's tests from it by module (bench/lib.sh module_tests).
 pack() {
   local dest=$1 flags=$2
   shift 2
@@ -35,40 +36,39 @@ for workload in "$@"; do
   case $workload in
   activations)
     pack "$dest" "-p gpt2 -p activations --bins --tests --examples" \
-      activations/extract activations/forward_bench gpt2/ops gpt2/gpt2 activations/it ;;
+      activations/extract activations/forward_bench gpt2/it=gpt2_it gpt2/gpt2 activations/it ;;
   attention_train)
     pack "$dest" "-p gpt2 -p activations --test train_attention --example attention_train_bench" \
       gpt2/train_attention activations/attention_train_bench ;;
   layer_norm_train)
-    pack "$dest" "-p gpt2 -p activations --test train_layer_norm --example layer_norm_train_bench" \
-      gpt2/train_layer_norm activations/layer_norm_train_bench ;;
+    pack "$dest" "-p gpt2 -p activations --test it --example layer_norm_train_bench" \
+      gpt2/it=gpt2_it activations/layer_norm_train_bench ;;
   linear_train)
     pack "$dest" "-p gpt2 -p activations --tests --examples" \
-      gpt2/ops gpt2/train_linear activations/linear_train_bench ;;
+      gpt2/it=gpt2_it gpt2/train_linear activations/linear_train_bench ;;
   data_path)
     pack "$dest" "-p sparsetrain -p activations -p sae --bins --tests --examples" \
       sparsetrain/train-sae sparsetrain/finetune sparsetrain/extract activations/hash_rate \
-      activations/it sae/shard_stream ;;
+      activations/it sae/it=sae_it ;;
   distributed)
     # train-sae for the world-size-1 runs, finetune-bench for the exchanges.
     pack "$dest" "-p sparsetrain -p gradsparse --bins" sparsetrain/train-sae gradsparse/finetune-bench ;;
   gradsparse)
-    # The accumulate tests, the gradsparse unit tests, the benchmark.
+    # profk's tests (accumulate, selection), the gradsparse unit tests, the benchmark.
     pack "$dest" "-p profk -p gradsparse --bins --tests" \
-      profk/accumulate gradsparse/lib=gradsparse_lib gradsparse/finetune-bench ;;
+      profk/it=profk_it gradsparse/lib=gradsparse_lib gradsparse/finetune-bench ;;
   profk)
     # profk's CUDA tests by name (its params test reads the profk binary of the root package), then
     # the profk CLI.
-    pack "$dest" "-p profk --test selection --test rows --test statistics --test accumulate --test graph_capture" \
-      profk/selection profk/rows profk/statistics profk/accumulate profk/graph_capture
+    pack "$dest" "-p profk --test it --test graph_capture" profk/it=profk_it profk/graph_capture
     pack "$dest" "-p sparsetrain --bin profk" sparsetrain/profk ;;
   sae)
-    pack "$dest" "-p sae --bins --tests" sae/sparse_ops sae/sae-bench ;;
+    pack "$dest" "-p sae --bins --tests" sae/it=sae_it sae/sae-bench ;;
   sae_matryoshka)
     # The Matryoshka / crosscoder / aux-k reference tests, the pair-kernel tests, the benchmark; and
     # dictionary_learning's release wheel (dictionary-learning 0.1.0, pure Python, installed there
     # without its dependencies) into .whl/ (git-ignored: carry it too).
-    pack "$dest" "-p sae --bins --tests" sae/matryoshka sae/sparse_ops sae/sae-bench
+    pack "$dest" "-p sae --bins --tests" sae/it=sae_it sae/sae-bench
     mkdir -p .whl
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
       dictionary-learning==0.1.0

@@ -20,10 +20,13 @@ begin sae .devbin/sae
 SHAPES=${SAE_SHAPES:-65536x4096,131072x8192}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/tests.log" 2>&1
+# The pair-kernel tests (sae/tests/it/sparse_ops.rs) by name in sae's one test binary.
+SPARSE_OPS_TESTS=$(module_tests "$B/sae_it" sparse_ops)
 COMMON=(--device cuda --d 1600 --shapes "$SHAPES" --k 32 --selectors profk --warmup 2 --steps 5)
 if [ "$QUICK" = 1 ]; then
   # A fresh machine JIT-compiles candle's PTX modules first (~15 s).
-  timeout 70 "$B/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+  # shellcheck disable=SC2086 # one word per test name
+  timeout 70 "$B/sae_it" --test-threads=1 --exact $SPARSE_OPS_TESTS >>"$LOG/tests.log" 2>&1
   TESTS_RC=$?
   timeout 26 "$B/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes auto \
     --profile >"$LOG/ours.md" 2>&1
@@ -32,7 +35,8 @@ if [ "$QUICK" = 1 ]; then
   PEER_RC="not run (SAE_QUICK)"
 else
   # On a fresh machine the first CUDA process JIT-compiles candle's PTX modules (tens of seconds).
-  timeout 120 "$B/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+  # shellcheck disable=SC2086
+  timeout 120 "$B/sae_it" --test-threads=1 --exact $SPARSE_OPS_TESTS >>"$LOG/tests.log" 2>&1
   TESTS_RC=$?
   timeout 45 "$B/sae-bench" "${COMMON[@]}" --precisions tf32,bf16 --dead 0,0.05,1 --aux-decodes sparse,auto \
     --profile >"$LOG/ours.md" 2>&1

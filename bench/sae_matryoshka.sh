@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Matryoshka and the crosscoder at BatchTopK's speed, on the GPU machine, from the repo root: the CUDA tests
-# of the prefix loss, the crosscoder and the aux-k reference (sae/tests/matryoshka.rs) and of the pair
+# of the prefix loss, the crosscoder and the aux-k reference (sae/tests/it/matryoshka.rs) and of the pair
 # kernels (sparse_ops), then `sae-bench --archs matryoshka,crosscoder` (d = 1600, k = 32, profk, TF32,
 # (n, B) in {(2^16, 4096), (2^17, 8192)}: Matryoshka with groups n/32, n/16, n/8 and the rest beside
 # BatchTopK over d; the crosscoder over 3 × 1600 beside BatchTopK over 4800), and dictionary_learning's own
@@ -10,7 +10,7 @@
 #
 # SAE_PRECISIONS (default tf32) adds bf16 / f32 rows on both sides; SAE_SHAPES overrides the shapes.
 #
-# SAE_M_PACK (default .devbin/sae_matryoshka) is where the packed binaries are; sparse_ops runs if packed.
+# SAE_M_PACK (default .devbin/sae_matryoshka) is where the packed binaries are.
 # The binaries come prebuilt in .devbin/sae_matryoshka/ and the wheel in .whl/ (bash bench/pack.sh sae_matryoshka);
 # carry both.
 set -uo pipefail
@@ -27,9 +27,11 @@ START=$(date +%s)
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$LOG/tests.log" 2>&1
 # A fresh machine JIT-compiles candle's PTX modules in the first CUDA process (tens of seconds).
-timeout 150 "$BIN/matryoshka" --test-threads=1 >>"$LOG/tests.log" 2>&1
+# shellcheck disable=SC2046 # one word per test name
+timeout 150 "$BIN/sae_it" --test-threads=1 --exact $(module_tests "$BIN/sae_it" matryoshka) >>"$LOG/tests.log" 2>&1
 TESTS_RC=$?
-[ -x "$BIN/sparse_ops" ] && timeout 120 "$BIN/sparse_ops" --test-threads=1 >>"$LOG/tests.log" 2>&1
+# shellcheck disable=SC2046
+timeout 120 "$BIN/sae_it" --test-threads=1 --exact $(module_tests "$BIN/sae_it" sparse_ops) >>"$LOG/tests.log" 2>&1
 TESTS_RC="$TESTS_RC/$?"
 timeout 150 "$BIN/sae-bench" --device cuda --d 1600 --shapes "$SHAPES" --k 32 --selectors profk \
   --precisions "$PRECISIONS" --archs matryoshka,crosscoder --layers 3 --warmup 2 --steps 5 --profile \

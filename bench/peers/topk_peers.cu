@@ -2,14 +2,15 @@
 //   flashinfer      FlashInfer 0.7.2 sampling::TopKDispatch (FilteredTopK for k <= 2048, multi-CTA
 //                   radix otherwise), non-deterministic (its default)
 //   flashinfer_det  the same, deterministic
-//   cub             CUB (CCCL 3.3, as bundled with FlashInfer 0.7.2) DeviceTopK::MaxPairs: one sequence
-//                   only, unsorted, determinism not guaranteed (the one configuration it implements)
+//   cub             CUB (CCCL 3.3, as bundled with FlashInfer 0.7.2) DeviceTopK::MaxPairs: one
+//                   sequence only, unsorted, determinism not guaranteed (the one configuration it
+//                   implements)
 // Timed like `profk bench --device cuda`: CUDA events around each call, median of REPS after a
 // warm-up, inputs rotated when three copies fit in 1 GiB. The first call's result is checked on the
 // host against the true top-k of every row: the value multiset, indices distinct, in range and
-// pointing at their values. Prints exactly one JSON line, also on failure: a launch or device error,
-// a failed check, or no completion within --limit seconds (the multi-CTA radix path hangs on some
-// shapes), after which the process exits without waiting for the device.
+// pointing at their values. Prints exactly one JSON line, also on failure: a launch or device
+// error, a failed check, or no completion within --limit seconds (the multi-CTA radix path hangs on
+// some shapes), after which the process exits without waiting for the device.
 //
 //   topk_peers --peer flashinfer|flashinfer_det|cub --shape LABEL --rows R --n N --k K
 //              --dtype f32|bf16|f16 [--masked] [--reps 15] [--limit 120]
@@ -249,8 +250,9 @@ void run(const Case& c) {
     check_cuda(cudaDeviceSynchronize(), "first call");
     std::vector<float> values = to_host(out_values, c.k);
     std::vector<int64_t> indices(c.k);
-    check_cuda(cudaMemcpy(indices.data(), out_indices, c.k * sizeof(int64_t), cudaMemcpyDeviceToHost),
-               "copy to host");
+    check_cuda(
+        cudaMemcpy(indices.data(), out_indices, c.k * sizeof(int64_t), cudaMemcpyDeviceToHost),
+        "copy to host");
     std::vector<float> x = to_host(xs[0], total);
     error = check_rows(x, c, values, indices);
     ms = median_ms(call, c.reps);

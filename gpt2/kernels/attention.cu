@@ -17,7 +17,8 @@ namespace {
 constexpr int HD = 64;
 constexpr int BQ = 64;         // query rows per block
 constexpr int BK = 64;         // keys per tile
-constexpr int LDS = HD + 8;    // shared-memory row length in elements (padding against bank conflicts)
+// shared-memory row length in elements (padding against bank conflicts)
+constexpr int LDS = HD + 8;
 
 // Two floats packed as two 16-bit values, the first in the low half (the lower column index).
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
@@ -31,21 +32,30 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi
 }
 
 // c += a * b for one 16x8x16 tile (row-major A, column-major B, f32 accumulators).
-template <typename T> __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
-template <> __device__ __forceinline__ void mma16816<__nv_bfloat16>(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+template <typename T>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], const uint32_t b[2]);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float c[4], const uint32_t a[4],
+                                                        const uint32_t b[2]) {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-template <> __device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+template <>
+__device__ __forceinline__ void mma16816<__half>(float c[4], const uint32_t a[4],
+                                                 const uint32_t b[2]) {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-__device__ __forceinline__ uint32_t ld32(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t ld32(const void* p) {
+    return *reinterpret_cast<const uint32_t*>(p);
+}
 
 // Rows r0..r0+BK of one head's q, k or v (row stride `stride` elements) into shared memory,
 // zeros past the sequence end. 16-byte loads, all 128 threads.
@@ -55,14 +65,15 @@ __device__ __forceinline__ void load_tile(T* dst, const T* src, int r0, int t_le
     for (int i = threadIdx.x; i < BK * (HD / VEC); i += blockDim.x) {
         const int r = i / (HD / VEC), c = (i % (HD / VEC)) * VEC;
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (r0 + r < t_len) v = *reinterpret_cast<const uint4*>(src + (size_t)(r0 + r) * stride + c);
+        if (r0 + r < t_len)
+            v = *reinterpret_cast<const uint4*>(src + (size_t)(r0 + r) * stride + c);
         *reinterpret_cast<uint4*>(dst + r * LDS + c) = v;
     }
 }
 
 template <typename T>
-__device__ __forceinline__ void attn_mma(const T* __restrict__ qkv, T* __restrict__ out, int t_len, int n_head,
-                                         float scale_log2) {
+__device__ __forceinline__ void attn_mma(const T* __restrict__ qkv, T* __restrict__ out, int t_len,
+                                         int n_head, float scale_log2) {
     __shared__ __align__(16) T sk[BK * LDS];
     __shared__ __align__(16) T sv[BK * LDS];
     const int qt = gridDim.x - 1 - blockIdx.x;  // longest rows first
@@ -163,8 +174,10 @@ __device__ __forceinline__ void attn_mma(const T* __restrict__ qkv, T* __restric
             for (int n = 0; n < HD / 8; ++n) {
                 const int col = n * 8 + g;
                 uint32_t vf[2];
-                vf[0] = (uint32_t)sv16[key * LDS + col] | ((uint32_t)sv16[(key + 1) * LDS + col] << 16);
-                vf[1] = (uint32_t)sv16[(key + 8) * LDS + col] | ((uint32_t)sv16[(key + 9) * LDS + col] << 16);
+                vf[0] =
+                    (uint32_t)sv16[key * LDS + col] | ((uint32_t)sv16[(key + 1) * LDS + col] << 16);
+                vf[1] = (uint32_t)sv16[(key + 8) * LDS + col] |
+                        ((uint32_t)sv16[(key + 9) * LDS + col] << 16);
                 mma16816<T>(o[n], pa, vf);
             }
         }
@@ -181,7 +194,8 @@ __device__ __forceinline__ void attn_mma(const T* __restrict__ qkv, T* __restric
             T* dst = out + ((size_t)b * t_len + row[r]) * n_head * HD + (size_t)h * HD;
 #pragma unroll
             for (int n = 0; n < HD / 8; ++n)
-                *reinterpret_cast<uint32_t*>(dst + n * 8 + tg * 2) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+                *reinterpret_cast<uint32_t*>(dst + n * 8 + tg * 2) =
+                    pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
         }
     }
 }
@@ -189,8 +203,8 @@ __device__ __forceinline__ void attn_mma(const T* __restrict__ qkv, T* __restric
 constexpr int SK = 32;  // keys per tile of the scalar path
 
 template <typename T>
-__device__ __forceinline__ void attn_scalar(const T* __restrict__ qkv, T* __restrict__ out, int t_len, int n_head,
-                                            float scale_log2) {
+__device__ __forceinline__ void attn_scalar(const T* __restrict__ qkv, T* __restrict__ out,
+                                            int t_len, int n_head, float scale_log2) {
     __shared__ __align__(16) float sk[SK][HD];
     __shared__ __align__(16) float sv[SK][HD];
     const int h = blockIdx.y, b = blockIdx.z;
@@ -266,25 +280,27 @@ __device__ __forceinline__ void attn_scalar(const T* __restrict__ qkv, T* __rest
 }  // namespace
 
 // grid (ceil(T / 64), H, B), block 128.
-extern "C" __global__ void __launch_bounds__(128) attn_mma_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* out, int t_len,
-                                                               int n_head, float scale_log2) {
+extern "C" __global__ void __launch_bounds__(128)
+    attn_mma_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* out, int t_len, int n_head,
+                  float scale_log2) {
     attn_mma<__nv_bfloat16>(qkv, out, t_len, n_head, scale_log2);
 }
-extern "C" __global__ void __launch_bounds__(128) attn_mma_f16(const __half* qkv, __half* out, int t_len, int n_head,
-                                                              float scale_log2) {
+extern "C" __global__ void __launch_bounds__(128)
+    attn_mma_f16(const __half* qkv, __half* out, int t_len, int n_head, float scale_log2) {
     attn_mma<__half>(qkv, out, t_len, n_head, scale_log2);
 }
 
 // grid (ceil(T / 64), H, B), block 64.
-extern "C" __global__ void __launch_bounds__(64) attn_scalar_f32(const float* qkv, float* out, int t_len, int n_head,
-                                                                float scale_log2) {
+extern "C" __global__ void __launch_bounds__(64)
+    attn_scalar_f32(const float* qkv, float* out, int t_len, int n_head, float scale_log2) {
     attn_scalar<float>(qkv, out, t_len, n_head, scale_log2);
 }
-extern "C" __global__ void __launch_bounds__(64) attn_scalar_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* out,
-                                                                 int t_len, int n_head, float scale_log2) {
+extern "C" __global__ void __launch_bounds__(64)
+    attn_scalar_bf16(const __nv_bfloat16* qkv, __nv_bfloat16* out, int t_len, int n_head,
+                     float scale_log2) {
     attn_scalar<__nv_bfloat16>(qkv, out, t_len, n_head, scale_log2);
 }
-extern "C" __global__ void __launch_bounds__(64) attn_scalar_f16(const __half* qkv, __half* out, int t_len,
-                                                                int n_head, float scale_log2) {
+extern "C" __global__ void __launch_bounds__(64)
+    attn_scalar_f16(const __half* qkv, __half* out, int t_len, int n_head, float scale_log2) {
     attn_scalar<__half>(qkv, out, t_len, n_head, scale_log2);
 }

@@ -29,8 +29,8 @@ __device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    ce_rows(const float* __restrict__ logits, const uint32_t* __restrict__ tokens, float* __restrict__ lse,
-            float* __restrict__ loss, int t, int v) {
+    ce_rows(const float* __restrict__ logits, const uint32_t* __restrict__ tokens,
+            float* __restrict__ lse, float* __restrict__ loss, int t, int v) {
     const int r = blockIdx.x;  // predicting row, b-major: (seq, pos) with pos < t - 1
     const int seq = r / (t - 1), pos = r % (t - 1);
     const float* row = logits + ((size_t)seq * t + pos) * v;
@@ -56,7 +56,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     __syncthreads();
     for (int half = THREADS / 2; half > 0; half /= 2) {
         if (threadIdx.x < half) {
-            const MaxSum o = merge({sm[threadIdx.x], ss[threadIdx.x]}, {sm[threadIdx.x + half], ss[threadIdx.x + half]});
+            const MaxSum o = merge({sm[threadIdx.x], ss[threadIdx.x]},
+                                   {sm[threadIdx.x + half], ss[threadIdx.x + half]});
             sm[threadIdx.x] = o.m;
             ss[threadIdx.x] = o.s;
         }
@@ -85,8 +86,9 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS)
-    ce_grad(const float* __restrict__ logits, const uint32_t* __restrict__ tokens, const float* __restrict__ lse,
-            const float* __restrict__ upstream, float* __restrict__ grad, int t, int v) {
+    ce_grad(const float* __restrict__ logits, const uint32_t* __restrict__ tokens,
+            const float* __restrict__ lse, const float* __restrict__ upstream,
+            float* __restrict__ grad, int t, int v) {
     const int i = blockIdx.x;  // row of [B, T, V]
     const int seq = i / t, pos = i % t;
     float* out = grad + (size_t)i * v;

@@ -6,8 +6,9 @@
 namespace {
 
 template <typename T>
-__device__ __forceinline__ void layer_norm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
-                                           T* __restrict__ y, int rows, int d, float eps) {
+__device__ __forceinline__ void layer_norm(const T* __restrict__ x, const T* __restrict__ w,
+                                           const T* __restrict__ b, T* __restrict__ y, int rows,
+                                           int d, float eps) {
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
@@ -22,22 +23,24 @@ __device__ __forceinline__ void layer_norm(const T* __restrict__ x, const T* __r
         sq += c * c;
     }
     const float rstd = rsqrtf(warp_sum(sq) / d + eps);
-    for (int i = lane; i < d; i += 32) yr[i] = from_f<T>((to_f(xr[i]) - mean) * rstd * to_f(w[i]) + to_f(b[i]));
+    for (int i = lane; i < d; i += 32)
+        yr[i] = from_f<T>((to_f(xr[i]) - mean) * rstd * to_f(w[i]) + to_f(b[i]));
 }
 
 }  // namespace
 
 // grid ceil(rows / 8), block 256 (8 warps, one row each).
-extern "C" __global__ void layer_norm_f32(const float* x, const float* w, const float* b, float* y, int rows, int d,
-                                          float eps) {
+extern "C" __global__ void layer_norm_f32(const float* x, const float* w, const float* b, float* y,
+                                          int rows, int d, float eps) {
     layer_norm<float>(x, w, b, y, rows, d, eps);
 }
-extern "C" __global__ void layer_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* b,
-                                           __nv_bfloat16* y, int rows, int d, float eps) {
+extern "C" __global__ void layer_norm_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w,
+                                           const __nv_bfloat16* b, __nv_bfloat16* y, int rows,
+                                           int d, float eps) {
     layer_norm<__nv_bfloat16>(x, w, b, y, rows, d, eps);
 }
-extern "C" __global__ void layer_norm_f16(const __half* x, const __half* w, const __half* b, __half* y, int rows, int d,
-                                          float eps) {
+extern "C" __global__ void layer_norm_f16(const __half* x, const __half* w, const __half* b,
+                                          __half* y, int rows, int d, float eps) {
     layer_norm<__half>(x, w, b, y, rows, d, eps);
 }
 
@@ -74,8 +77,8 @@ __device__ __forceinline__ void block_sum(float (&v)[N], float* red) {
 template <typename T, int CPT>
 __device__ __forceinline__ void layer_norm_stats(const T* __restrict__ x, const T* __restrict__ w,
                                                  const T* __restrict__ b, T* __restrict__ y,
-                                                 float* __restrict__ mean_out, float* __restrict__ rstd_out, int d,
-                                                 float eps) {
+                                                 float* __restrict__ mean_out,
+                                                 float* __restrict__ rstd_out, int d, float eps) {
     __shared__ float red[16];
     const size_t row = blockIdx.x;
     const T* xr = x + row * d;
@@ -115,9 +118,11 @@ __device__ __forceinline__ void layer_norm_stats(const T* __restrict__ x, const 
 // (dweight) and dy (dbias) go to partial[0][blockIdx.x][:] and partial[1][blockIdx.x][:].
 template <typename T, int CPT>
 __device__ __forceinline__ void layer_norm_bwd(const T* __restrict__ x, const T* __restrict__ w,
-                                               const T* __restrict__ dy, const float* __restrict__ mean,
+                                               const T* __restrict__ dy,
+                                               const float* __restrict__ mean,
                                                const float* __restrict__ rstd, T* __restrict__ dx,
-                                               float* __restrict__ partial, int rows, int d, int rows_per_block) {
+                                               float* __restrict__ partial, int rows, int d,
+                                               int rows_per_block) {
     __shared__ float red[32];
     const int first = blockIdx.x * rows_per_block;
     const int last = min(rows, first + rows_per_block);
@@ -173,8 +178,9 @@ __device__ __forceinline__ void layer_norm_bwd(const T* __restrict__ x, const T*
 // the groups ty, ty + 8, ... of column 32 * blockIdx.x + tx, then the 8 sums are added in order.
 // blockIdx.y picks dweight (0) or dbias (1).
 template <typename T>
-__device__ __forceinline__ void layer_norm_bwd_reduce(const float* __restrict__ partial, T* __restrict__ dw,
-                                                      T* __restrict__ db, int groups, int d) {
+__device__ __forceinline__ void layer_norm_bwd_reduce(const float* __restrict__ partial,
+                                                      T* __restrict__ dw, T* __restrict__ db,
+                                                      int groups, int d) {
     __shared__ float sums[8][33];
     const int col = blockIdx.x * 32 + threadIdx.x;
     const float* p = partial + (size_t)blockIdx.y * groups * d;
@@ -196,24 +202,24 @@ __device__ __forceinline__ void layer_norm_bwd_reduce(const float* __restrict__ 
 // layer_norm_stats_<dtype>_<CPT>: grid rows, block ceil(d / CPT) rounded up to 32.
 // layer_norm_bwd_<dtype>_<CPT>: grid ceil(rows / rows_per_block), same block.
 // layer_norm_bwd_reduce_<dtype>: grid (ceil(d / 32), 2), block (32, 8).
-#define LAYER_NORM_TRAIN(T, NAME, CPT)                                                                          \
-    extern "C" __global__ void __launch_bounds__(512) layer_norm_stats_##NAME##_##CPT(                          \
-        const T* x, const T* w, const T* b, T* y, float* mean, float* rstd, int d, float eps) {                 \
-        layer_norm_stats<T, CPT>(x, w, b, y, mean, rstd, d, eps);                                               \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(512) layer_norm_bwd_##NAME##_##CPT(                            \
-        const T* x, const T* w, const T* dy, const float* mean, const float* rstd, T* dx, float* partial,       \
-        int rows, int d, int rows_per_block) {                                                                  \
-        layer_norm_bwd<T, CPT>(x, w, dy, mean, rstd, dx, partial, rows, d, rows_per_block);                     \
+#define LAYER_NORM_TRAIN(T, NAME, CPT)                                                             \
+    extern "C" __global__ void __launch_bounds__(512) layer_norm_stats_##NAME##_##CPT(             \
+        const T* x, const T* w, const T* b, T* y, float* mean, float* rstd, int d, float eps) {    \
+        layer_norm_stats<T, CPT>(x, w, b, y, mean, rstd, d, eps);                                  \
+    }                                                                                              \
+    extern "C" __global__ void __launch_bounds__(512) layer_norm_bwd_##NAME##_##CPT(               \
+        const T* x, const T* w, const T* dy, const float* mean, const float* rstd, T* dx,          \
+        float* partial, int rows, int d, int rows_per_block) {                                     \
+        layer_norm_bwd<T, CPT>(x, w, dy, mean, rstd, dx, partial, rows, d, rows_per_block);        \
     }
 
-#define LAYER_NORM_TRAIN_DTYPE(T, NAME)                                                                         \
-    LAYER_NORM_TRAIN(T, NAME, 4)                                                                                \
-    LAYER_NORM_TRAIN(T, NAME, 8)                                                                                \
-    LAYER_NORM_TRAIN(T, NAME, 16)                                                                               \
-    extern "C" __global__ void layer_norm_bwd_reduce_##NAME(const float* partial, T* dw, T* db, int groups,     \
-                                                            int d) {                                            \
-        layer_norm_bwd_reduce<T>(partial, dw, db, groups, d);                                                   \
+#define LAYER_NORM_TRAIN_DTYPE(T, NAME)                                                            \
+    LAYER_NORM_TRAIN(T, NAME, 4)                                                                   \
+    LAYER_NORM_TRAIN(T, NAME, 8)                                                                   \
+    LAYER_NORM_TRAIN(T, NAME, 16)                                                                  \
+    extern "C" __global__ void layer_norm_bwd_reduce_##NAME(const float* partial, T* dw, T* db,    \
+                                                            int groups, int d) {                   \
+        layer_norm_bwd_reduce<T>(partial, dw, db, groups, d);                                      \
     }
 
 LAYER_NORM_TRAIN_DTYPE(float, f32)

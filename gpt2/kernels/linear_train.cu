@@ -16,12 +16,15 @@ __device__ __forceinline__ float gelu(float z) {
 
 __device__ __forceinline__ float gelu_grad(float z) {
     const float t = tanhf(SQRT_2_OVER_PI * (z + GELU_A * z * z * z));
-    return 0.5f * (1.f + t) + 0.5f * z * (1.f - t * t) * SQRT_2_OVER_PI * (1.f + 3.f * GELU_A * z * z);
+    return 0.5f * (1.f + t) +
+           0.5f * z * (1.f - t * t) * SQRT_2_OVER_PI * (1.f + 3.f * GELU_A * z * z);
 }
 
 template <typename T>
-__device__ __forceinline__ void gelu_forward(const T* __restrict__ z, T* __restrict__ y, size_t len) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x)
+__device__ __forceinline__ void gelu_forward(const T* __restrict__ z, T* __restrict__ y,
+                                             size_t len) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len;
+         i += (size_t)gridDim.x * blockDim.x)
         y[i] = from_f<T>(gelu(to_f(z[i])));
 }
 
@@ -32,8 +35,8 @@ constexpr int ROWS_PER_CHUNK = 64;
 
 template <typename T>
 __device__ __forceinline__ void column_partials(const T* __restrict__ dy, const T* __restrict__ z,
-                                                T* __restrict__ dz, float* __restrict__ partial, int rows,
-                                                int cols) {
+                                                T* __restrict__ dz, float* __restrict__ partial,
+                                                int rows, int cols) {
     __shared__ float lanes[8][33];
     const int col = blockIdx.x * 32 + threadIdx.x;
     const int row0 = blockIdx.y * ROWS_PER_CHUNK;
@@ -62,8 +65,8 @@ __device__ __forceinline__ void column_partials(const T* __restrict__ dy, const 
 }
 
 template <typename T>
-__device__ __forceinline__ void sum_partials(const float* __restrict__ partial, T* __restrict__ out, int chunks,
-                                             int cols) {
+__device__ __forceinline__ void sum_partials(const float* __restrict__ partial, T* __restrict__ out,
+                                             int chunks, int cols) {
     const int col = blockIdx.x * blockDim.x + threadIdx.x;
     if (col >= cols) return;
     float s = 0.f;
@@ -73,14 +76,17 @@ __device__ __forceinline__ void sum_partials(const float* __restrict__ partial, 
 
 }  // namespace
 
-#define LINEAR_TRAIN_KERNELS(T, SUFFIX)                                                                          \
-    extern "C" __global__ void gelu_forward_##SUFFIX(const T* z, T* y, size_t len) { gelu_forward<T>(z, y, len); } \
-    extern "C" __global__ void column_partials_##SUFFIX(const T* dy, const T* z, T* dz, float* partial, int rows, \
-                                                        int cols) {                                             \
-        column_partials<T>(dy, z, dz, partial, rows, cols);                                                      \
-    }                                                                                                            \
-    extern "C" __global__ void sum_partials_##SUFFIX(const float* partial, T* out, int chunks, int cols) {        \
-        sum_partials<T>(partial, out, chunks, cols);                                                             \
+#define LINEAR_TRAIN_KERNELS(T, SUFFIX)                                                            \
+    extern "C" __global__ void gelu_forward_##SUFFIX(const T* z, T* y, size_t len) {               \
+        gelu_forward<T>(z, y, len);                                                                \
+    }                                                                                              \
+    extern "C" __global__ void column_partials_##SUFFIX(const T* dy, const T* z, T* dz,            \
+                                                        float* partial, int rows, int cols) {      \
+        column_partials<T>(dy, z, dz, partial, rows, cols);                                        \
+    }                                                                                              \
+    extern "C" __global__ void sum_partials_##SUFFIX(const float* partial, T* out, int chunks,     \
+                                                     int cols) {                                   \
+        sum_partials<T>(partial, out, chunks, cols);                                               \
     }
 
 LINEAR_TRAIN_KERNELS(float, f32)

@@ -1,5 +1,5 @@
-// The fused sparse AdamW apply of error feedback at the selected coordinates (the residual update is
-// profk's accumulate kernel, fused into the selection).
+// The fused sparse AdamW apply of error feedback at the selected coordinates (the residual update
+// is profk's accumulate kernel, fused into the selection).
 #include <cstdint>
 
 struct AdamArgs {
@@ -9,8 +9,10 @@ struct AdamArgs {
     float* velocity;             // likewise, when momentum correction is on (else null)
     float* m;
     float* v;
-    const unsigned long long* span_end;  // exclusive end of each parameter in the flat space [spans]
-    const unsigned long long* params;    // device pointer of each parameter (f32, contiguous) [spans]
+    // exclusive end of each parameter in the flat space [spans]
+    const unsigned long long* span_end;
+    // device pointer of each parameter (f32, contiguous) [spans]
+    const unsigned long long* params;
     unsigned long long k;
     unsigned int spans;
     float beta1, beta2, scale_m, scale_v, eps, lr, decay;
@@ -19,7 +21,8 @@ struct AdamArgs {
 // Lazy AdamW at the selected coordinates: moments and parameter updated there only.
 extern "C" __global__ void ef_sparse_adamw(const AdamArgs a) {
     const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long j = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; j < a.k; j += stride) {
+    for (unsigned long long j = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; j < a.k;
+         j += stride) {
         const long long i = a.idx[j];
         const float g = a.grad[j];
         a.residual[i] = 0.f;

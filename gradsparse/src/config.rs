@@ -4,7 +4,6 @@ use crate::error::{Error, Result};
 use crate::select::Scope;
 use collective::{DistributedConfig, DistributedMode, GradientExchange};
 use harness::{LogConfig, SelectorConfig};
-use profk::Selector;
 use runtime::{config::ConfigSource, config::DeviceSpec};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -293,11 +292,6 @@ impl FinetuneConfig {
         } else {
             self.selector.kind.name().into()
         }
-    }
-
-    /// The second selector of compare mode, if compare mode is on.
-    pub fn compare_with(&self) -> Option<Selector> {
-        self.selector.compare_with()
     }
 
     /// Checks every value's range; the error names the key.

@@ -172,7 +172,7 @@ impl Trainer {
         let optimizer = SparseAdamW::new(cfg.adamw(), layout.total(), &device)?;
         let choice = SelectorChoice {
             kind: cfg.selector.kind,
-            compare_with: cfg.compare_with(),
+            compare_with: cfg.selector.compare_with(),
         };
         Ok(Self {
             cfg,
@@ -439,7 +439,7 @@ impl Trainer {
 
     /// The selectors of step `step`: the second one every `selector.compare_every` steps.
     fn choice_at(&self, step: u64) -> SelectorChoice {
-        let compares = step.is_multiple_of(self.cfg.selector.compare_every.max(1));
+        let compares = self.cfg.selector.comparison_due(step);
         SelectorChoice {
             kind: self.choice.kind,
             compare_with: self.choice.compare_with.filter(|_| compares),

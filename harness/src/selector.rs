@@ -61,7 +61,13 @@ impl SelectorConfig {
 
     /// Whether step `step` (0-based) runs the comparison.
     pub fn compares_at(&self, step: u64) -> bool {
-        self.compare_with().is_some() && step.is_multiple_of(self.compare_every.max(1))
+        self.compare_with().is_some() && self.comparison_due(step)
+    }
+
+    /// Whether step `step` (0-based) is one of every `compare_every` steps, whichever second
+    /// selector runs there.
+    pub fn comparison_due(&self, step: u64) -> bool {
+        step.is_multiple_of(self.compare_every.max(1))
     }
 
     /// What a run prints at its start when the config asked for a comparison that cannot run.

@@ -1,11 +1,13 @@
-// Prof-K over an accumulation: acc = residual + grad (or, with DGC momentum correction, u = mu*u + grad
-// and acc = residual + u) over a list of gradient tensors laid end to end in one flat residual, without
-// a flat gradient copy. The first attempt samples acc at the sampled positions (computed on the fly,
-// nothing written), then one pass reads grad and residual, writes acc back into the residual (and u),
-// and keeps the candidates at or above the threshold in the buffer, with the count check of filter.cu.
+// Prof-K over an accumulation: acc = residual + grad (or, with DGC momentum correction, u = mu*u +
+// grad and acc = residual + u) over a list of gradient tensors laid end to end in one flat
+// residual, without a flat gradient copy. The first attempt samples acc at the sampled positions
+// (computed on the fly, nothing written), then one pass reads grad and residual, writes acc back
+// into the residual (and u), and keeps the candidates at or above the threshold in the buffer, with
+// the count check of filter.cu.
 // Later attempts and the fallback run on the updated residual, so no gradient is ever added twice.
 //
-// Rounding: acc = residual + x with x = fmaf(mu, u, g) or g, one rounding each, as the CPU path does.
+// Rounding: acc = residual + x with x = fmaf(mu, u, g) or g, one rounding each, as the CPU path
+// does.
 #include "filter.cuh"
 #include "sample.cuh"
 
@@ -14,12 +16,14 @@ struct AccChunk {
   u64 flat;
   u32 len, tensor;
 };
-static_assert(sizeof(AccChunk) == 16, "AccChunk: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(AccChunk) == 16,
+              "AccChunk: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 struct AccArgs {
   float* residual;        // [n], updated in place by the pass
   float* velocity;        // [n] or null (no momentum correction)
-  const u64* grads;       // device address of each gradient (f32, contiguous), 0: none to add [spans]
+  // device address of each gradient (f32, contiguous), 0: none to add [spans]
+  const u64* grads;
   const u64* starts;      // flat offset of each gradient, then n [spans + 1]
   const AccChunk* chunks;  // [nchunks]
   u64 nchunks, n;
@@ -33,8 +37,8 @@ __device__ __forceinline__ float addend(const AccArgs& a, u64 i, float g) {
   return a.velocity ? fmaf(a.mu, a.velocity[i], g) : g;
 }
 
-// acc at flat coordinate i, computed without writing anything (the sample of the first attempt). A span
-// without a gradient (already in the residual) is read as it is.
+// acc at flat coordinate i, computed without writing anything (the sample of the first attempt). A
+// span without a gradient (already in the residual) is read as it is.
 struct AccKey {
   const AccArgs* a;
   int mag;
@@ -47,22 +51,29 @@ struct AccKey {
     const u64 g = a->grads[lo];
     const float r = a->residual[i];
     if (g == 0) return Ops<float>::key(r, mag);
-    return Ops<float>::key(r + addend(*a, i, reinterpret_cast<const float*>(g)[i - a->starts[lo]]), mag);
+    return Ops<float>::key(r + addend(*a, i, reinterpret_cast<const float*>(g)[i - a->starts[lo]]),
+                           mag);
   }
 };
 
-extern "C" __global__ void acc_sample(SampleArgs s, AccArgs a) { dependent_launch_entry(); sample_body(s, AccKey{&a, s.mag}); }
+extern "C" __global__ void acc_sample(SampleArgs s, AccArgs a) {
+  dependent_launch_entry();
+  sample_body(s, AccKey{&a, s.mag});
+}
 
 extern "C" __global__ void __launch_bounds__(1024)
-    acc_sample_select(SampleArgs s, RowSel* sel, u32 t, int ib, int tb, AccArgs a) { dependent_launch_entry();
+    acc_sample_select(SampleArgs s, RowSel* sel, u32 t, int ib, int tb, AccArgs a) {
+  dependent_launch_entry();
   sample_select_body<1024>(s, sel, t, ib, tb, AccKey{&a, s.mag});
 }
 extern "C" __global__ void __launch_bounds__(256)
-    acc_sample_select_small(SampleArgs s, RowSel* sel, u32 t, int ib, int tb, AccArgs a) { dependent_launch_entry();
+    acc_sample_select_small(SampleArgs s, RowSel* sel, u32 t, int ib, int tb, AccArgs a) {
+  dependent_launch_entry();
   sample_select_body<256>(s, sel, t, ib, tb, AccKey{&a, s.mag});
 }
 
-// One chunk's coordinates as (gradient, residual, velocity) pointers; g is null where there is none to add.
+// One chunk's coordinates as (gradient, residual, velocity) pointers; g is null where there is none
+// to add.
 struct ChunkPtrs {
   const float* g;
   float* r;
@@ -74,8 +85,10 @@ struct ChunkPtrs {
 __device__ __forceinline__ ChunkPtrs chunk_ptrs(const AccArgs& a, u64 c) {
   const AccChunk ch = a.chunks[c];
   const u64 base = a.grads[ch.tensor];
-  const float* g = base ? reinterpret_cast<const float*>(base) + (ch.flat - a.starts[ch.tensor]) : nullptr;
-  return ChunkPtrs{g, a.residual + ch.flat, a.velocity ? a.velocity + ch.flat : nullptr, ch.flat, ch.len};
+  const float* g =
+      base ? reinterpret_cast<const float*>(base) + (ch.flat - a.starts[ch.tensor]) : nullptr;
+  return ChunkPtrs{g, a.residual + ch.flat, a.velocity ? a.velocity + ch.flat : nullptr, ch.flat,
+                   ch.len};
 }
 
 // 16-byte loads and stores need every pointer aligned and whole vectors.
@@ -84,9 +97,12 @@ __device__ __forceinline__ bool vectorizable(const ChunkPtrs& p) {
   return bits % 16 == 0 && p.len % 4 == 0;
 }
 
-__device__ __forceinline__ float lane(const float4& v, int q) { return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w; }
+__device__ __forceinline__ float lane(const float4& v, int q) {
+  return q == 0 ? v.x : q == 1 ? v.y : q == 2 ? v.z : v.w;
+}
 
-// Plain accumulation (no selection): the exact-selection and baseline paths, and callers that only add.
+// Plain accumulation (no selection): the exact-selection and baseline paths, and callers that only
+// add.
 extern "C" __global__ void __launch_bounds__(FT) acc_add(AccArgs a) { dependent_launch_entry();
   for (u64 c = blockIdx.x; c < a.nchunks; c += gridDim.x) {
     const ChunkPtrs p = chunk_ptrs(a, c);
@@ -99,7 +115,8 @@ extern "C" __global__ void __launch_bounds__(FT) acc_add(AccArgs a) { dependent_
         float4 g = __ldcs(&g4[v]), r = __ldcs(&r4[v]);
         if (p.u) {
           float4 u = __ldcs(&u4[v]);
-          g = make_float4(fmaf(a.mu, u.x, g.x), fmaf(a.mu, u.y, g.y), fmaf(a.mu, u.z, g.z), fmaf(a.mu, u.w, g.w));
+          g = make_float4(fmaf(a.mu, u.x, g.x), fmaf(a.mu, u.y, g.y), fmaf(a.mu, u.z, g.z),
+                          fmaf(a.mu, u.w, g.w));
           __stcs(&u4[v], g);
         }
         __stcs(&r4[v], make_float4(r.x + g.x, r.y + g.y, r.z + g.z, r.w + g.w));
@@ -129,10 +146,12 @@ struct AccFilterArgs {
   int last_attempt, approximate;
   int pad[2];
 };
-static_assert(sizeof(AccFilterArgs) == 152, "AccFilterArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(AccFilterArgs) == 152,
+              "AccFilterArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
-// Attempt 1 of Prof-K fused with the accumulation: every block takes chunks, writes acc back and stages
-// the candidates (composite >= the sampled threshold) of each chunk; the last block runs the check.
+// Attempt 1 of Prof-K fused with the accumulation: every block takes chunks, writes acc back and
+// stages the candidates (composite >= the sampled threshold) of each chunk; the last block runs the
+// check.
 template <bool VELOCITY>
 __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
   if (threadIdx.x == 0) {
@@ -161,11 +180,11 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
     }
     return key > tk || (key == tk && j <= tidx);
   };
-  // Chunks of one block-iteration each, dealt in order from a counter: the blocks in flight then read
-  // one contiguous stretch of g and r at a time, as the in-order blocks of a plain elementwise kernel
-  // do (a static deal has every block streaming from its own place). Thread 0 fetches the next chunk
-  // while this one is processed and publishes it at the end (two slots: a slot is rewritten only after
-  // the barrier that follows every thread's read of it).
+  // Chunks of one block-iteration each, dealt in order from a counter: the blocks in flight then
+  // read one contiguous stretch of g and r at a time, as the in-order blocks of a plain elementwise
+  // kernel do (a static deal has every block streaming from its own place). Thread 0 fetches the
+  // next chunk while this one is processed and publishes it at the end (two slots: a slot is
+  // rewritten only after the barrier that follows every thread's read of it).
   __shared__ u64 next[2];
   if (threadIdx.x == 0) next[0] = atomicAdd(&a.g->next_item, 1ull);
   __syncthreads();
@@ -174,7 +193,8 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
     u64 fetched = 0;
     if (threadIdx.x == 0) fetched = atomicAdd(&a.g->next_item, 1ull);
     const ChunkPtrs p = chunk_ptrs(a.acc, c);
-    // Without a gradient (validated: no velocity either) the chunk is only read: acc = r, unwritten.
+    // Without a gradient (validated: no velocity either) the chunk is only read: acc = r,
+    // unwritten.
     const bool add = p.g != nullptr;
     if (vectorizable(p)) {
       const float4* g4 = reinterpret_cast<const float4*>(p.g);
@@ -195,8 +215,8 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
             const u64 v = vb + (u64)s * FT + threadIdx.x;
             if (v < nvec) {
               const float4 u = __ldcs(&u4[v]);
-              g[s] = make_float4(fmaf(mu, u.x, g[s].x), fmaf(mu, u.y, g[s].y), fmaf(mu, u.z, g[s].z),
-                                 fmaf(mu, u.w, g[s].w));
+              g[s] = make_float4(fmaf(mu, u.x, g[s].x), fmaf(mu, u.y, g[s].y),
+                                 fmaf(mu, u.z, g[s].z), fmaf(mu, u.w, g[s].w));
               __stcs(&u4[v], g[s]);
             }
           }
@@ -206,7 +226,8 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
         for (int s = 0; s < UNROLL; ++s) {
           const u64 v = vb + (u64)s * FT + threadIdx.x;
           const float4 acc =
-              add ? make_float4(r[s].x + g[s].x, r[s].y + g[s].y, r[s].z + g[s].z, r[s].w + g[s].w) : r[s];
+              add ? make_float4(r[s].x + g[s].x, r[s].y + g[s].y, r[s].z + g[s].z, r[s].w + g[s].w)
+                  : r[s];
           if (v < nvec && add) __stcs(&r4[v], acc);
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
@@ -262,7 +283,8 @@ __device__ void acc_filter_body(const AccFilterArgs& a, Stage& st) {
   finish_row(a, 0, gridDim.x);
 }
 
-extern "C" __global__ void __launch_bounds__(FT, 2) acc_filter(AccFilterArgs a) { dependent_launch_entry();
+extern "C" __global__ void __launch_bounds__(FT, 2) acc_filter(AccFilterArgs a) {
+  dependent_launch_entry();
   __shared__ Stage st;
   if (a.acc.velocity) {
     acc_filter_body<true>(a, st);

@@ -10,12 +10,12 @@
 #define BS_PER 16
 
 // The kth-largest of a block's composites, exactly: the result is an element's composite. `each(f)`
-// calls f(c, valid) on every composite slot this thread holds, the same number of times in every lane
-// of a warp (the lanes' bins are aggregated with a warp match); all valid composites share the bits of
-// `prefix` above `hi` (0 and the composite width when nothing is known yet). A digit whose bucket is
-// taken whole ends the digits: with `cut_only` the result is then that cut (exactly kth composites at
-// or above it, not always an element's composite), else one more read finds the bucket's smallest
-// composite, which is the kth-largest. Composites are distinct.
+// calls f(c, valid) on every composite slot this thread holds, the same number of times in every
+// lane of a warp (the lanes' bins are aggregated with a warp match); all valid composites share the
+// bits of `prefix` above `hi` (0 and the composite width when nothing is known yet). A digit whose
+// bucket is taken whole ends the digits: with `cut_only` the result is then that cut (exactly kth
+// composites at or above it, not always an element's composite), else one more read finds the
+// bucket's smallest composite, which is the kth-largest. Composites are distinct.
 template <int THREADS, typename Each>
 __device__ u64 block_kth_with(Each each, u32 kth, int hi, u64 prefix, bool cut_only = false) {
   typedef cub::BlockScan<u32, THREADS> Scan;
@@ -75,7 +75,8 @@ __device__ u64 block_kth_with(Each each, u32 kth, int hi, u64 prefix, bool cut_o
     const u64 other = __shfl_xor_sync(0xffffffffu, best, o);
     best = other < best ? other : best;
   }
-  if ((t & 31) == 0 && best != ~0ull) atomicMin((unsigned long long*)&s_min, (unsigned long long)best);
+  if ((t & 31) == 0 && best != ~0ull)
+    atomicMin((unsigned long long*)&s_min, (unsigned long long)best);
   __syncthreads();
   return s_min;
 }

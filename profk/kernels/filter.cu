@@ -1,10 +1,10 @@
-// Stage 3 of Prof-K: one pass over every row that still needs an attempt. 16-byte loads; the elements
-// at or above the row's threshold composite are compacted by warp-level prefix sums into a shared-memory
-// staging area, and flushed with one atomic per block and chunk on the row's
-// counter. The counter is advanced by every kept element while the stores stop at the capacity M, so
-// it ends at the exact R even on overflow. The last block of a row runs the check k <= R <= M on the
-// device and records the outcome: the next attempt, the buffer selection and the fallback read it,
-// so no host synchronization is needed.
+// Stage 3 of Prof-K: one pass over every row that still needs an attempt. 16-byte loads; the
+// elements at or above the row's threshold composite are compacted by warp-level prefix sums into a
+// shared-memory staging area, and flushed with one atomic per block and chunk on the row's counter.
+// The counter is advanced by every kept element while the stores stop at the capacity M, so it ends
+// at the exact R even on overflow. The last block of a row runs the check k <= R <= M on the device
+// and records the outcome: the next attempt, the buffer selection and the fallback read it, so no
+// host synchronization is needed.
 #include "filter.cuh"
 
 struct FilterArgs {
@@ -19,17 +19,19 @@ struct FilterArgs {
   Global* g;
   int last_attempt, approximate;
   RowList list;  // the rows still pending (all rows on the first attempt)
-  u32* lists;    // where the pass lists the rows by status (3 x rows ids; null: a launch of its own)
+  // where the pass lists the rows by status (3 x rows ids; null: a launch of its own)
+  u32* lists;
   u32* counts;   // and how many in each
   u64 prefetch;  // bytes of its first item a block asks L2 for before the wait (first attempts)
   u32* bins;     // one row: FILTER_BINS counts of its kept keys by filter_bin (null: none kept)
 };
-static_assert(sizeof(FilterArgs) == 168, "FilterArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(FilterArgs) == 168,
+              "FilterArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 // While the sample's threshold is still being selected, the first attempt's blocks are already
-// resident (dependent launch) and the memory bus would idle: each asks L2 for the start of its first
-// item. The input was final before the call's first kernel, and a prefetch is only a hint, so this
-// may run before the wait on the kernel before.
+// resident (dependent launch) and the memory bus would idle: each asks L2 for the start of its
+// first item. The input was final before the call's first kernel, and a prefetch is only a hint, so
+// this may run before the wait on the kernel before.
 template <typename T>
 __device__ __forceinline__ void filter_prefetch(const FilterArgs& a) {
   if (a.prefetch == 0 || a.list.ids) return;
@@ -71,7 +73,8 @@ __device__ void filter_body(const FilterArgs& a) {
     const u64 r = list_row(a.list, item / a.cpr), ch = item % a.cpr;
     const u128 tau = a.use_tmin ? (u128)a.sel[r].tmin : load_prefix(a.sel[r]);
     const u32 tk = (u32)(tau >> a.ib);
-    const u64 tidx = a.n - 1 - ((u64)tau & ib_mask);  // keep key > tk, or key == tk and index <= tidx
+    // keep key > tk, or key == tk and index <= tidx
+    const u64 tidx = a.n - 1 - ((u64)tau & ib_mask);
     const float tf = key_value<T>(tk, a.mag);
     const T* row = (const T*)a.x + r * a.n;
     const u64 mis = ((unsigned long long)row / sizeof(T)) % VEC;
@@ -105,9 +108,9 @@ __device__ void filter_body(const FilterArgs& a) {
         buf[u] = v < v1 ? __ldcs(&vrow[v]) : Vec{};
       }
       const u64 j0 = head + (vb + threadIdx.x) * VEC;
-      // The threshold plus an opaque zero (n < 2^63) drawn from every load of the round: no test can
-      // run before the last load is issued. The compiler otherwise tested the first load's elements
-      // before it issued the other three, and every round waited on memory twice.
+      // The threshold plus an opaque zero (n < 2^63) drawn from every load of the round: no test
+      // can run before the last load is issued. The compiler otherwise tested the first load's
+      // elements before it issued the other three, and every round waited on memory twice.
       u32 loaded = 0;
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) loaded ^= O::raw(buf[u], 0);

@@ -1,6 +1,6 @@
 // The filter's compaction and count check, shared by the plain filter (filter.cu) and the fused
-// accumulate-and-filter pass (accumulate.cu). An argument record `A` provides run, cap, bkeys, bidx, k,
-// approximate and last_attempt.
+// accumulate-and-filter pass (accumulate.cu). An argument record `A` provides run, cap, bkeys,
+// bidx, k, approximate and last_attempt.
 #pragma once
 #include "common.cuh"
 
@@ -19,9 +19,12 @@ struct Stage {
   u64 base;
 };
 
-// Writes the staged elements to row r's buffer and raises the row's largest kept key (RowRun.max_key:
-// with the threshold it bounds the buffer's keys, so its selection skips the leading bits they share).
-// With `bins`, the block's histogram of what it kept (`sbins`, shared) is added to the row's and cleared.
+// Writes the staged elements to row r's buffer and raises the row's largest kept key
+// (RowRun.max_key:
+// with the threshold it bounds the buffer's keys, so its selection skips the leading bits they
+// share).
+// With `bins`, the block's histogram of what it kept (`sbins`, shared) is added to the row's and
+// cleared.
 template <typename A>
 __device__ void flush(Stage& st, const A& a, u64 r, u32* sbins = nullptr, u32* bins = nullptr) {
   __syncthreads();
@@ -58,11 +61,12 @@ __device__ void flush(Stage& st, const A& a, u64 r, u32* sbins = nullptr, u32* b
 
 // Warp-aggregated compaction of one tile: an inclusive scan of the per-thread counts over the warp
 // gives every kept element its slot in one reserved range. Bit e of `keep` marks lane e of the
-// thread; index(e) gives its row-local index and key(j) its key (reloaded: the line is still cached).
+// thread; index(e) gives its row-local index and key(j) its key (reloaded: the line is still
+// cached).
 // With `sbins`, each kept key is counted in its bin above the threshold's key `tk` (filter_bin).
 template <typename A, typename KeyAt, typename IdxAt>
-__device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 keep, KeyAt key, IdxAt index,
-                                            u32* sbins = nullptr, u32 tk = 0) {
+__device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 keep, KeyAt key,
+                                            IdxAt index, u32* sbins = nullptr, u32 tk = 0) {
   const unsigned FULL = 0xffffffffu, lane = threadIdx.x & 31;
   u32 cnt = __popc(keep);
   if (!__any_sync(FULL, cnt)) return;
@@ -112,11 +116,11 @@ __device__ __forceinline__ void warp_commit(Stage& st, const A& a, u64 r, u32 ke
   if (lane == 0 && kmax) atomicMax(&st.kmax, kmax);
 }
 
-// The count check k <= R <= M of row r, by the last of `arrivals` work items to reach it: records R and
-// the outcome (ok, redraw, or fallback after the last attempt) for the launches that follow. With
-// `lists`, the block that records the last of the pass's `listed` rows then lists all `rows` rows by
-// status (classify_body), so no launch of its own is needed for it. An attempt that fails clears the
-// row's histogram `bins` for the next.
+// The count check k <= R <= M of row r, by the last of `arrivals` work items to reach it: records R
+// and the outcome (ok, redraw, or fallback after the last attempt) for the launches that follow.
+// With `lists`, the block that records the last of the pass's `listed` rows then lists all `rows`
+// rows by status (classify_body), so no launch of its own is needed for it. An attempt that fails
+// clears the row's histogram `bins` for the next.
 template <typename A>
 __device__ __forceinline__ void finish_row(const A& a, u64 r, u32 arrivals, u32* lists = nullptr,
                                            u32* counts = nullptr, u64 listed = 0, u64 rows = 0,

@@ -1,6 +1,6 @@
 // The output stage: the k selected of every row sorted into the requested order (composite keys for
-// CUB's sorts, one row's runs of equal keys, a block sort a row, or ranking for few rows) and the gather
-// of values and i64 indices.
+// CUB's sorts, one row's runs of equal keys, a block sort a row, or ranking for few rows) and the
+// gather of values and i64 indices.
 #include <cooperative_groups.h>
 #include <cub/block/block_radix_sort.cuh>
 #include "rank_list.cuh"
@@ -11,8 +11,10 @@ namespace cg = cooperative_groups;
 
 // Sort keys of the k selected per row for the value-descending order: composite, fits 64 bits.
 template <typename T>
-__device__ void out_composite(const T* x, u64 n, u64 k, int mag, int ib, const u64* idx, u64* c, u64 total) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+__device__ void out_composite(const T* x, u64 n, u64 k, int mag, int ib, const u64* idx, u64* c,
+                              u64 total) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (u64)gridDim.x * blockDim.x) {
     u64 r = i / k, j = idx[i];
     c[i] = (u64)composite(Ops<T>::key(x[r * n + j], mag), j, n, ib);
   }
@@ -21,7 +23,8 @@ __device__ void out_composite(const T* x, u64 n, u64 k, int mag, int ib, const u
 // Keys alone, for composites wider than 64 bits (sorted after the indices by a stable sort).
 template <typename T>
 __device__ void out_keys(const T* x, u64 n, u64 k, int mag, const u64* idx, u32* keys, u64 total) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (u64)gridDim.x * blockDim.x) {
     u64 r = i / k;
     keys[i] = Ops<T>::key(x[r * n + idx[i]], mag);
   }
@@ -29,8 +32,10 @@ __device__ void out_keys(const T* x, u64 n, u64 k, int mag, const u64* idx, u32*
 
 // Values and i64 indices of the sorted slots; `ib >= 0` means the slots hold composites to decode.
 template <typename T>
-__device__ void out_gather(const T* x, u64 n, u64 k, int ib, const u64* src, T* vals, long long* out, u64 total) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+__device__ void out_gather(const T* x, u64 n, u64 k, int ib, const u64* src, T* vals,
+                           long long* out, u64 total) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (u64)gridDim.x * blockDim.x) {
     u64 r = i / k, s = src[i];
     u64 j = ib >= 0 ? n - 1 - (ib == 64 ? s : (s & ((1ull << ib) - 1))) : s;
     vals[i] = x[r * n + j];
@@ -40,14 +45,14 @@ __device__ void out_gather(const T* x, u64 n, u64 k, int ib, const u64* src, T* 
 
 // ---- Equal keys after a sort by key alone ----
 // One row's value order sorts its k composites (key above, n-1-index below) by their key bits only:
-// CUB's stable sort then runs half the passes of the whole composite. Equal keys are left in runs in
-// the order the selection wrote them; two launches put each run in descending composite order, which
-// is ascending index order, and the second writes the output.
-// - tie_runs: a thread at each run's start sorts a run of up to TIE_SHORT. A tile of TIE_TILE places
-//   that any longer run reaches is sorted whole into `tmp` by its block, and flagged.
-// - tie_out: values and indices, where in flagged tiles each element of a long run is written at its
-//   rank among the run's pieces in `tmp`, each sorted. Nearly always no tile is flagged; the rank's
-//   cost grows with the pieces of a run, which the host bounds by bounding k.
+// CUB's stable sort then runs half the passes of the whole composite. Equal keys are left in runs
+// in the order the selection wrote them; two launches put each run in descending composite order,
+// which is ascending index order, and the second writes the output.
+// - tie_runs: a thread at each run's start sorts a run of up to TIE_SHORT. A tile of TIE_TILE
+//   places that any longer run reaches is sorted whole into `tmp` by its block, and flagged.
+// - tie_out: values and indices, where in flagged tiles each element of a long run is written at
+//   its rank among the run's pieces in `tmp`, each sorted. Nearly always no tile is flagged; the
+//   rank's cost grows with the pieces of a run, which the host bounds by bounding k.
 #define TIE_THREADS 1024
 #define TIE_ITEMS 4
 #define TIE_TILE (TIE_THREADS * TIE_ITEMS)
@@ -68,9 +73,9 @@ __device__ void sort_short_run(u64* s, u64 i, u64 j) {
   for (int m = 0; m < len; ++m) s[i + m] = run[m];
 }
 
-// s[0, total): one row's composites sorted by key descending. Reading a neighbour that another thread
-// is reordering is safe: the reorder keeps every key, and a tile's sort into tmp keeps each key's
-// places; only the long runs' places in tmp are read afterwards.
+// s[0, total): one row's composites sorted by key descending. Reading a neighbour that another
+// thread is reordering is safe: the reorder keeps every key, and a tile's sort into tmp keeps each
+// key's places; only the long runs' places in tmp are read afterwards.
 extern "C" __global__ void __launch_bounds__(TIE_THREADS)
     tie_runs(u64* s, u64* tmp, u32* tile_long, u64 total, int ib, int cb) {
   dependent_launch_entry();
@@ -141,16 +146,18 @@ __device__ u64 key_bound(const u64* s, u64 total, u64 key, int ib, bool inclusiv
   return lo;
 }
 
-// Values and i64 indices of one row's value order sorted by key alone, each run of equal keys in place.
-// A flagged tile's sorted copy in `tmp` is final for every run inside the tile. Only the runs that hold
-// its first and last places can cross its edges; their bounds are searched once a block. A crossing run
-// of up to TIE_SHORT is final in `s`. Each element of a longer one takes its rank in the run: its place
-// in its own piece, plus, for each other piece, loaded whole into shared memory, the count of that
-// piece's composites above it. A thread's elements are consecutive and descending, so that count only
-// grows from one to the next: a short walk, else a binary search from where the last one stopped.
+// Values and i64 indices of one row's value order sorted by key alone, each run of equal keys in
+// place.
+// A flagged tile's sorted copy in `tmp` is final for every run inside the tile. Only the runs that
+// hold its first and last places can cross its edges; their bounds are searched once a block. A
+// crossing run of up to TIE_SHORT is final in `s`. Each element of a longer one takes its rank in
+// the run: its place in its own piece, plus, for each other piece, loaded whole into shared memory,
+// the count of that piece's composites above it. A thread's elements are consecutive and
+// descending, so that count only grows from one to the next: a short walk, else a binary search
+// from where the last one stopped.
 template <typename T>
-__device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib, const T* x, u64 n,
-                        T* vals, long long* out) {
+__device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib,
+                        const T* x, u64 n, T* vals, long long* out) {
   __shared__ u64 piece[TIE_TILE];
   __shared__ u64 edge[4];  // bounds of the runs holding the tile's first and last places
   const int tid = threadIdx.x;
@@ -192,7 +199,8 @@ __device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 
       edge[3] = key_bound(s, total, last_key, ib, false);
     }
     __syncthreads();
-    // Runs that cross the tile's edges and are longer than TIE_SHORT: 0 the first place's, 1 the last's.
+    // Runs that cross the tile's edges and are longer than TIE_SHORT: 0 the first place's, 1 the
+    // last's.
     const u64 fa = edge[0], fb = edge[1], la = edge[2], lb = edge[3];
     const bool first_long = (fa < t0 || fb > t1) && fb - fa > TIE_SHORT;
     const bool last_long = first_key != last_key && lb > t1 && lb - la > TIE_SHORT;
@@ -226,7 +234,9 @@ __device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 
     // The other pieces of each long run: the first run's before the tile (and after, when it covers
     // the tile), the last run's after.
     const u64 j_lo = first_long ? fa / TIE_TILE : tile + 1;
-    const u64 j_hi = first_long && fb > t1 ? (fb - 1) / TIE_TILE : last_long ? (lb - 1) / TIE_TILE : tile;
+    const u64 j_hi = first_long && fb > t1 ? (fb - 1) / TIE_TILE
+                     : last_long           ? (lb - 1) / TIE_TILE
+                                           : tile;
     for (u64 j = j_lo; j <= j_hi; ++j) {
       if (j == tile) continue;
       const int r = j < tile || !last_long ? 0 : 1;
@@ -262,22 +272,22 @@ __device__ void tie_out(const u64* s, const u64* tmp, const u32* tile_long, u64 
   }
 }
 
-#define TIE_OUT(SUF, T)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(TIE_THREADS)                                                  \
-      tie_out_##SUF(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib, const T* x, u64 n, \
-                    T* vals, long long* out) {                                                               \
-    dependent_launch_entry();                                                                                \
-    tie_out<T>(s, tmp, tile_long, total, ib, x, n, vals, out);                                               \
+#define TIE_OUT(SUF, T)                                                                            \
+  extern "C" __global__ void __launch_bounds__(TIE_THREADS)                                        \
+      tie_out_##SUF(const u64* s, const u64* tmp, const u32* tile_long, u64 total, int ib,         \
+                    const T* x, u64 n, T* vals, long long* out) {                                  \
+    dependent_launch_entry();                                                                      \
+    tie_out<T>(s, tmp, tile_long, total, ib, x, n, vals, out);                                     \
   }
 TIE_OUT(f32, float)
 
 
-// Sort and gather in one launch for k <= THREADS * ITEMS: one block per row sorts the row's slots in
-// registers (by composite descending, or by index) and writes values and i64 indices. `comps`, when
-// the selection wrote it, holds each slot's composite: no gather for the descending keys.
+// Sort and gather in one launch for k <= THREADS * ITEMS: one block per row sorts the row's slots
+// in registers (by composite descending, or by index) and writes values and i64 indices. `comps`,
+// when the selection wrote it, holds each slot's composite: no gather for the descending keys.
 template <typename T, int THREADS, int ITEMS>
-__device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc, const u64* slots,
-                            T* vals, long long* out, const u64* comps) {
+__device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,
+                            const u64* slots, T* vals, long long* out, const u64* comps) {
   typedef cub::BlockRadixSort<u64, THREADS, ITEMS> Sort;
   __shared__ typename Sort::TempStorage tmp;
   const u64 mask = ib >= 64 ? ~0ull : ((1ull << ib) - 1);
@@ -312,42 +322,47 @@ __device__ void sort_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
   }
 }
 
-#define SORT_GATHER(SUF, T)                                                                              \
-  extern "C" __global__ void __launch_bounds__(128)                                                      \
-      sort_gather_512_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,        \
-                            const u64* slots, T* vals, long long* out, const u64* comps) { dependent_launch_entry();               \
-    sort_gather<T, 128, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
-  }                                                                                                      \
-  extern "C" __global__ void __launch_bounds__(256)                                                      \
-      sort_gather_1024_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out, const u64* comps) { dependent_launch_entry();             \
-    sort_gather<T, 256, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
-  }                                                                                                      \
-  extern "C" __global__ void __launch_bounds__(256)                                                      \
-      sort_gather_2048_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out, const u64* comps) { dependent_launch_entry();             \
-    sort_gather<T, 256, 8>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                   \
-  }                                                                                                      \
-  extern "C" __global__ void __launch_bounds__(256)                                                      \
-      sort_gather_4096_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc,       \
-                             const u64* slots, T* vals, long long* out, const u64* comps) { dependent_launch_entry();             \
-    sort_gather<T, 256, 16>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);                  \
+#define SORT_GATHER(SUF, T)                                                                        \
+  extern "C" __global__ void __launch_bounds__(128)                                                \
+      sort_gather_512_##SUF(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc, \
+                            const u64* slots, T* vals, long long* out, const u64* comps) {         \
+    dependent_launch_entry();                                                                      \
+    sort_gather<T, 128, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);             \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(256) sort_gather_1024_##SUF(                        \
+      const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc, const u64* slots,     \
+      T* vals, long long* out, const u64* comps) {                                                 \
+    dependent_launch_entry();                                                                      \
+    sort_gather<T, 256, 4>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);             \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(256) sort_gather_2048_##SUF(                        \
+      const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc, const u64* slots,     \
+      T* vals, long long* out, const u64* comps) {                                                 \
+    dependent_launch_entry();                                                                      \
+    sort_gather<T, 256, 8>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);             \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(256) sort_gather_4096_##SUF(                        \
+      const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int kb, int desc, const u64* slots,     \
+      T* vals, long long* out, const u64* comps) {                                                 \
+    dependent_launch_entry();                                                                      \
+    sort_gather<T, 256, 16>(x, n, k, rows, mag, ib, kb, desc, slots, vals, out, comps);            \
   }
 
 SORT_GATHER(f32, float)
 SORT_GATHER(f16, __half)
 SORT_GATHER(bf16, __nv_bfloat16)
 
-// Sorted output of few rows in one launch, for rows too few to fill the device with one block per row:
-// one block per slice of SLICE outputs. The block orders its slice by counting within it, then finds
-// every order key of the row in the ordered slice by binary search; a histogram of those positions,
-// summed, is how many keys precede each slice element, which is its place in the output. O(k log
-// SLICE) work a block, no sort passes. Order keys are distinct (a composite, an index) and every
-// place lies in [0, k) even if they were not, so no write leaves the output.
+// Sorted output of few rows in one launch, for rows too few to fill the device with one block per
+// row:
+// one block per slice of SLICE outputs. The block orders its slice by counting within it, then
+// finds every order key of the row in the ordered slice by binary search; a histogram of those
+// positions, summed, is how many keys precede each slice element, which is its place in the output.
+// O(k log SLICE) work a block, no sort passes. Order keys are distinct (a composite, an index) and
+// every place lies in [0, k) even if they were not, so no write leaves the output.
 #define RANK_BATCH 8
 
-// Larger order key = earlier in the output: the composite for values descending, the complement of the
-// index for indices ascending.
+// Larger order key = earlier in the output: the composite for values descending, the complement of
+// the index for indices ascending.
 template <typename T>
 __device__ __forceinline__ u64 order_key(const T* row, u64 idx, u64 n, int mag, int ib, int desc) {
   return desc ? (u64)composite(Ops<T>::key(row[idx], mag), idx, n, ib) : ~idx;
@@ -356,8 +371,9 @@ __device__ __forceinline__ u64 order_key(const T* row, u64 idx, u64 n, int mag, 
 // The RANK_BATCH order keys of a row starting at j0 (k of them), one a thread THREADS apart: every
 // load is issued before any is used (the gathers are random reads).
 template <typename T, int THREADS>
-__device__ __forceinline__ void rank_batch(u64 (&c)[RANK_BATCH], u64 j0, u64 k, const u64* keyed, const u64* rs,
-                                           const T* row, u64 n, int mag, int ib, int desc) {
+__device__ __forceinline__ void rank_batch(u64 (&c)[RANK_BATCH], u64 j0, u64 k, const u64* keyed,
+                                           const u64* rs, const T* row, u64 n, int mag, int ib,
+                                           int desc) {
 #pragma unroll
   for (int b = 0; b < RANK_BATCH; ++b) {
     const u64 j = j0 + (u64)b * THREADS + threadIdx.x;
@@ -370,8 +386,8 @@ __device__ __forceinline__ void rank_batch(u64 (&c)[RANK_BATCH], u64 j0, u64 k, 
 }
 
 template <typename T, int SLICE, int THREADS>
-__device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, T* vals,
-                            long long* out, const u64* comps) {
+__device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc,
+                            const u64* slots, T* vals, long long* out, const u64* comps) {
   static_assert(THREADS % SLICE == 0 && SLICE % 32 == 0, "slice shape");
   constexpr int PARTS = THREADS / SLICE;  // threads counting for one slice element
   __shared__ u64 slice[SLICE];
@@ -413,8 +429,8 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
     if (t < s) ordered[before[t]] = slice[t];
     __syncthreads();
     // m = how many slice elements are >= the key: the key precedes the slice elements from m on.
-    // Lanes of a warp with the same m add once: slots often come in index order, and then nearly every
-    // key of the row lands on the first or the last position of a slice.
+    // Lanes of a warp with the same m add once: slots often come in index order, and then nearly
+    // every key of the row lands on the first or the last position of a slice.
     for (u64 j0 = 0; j0 < k; j0 += (u64)THREADS * RANK_BATCH) {
       if (j0) rank_batch<T, THREADS>(c, j0, k, keyed, rs, row, n, mag, ib, desc);
 #pragma unroll
@@ -453,12 +469,12 @@ __device__ void rank_gather(const T* x, u64 n, u64 k, u64 rows, int mag, int ib,
 }
 
 // Slices of 128 by 512 threads, of 64 by 1024 (and by 512, to time both).
-#define RANK_GATHER_ONE(NAME, T, SLICE, THREADS)                                                         \
-  extern "C" __global__ void __launch_bounds__(THREADS)                                                  \
-      NAME(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots, T* vals,      \
-           long long* out, const u64* comps) {                                                            \
-    dependent_launch_entry();                                                                            \
-    rank_gather<T, SLICE, THREADS>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);              \
+#define RANK_GATHER_ONE(NAME, T, SLICE, THREADS)                                                   \
+  extern "C" __global__ void __launch_bounds__(THREADS)                                            \
+      NAME(const T* x, u64 n, u64 k, u64 rows, int mag, int ib, int desc, const u64* slots,        \
+           T* vals, long long* out, const u64* comps) {                                            \
+    dependent_launch_entry();                                                                      \
+    rank_gather<T, SLICE, THREADS>(x, n, k, rows, mag, ib, desc, slots, vals, out, comps);         \
   }
 #define RANK_GATHER(SUF, T)                              \
   RANK_GATHER_ONE(rank_gather_##SUF, T, 128, 512)        \
@@ -469,18 +485,21 @@ RANK_GATHER(f32, float)
 RANK_GATHER(f16, __half)
 RANK_GATHER(bf16, __nv_bfloat16)
 
-#define OUT_KERNELS(SUF, T)                                                                             \
-  extern "C" __global__ void out_composite_##SUF(const T* x, u64 n, u64 k, int mag, int ib, const u64* idx, \
-                                                 u64* c, u64 total) { dependent_launch_entry();                                  \
-    out_composite<T>(x, n, k, mag, ib, idx, c, total);                                                  \
-  }                                                                                                     \
-  extern "C" __global__ void out_keys_##SUF(const T* x, u64 n, u64 k, int mag, const u64* idx, u32* keys, \
-                                            u64 total) { dependent_launch_entry();                                                \
-    out_keys<T>(x, n, k, mag, idx, keys, total);                                                        \
-  }                                                                                                     \
-  extern "C" __global__ void out_gather_##SUF(const T* x, u64 n, u64 k, int ib, const u64* src, T* vals,  \
-                                              long long* out, u64 total) { dependent_launch_entry();                              \
-    out_gather<T>(x, n, k, ib, src, vals, out, total);                                                  \
+#define OUT_KERNELS(SUF, T)                                                                        \
+  extern "C" __global__ void out_composite_##SUF(const T* x, u64 n, u64 k, int mag, int ib,        \
+                                                 const u64* idx, u64* c, u64 total) {              \
+    dependent_launch_entry();                                                                      \
+    out_composite<T>(x, n, k, mag, ib, idx, c, total);                                             \
+  }                                                                                                \
+  extern "C" __global__ void out_keys_##SUF(const T* x, u64 n, u64 k, int mag, const u64* idx,     \
+                                            u32* keys, u64 total) {                                \
+    dependent_launch_entry();                                                                      \
+    out_keys<T>(x, n, k, mag, idx, keys, total);                                                   \
+  }                                                                                                \
+  extern "C" __global__ void out_gather_##SUF(const T* x, u64 n, u64 k, int ib, const u64* src,    \
+                                              T* vals, long long* out, u64 total) {                \
+    dependent_launch_entry();                                                                      \
+    out_gather<T>(x, n, k, ib, src, vals, out, total);                                             \
   }
 
 OUT_KERNELS(f32, float)

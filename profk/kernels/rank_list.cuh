@@ -1,18 +1,19 @@
-// The sorted top-k of few rows straight from the lists that hold it, in one launch: a
-// filter's buffer (k <= R <= M elements at or above the row's threshold) or the fallback's k
-// composites. It replaces the buffer's radix selection (a grid barrier per digit) and the ranking of its
-// k outputs.
+// The sorted top-k of few rows straight from the lists that hold it, in one launch: a filter's
+// buffer (k <= R <= M elements at or above the row's threshold) or the fallback's k composites. It
+// replaces the buffer's radix selection (a grid barrier per digit) and the ranking of its k
+// outputs.
 //
 // The first digit below the bits that a buffer's threshold key and its largest kept key share is
 // counted over the list, spread over the grid; after a grid barrier every block holds each bin's
-// count and the count above it. The elements of the bins down to the one holding the k-th largest go,
-// bin by bin, to a bucket array (a counting sort's scatter), and after a second barrier one block per
-// slice [lo, hi) of output places reads the bins that hold those places: at most RL_CAP composites
-// (else it narrows them further, a digit per read, see sort_slice) gathered into shared memory, each
-// one's place is how many composites lie above them plus how many gathered ones are larger.
-// Composites are distinct, so every place in [lo, hi) is written once. One row with a short list takes
-// a plain launch instead (rank_whole): each block finds its places' bins in the filter's histogram and
-// gathers them from the whole list itself.
+// count and the count above it. The elements of the bins down to the one holding the k-th largest
+// go, bin by bin, to a bucket array (a counting sort's scatter), and after a second barrier one
+// block per slice [lo, hi) of output places reads the bins that hold those places: at most RL_CAP
+// composites (else it narrows them further, a digit per read, see sort_slice) gathered into shared
+// memory, each one's place is how many composites lie above them plus how many gathered ones are
+// larger.
+// Composites are distinct, so every place in [lo, hi) is written once. One row with a short list
+// takes a plain launch instead (rank_whole): each block finds its places' bins in the filter's
+// histogram and gathers them from the whole list itself.
 #pragma once
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
@@ -49,14 +50,15 @@ struct ListRow {
   int mag = 0;
 };
 
-// Whether a composite in [c0, c1] may lie in the cell (it does when c0 == c1 or the cell's shift is at
-// least the index bits: a key alone then places it).
+// Whether a composite in [c0, c1] may lie in the cell (it does when c0 == c1 or the cell's shift is
+// at least the index bits: a key alone then places it).
 __device__ __forceinline__ bool may_hold(const Cell& x, u64 c0, u64 c1) {
   return bits_from(c0, x.shift) <= x.prefix && bits_from(c1, x.shift) >= x.prefix;
 }
 
-// Calls f(j, valid, raw) for every element of the list, RL_BATCH loads a thread in flight before any
-// is used; every thread runs the same rounds (f may use warp votes). raw: the key, or the composite.
+// Calls f(j, valid, raw) for every element of the list, RL_BATCH loads a thread in flight before
+// any is used; every thread runs the same rounds (f may use warp votes). raw: the key, or the
+// composite.
 template <typename T, typename F>
 __device__ __forceinline__ void each_element(const ListRow& l, F f) {
   const T* const dense = (const T*)l.dense;
@@ -78,8 +80,9 @@ __device__ __forceinline__ void each_element(const ListRow& l, F f) {
   }
 }
 
-// The cell's sub-cell (its next d bits, histogram h) that holds the composite of rank `rank`; `count`
-// receives how many composites it holds. Every thread of the block calls it and gets the same cell.
+// The cell's sub-cell (its next d bits, histogram h) that holds the composite of rank `rank`;
+// `count` receives how many composites it holds. Every thread of the block calls it and gets the
+// same cell.
 __device__ Cell narrow_cell(const u32* h, int d, const Cell& x, u64 rank, u64& count) {
   typedef cub::BlockScan<u32, RL_THREADS, cub::BLOCK_SCAN_WARP_SCANS> Scan;
   __shared__ typename Scan::TempStorage tmp;
@@ -116,8 +119,8 @@ __device__ __forceinline__ u64* slice_slots() {
 // Places [lo, hi) of a row from the `count` composites in the slice's slots, the row's places
 // above + [0, count) in some order: each one's place is `above` plus how many of them are larger.
 template <typename T>
-__device__ void place_slice(u32 count, u64 above, u64 n, int ib, u64 lo, u64 hi, const T* row, T* vals,
-                            long long* out) {
+__device__ void place_slice(u32 count, u64 above, u64 n, int ib, u64 lo, u64 hi, const T* row,
+                            T* vals, long long* out) {
   u64* const gathered = slice_slots();
   const u32 t = threadIdx.x;
   const u64 imask = (1ull << ib) - 1;
@@ -169,13 +172,14 @@ __device__ void place_slice(u32 count, u64 above, u64 n, int ib, u64 lo, u64 hi,
   __syncthreads();
 }
 
-// Output places [lo, hi) of a row from the list `l` that holds them: its composites share their bits
-// from `shift` up (`prefix`) and `above` composites of the row are larger than all of them. Every
-// block of the grid reads the whole list, so it is short (a few bins) unless the keys pile up in one.
+// Output places [lo, hi) of a row from the list `l` that holds them: its composites share their
+// bits from `shift` up (`prefix`) and `above` composites of the row are larger than all of them.
+// Every block of the grid reads the whole list, so it is short (a few bins) unless the keys pile up
+// in one.
 // Values are gathered from the row `row` of n elements.
 template <typename T>
-__device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u64 n, int ib, u64 lo, u64 hi,
-                           const T* row, T* vals, long long* out) {
+__device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u64 n, int ib,
+                           u64 lo, u64 hi, const T* row, T* vals, long long* out) {
   __shared__ u32 h_top[RL_BINS], h_bot[RL_BINS];
   __shared__ u32 fill;
   u64* const gathered = slice_slots();
@@ -190,7 +194,8 @@ __device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u
   auto exact = [&](u64 j, u64 c0) { return l.comps ? c0 : c0 | (n - 1 - (l.keys ? l.idx[j] : j)); };
   Cell top = {prefix, shift, above}, bot = top;
   u64 between = l.len;
-  // Cells of shift 0 are single composites: then between is hi - lo, unless the list was not distinct.
+  // Cells of shift 0 are single composites: then between is hi - lo, unless the list was not
+  // distinct.
   while (between > RL_CAP && (top.shift > 0 || bot.shift > 0)) {
     const bool one = top.prefix == bot.prefix && top.shift == bot.shift;
     const int dt = min(RL_DIGIT, top.shift), db = min(RL_DIGIT, bot.shift);
@@ -220,7 +225,8 @@ __device__ void sort_slice(const ListRow& l, u64 prefix, int shift, u64 above, u
   each_element<T>(l, [&](u64 j, bool valid, u64 raw) {
     u64 c0, c1;
     bounds(raw, c0, c1);
-    if (!valid || bits_from(c1, bot.shift) < bot.prefix || bits_from(c0, top.shift) > top.prefix) return;
+    if (!valid || bits_from(c1, bot.shift) < bot.prefix || bits_from(c0, top.shift) > top.prefix)
+      return;
     const u64 c = exact(j, c0);
     if (bits_from(c, bot.shift) < bot.prefix || bits_from(c, top.shift) > top.prefix) return;
     const u32 slot = atomicAdd(&fill, 1u);
@@ -248,10 +254,11 @@ struct RankListArgs {
   int mag;          // keys by magnitude (a fallen-back row's keys are read from the input)
   int pad;
 };
-static_assert(sizeof(RankListArgs) == 144, "RankListArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(RankListArgs) == 144,
+              "RankListArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
-// Row r's list, and the bits its composites share: from `shift` up, equal to `prefix`. A buffer's keys
-// lie between its threshold's key and its largest kept key; the fallback's composites, and a
+// Row r's list, and the bits its composites share: from `shift` up, equal to `prefix`. A buffer's
+// keys lie between its threshold's key and its largest kept key; the fallback's composites, and a
 // fallen-back row's input where no fallback launch wrote them (comps null), are known only to fit
 // tb bits.
 template <typename T>
@@ -299,9 +306,9 @@ __device__ u32 row_bins(const RankListArgs& a, u64 r, u32* count, u32* above) {
 // The digit of the row's first bins: the RL_DIGIT bits (fewer when fewer are left) below `shift`.
 __device__ __forceinline__ int first_digit(int shift) { return min(RL_DIGIT, shift); }
 
-// Calls f(r, j, l, d, low) for this block's chunks of RL_THREADS elements of the rows' lists: row r,
-// this thread's element j (past the list in its last chunk), the list l and its first digit (d bits
-// at `low`). Every thread of the block calls it.
+// Calls f(r, j, l, d, low) for this block's chunks of RL_THREADS elements of the rows' lists: row
+// r, this thread's element j (past the list in its last chunk), the list l and its first digit (d
+// bits at `low`). Every thread of the block calls it.
 template <typename T, typename F>
 __device__ __forceinline__ void each_chunk(const RankListArgs& a, u64 chunks, F f) {
   for (u64 item = blockIdx.x; item < a.rows * chunks; item += gridDim.x) {
@@ -315,10 +322,10 @@ __device__ __forceinline__ void each_chunk(const RankListArgs& a, u64 chunks, F 
   }
 }
 
-// The keys [klo, khi] of the filter's bins that hold output places [lo, hi) of a passed row, from its
-// histogram `h` (FILTER_BINS counts by filter_bin above the threshold's key tk): `above` receives how
-// many kept keys lie in the bins above them; returns how many the bins hold (~0 where the histogram
-// does not reach hi). Every thread of the block calls it.
+// The keys [klo, khi] of the filter's bins that hold output places [lo, hi) of a passed row, from
+// its histogram `h` (FILTER_BINS counts by filter_bin above the threshold's key tk): `above`
+// receives how many kept keys lie in the bins above them; returns how many the bins hold (~0 where
+// the histogram does not reach hi). Every thread of the block calls it.
 __device__ u64 slice_bins(const u32* h, u32 tk, u64 lo, u64 hi, u32& klo, u32& khi, u64& above) {
   typedef cub::BlockScan<u32, RL_THREADS> Scan;
   constexpr int PER = (FILTER_BINS + RL_THREADS - 1) / RL_THREADS;
@@ -363,7 +370,8 @@ __device__ u64 slice_bins(const u32* h, u32 tk, u64 lo, u64 hi, u32& klo, u32& k
 
 // The composites of a buffer's list whose keys lie in [klo, khi] (at most RL_CAP of them), into the
 // slice's slots: four keys a load and every load of a round in flight before any is tested, as the
-// test is a compare and the taken ones are few. Returns how many. Every thread of the block calls it.
+// test is a compare and the taken ones are few. Returns how many. Every thread of the block calls
+// it.
 __device__ u32 gather_keys(const ListRow& l, u32 klo, u32 khi, u64 n, int ib) {
   __shared__ u32 fill;
   u64* const slots = slice_slots();
@@ -403,9 +411,9 @@ __device__ u32 gather_keys(const ListRow& l, u32 klo, u32 khi, u64 n, int ib) {
 // Short lists: each block reads its row's whole list for its slice of output places, so there is no
 // count over the grid, no scatter into the bucket and no grid barrier: a plain launch. A passed row
 // with the filter's histogram gathers its slice's bins in one read of its keys; otherwise (a bin
-// crowded past RL_CAP, a fallen-back row's composites) sort_slice narrows from the bits the whole list
-// shares, a read of it a digit. Where no fallback launch ran (comps null), a fallen-back row's list is
-// its input: each block narrows its slice over the whole row, a few reads of it. That costs
+// crowded past RL_CAP, a fallen-back row's composites) sort_slice narrows from the bits the whole
+// list shares, a read of it a digit. Where no fallback launch ran (comps null), a fallen-back row's
+// list is its input: each block narrows its slice over the whole row, a few reads of it. That costs
 // milliseconds, and the plan makes it rare enough to cost less than the launch it saves.
 template <typename T>
 __device__ void rank_whole(const RankListArgs& a) {
@@ -460,7 +468,8 @@ __device__ void rank_lists(const RankListArgs& a) {
     }
     u32 bin = ~0u;
     if (j < l.len) {
-      const u64 c = l.keys ? ((u64)l.keys[j] << a.ib) | (low < a.ib ? a.n - 1 - l.idx[j] : 0) : l.comps[j];
+      const u64 c =
+          l.keys ? ((u64)l.keys[j] << a.ib) | (low < a.ib ? a.n - 1 - l.idx[j] : 0) : l.comps[j];
       bin = (u32)(c >> low) & ((1u << d) - 1);
     }
     count_bin(h, bin);
@@ -492,7 +501,8 @@ __device__ void rank_lists(const RankListArgs& a) {
     const unsigned same = __match_any_sync(0xffffffffu, bin);
     const int lane = t & 31, leader = __ffs(same) - 1;
     u32 base = 0;
-    if (bin != ~0u && lane == leader) base = atomicAdd(a.counts + (a.rows + r) * RL_BINS + bin, (u32)__popc(same));
+    if (bin != ~0u && lane == leader)
+      base = atomicAdd(a.counts + (a.rows + r) * RL_BINS + bin, (u32)__popc(same));
     base = __shfl_sync(same, base, leader);
     if (bin != ~0u) a.bucket[r * bcap + above[bin] + base + __popc(same & ((1u << lane) - 1))] = c;
   });
@@ -524,7 +534,7 @@ __device__ void rank_lists(const RankListArgs& a) {
       prefix = prefix << d | top;
       shift -= d;
     }
-    sort_slice<T>(seg, prefix, shift, from, a.n, a.ib, lo, hi, (const T*)a.x + r * a.n, (T*)a.vals + r * a.k,
-                  a.out + r * a.k);
+    sort_slice<T>(seg, prefix, shift, from, a.n, a.ib, lo, hi, (const T*)a.x + r * a.n,
+                  (T*)a.vals + r * a.k, a.out + r * a.k);
   }
 }

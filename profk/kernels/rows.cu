@@ -1,34 +1,36 @@
 // Row-wise exact top-k by a histogram of the keys and a second read (src/cuda/rows.rs says which
 // shapes come here).
 //
-// Pass 1 streams the row once (16-byte loads) into a histogram of the top 12 bits of every element's
-// key. The bin holding the k-th largest key gives the threshold bin: every element of a higher bin is
-// selected, and the k - above largest of the bin remain to be found. Pass 2 re-reads the row, last
-// part first (what pass 1 read last is the likeliest still in L2), writes the indices of the higher
-// bins straight out and keeps the bin's elements as (key, index) composites; an exact selection over
-// them gives the cut. A bin larger than the buffer (an exact count, so the result is always exact) is
-// selected from the row itself by a row's own block, and marks a split row for the dense fallback.
+// Pass 1 streams the row once (16-byte loads) into a histogram of the top 12 bits of every
+// element's key. The bin holding the k-th largest key gives the threshold bin: every element of a
+// higher bin is selected, and the k - above largest of the bin remain to be found. Pass 2 re-reads
+// the row, last part first (what pass 1 read last is the likeliest still in L2), writes the indices
+// of the higher bins straight out and keeps the bin's elements as (key, index) composites; an exact
+// selection over them gives the cut. A bin larger than the buffer (an exact count, so the result is
+// always exact) is selected from the row itself by a row's own block, and marks a split row for the
+// dense fallback.
 // Ties resolve by the composite: equal keys rank by lower index.
 //
-// A block that has finished a row carries a guess, a key, to its next row (rows of one call are alike:
-// attention scores, activations). Its pass 1 counts only the elements at or above the guess (the rest
-// of the row costs no atomic) and keeps them in shared memory; their exact count checks the guess (at
-// least k, so the k-th largest is among them, and no more than the buffer). A row that passes is
-// selected from what pass 1 kept and is read once. A guess that kept too many still counted every
-// element from it up, so the cut is known and one more read compacts the row; a guess that kept too
-// few is lowered and a second read adds the elements between the two; past that the row is read into
-// the full histogram and goes on as above. The result is exact either way and only the cost depends
-// on the guess. The guess is the key at a rank a margin above k, interpolated inside a histogram bin;
-// a block's first row takes it from a sample of the row. Rows after the first go to the blocks from
-// the call's counter, so that a block slowed by a missed guess takes fewer.
+// A block that has finished a row carries a guess, a key, to its next row (rows of one call are
+// alike:
+// attention scores, activations). Its pass 1 counts only the elements at or above the guess (the
+// rest of the row costs no atomic) and keeps them in shared memory; their exact count checks the
+// guess (at least k, so the k-th largest is among them, and no more than the buffer). A row that
+// passes is selected from what pass 1 kept and is read once. A guess that kept too many still
+// counted every element from it up, so the cut is known and one more read compacts the row; a guess
+// that kept too few is lowered and a second read adds the elements between the two; past that the
+// row is read into the full histogram and goes on as above. The result is exact either way and only
+// the cost depends on the guess. The guess is the key at a rank a margin above k, interpolated
+// inside a histogram bin; a block's first row takes it from a sample of the row. Rows after the
+// first go to the blocks from the call's counter, so that a block slowed by a missed guess takes
+// fewer.
 //
-// Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory, one
-// launch, output written by the same block when k <= FUSED_MAX_K (index order from a bitmap of the
-// row, value order by per-warp ranks and a merge), a bin over its buffer
-// selected by the block from the row), and rows split over many blocks (rows_split_hist, then
-// rows_split_compact: a histogram and a candidate buffer per row in global memory; the last block to
-// finish a row's part of a pass takes the row's next step: block_any_last), for rows too few to fill
-// the device.
+// Two forms: one block per row (rows_topk: the histogram and the bin's elements in shared memory,
+// one launch, output written by the same block when k <= FUSED_MAX_K (index order from a bitmap of
+// the row, value order by per-warp ranks and a merge), a bin over its buffer selected by the block
+// from the row), and rows split over many blocks (rows_split_hist, then rows_split_compact: a
+// histogram and a candidate buffer per row in global memory; the last block to finish a row's part
+// of a pass takes the row's next step: block_any_last), for rows too few to fill the device.
 #include <cub/block/block_scan.cuh>
 #include "block_select.cuh"
 
@@ -41,15 +43,17 @@
 // The threshold bin's elements a block keeps in shared memory, and a split row in global memory.
 #define ROWS_CAP 4096
 #define SPLIT_CAP 16384
-// Elements at or above a carried threshold bin that pass 1 keeps beside the histogram, a slice a warp
-// (a guess aims to keep at most 3/4 of it: the next row may hold more, and a warp more than its share).
+// Elements at or above a carried threshold bin that pass 1 keeps beside the histogram, a slice a
+// warp (a guess aims to keep at most 3/4 of it: the next row may hold more, and a warp more than
+// its share).
 #define CARRY_CAP 2048
 #define WARP_KEPT (CARRY_CAP / (ROWS_THREADS / 32))
 // No guess: no key of any element type (f32 guesses stay below the NaN key, 0xffffffff).
 #define NO_GUESS 0xffffffffu
 // Largest k whose sorted values and indices the row's block writes itself.
 #define FUSED_MAX_K 1024
-// Largest k whose slots such a block keeps in shared memory (48 KiB of static shared memory a block).
+// Largest k whose slots such a block keeps in shared memory (48 KiB of static shared memory a
+// block).
 #define SMEM_SLOTS 512
 // 16-byte loads each thread keeps in flight per round of a pass.
 #define ROWS_UNROLL 4
@@ -58,11 +62,14 @@
 // The top bin holds exactly the NaNs (every NaN has the largest key, +inf's bin is lower).
 #define NAN_BIN (ROWS_BINS - 1)
 
-static_assert(ROWS_BINS * 4 + CARRY_CAP * 8 <= ROWS_CAP * 8, "pass 1's histogram and kept elements share pass 2's buffer");
-static_assert(ROWS_BINS * 4 >= CARRY_CAP * 8, "the threshold bin's kept elements fit where the histogram was");
+static_assert(ROWS_BINS * 4 + CARRY_CAP * 8 <= ROWS_CAP * 8,
+              "pass 1's histogram and kept elements share pass 2's buffer");
+static_assert(ROWS_BINS * 4 >= CARRY_CAP * 8,
+              "the threshold bin's kept elements fit where the histogram was");
 static_assert(FUSED_MAX_K * 3 <= ROWS_CAP, "the output is sorted and placed in pass 2's buffer");
 static_assert(ROWS_UNROLL * 8 <= 32, "a lane's kept elements of a round fit one 32-bit mask");
-static_assert(FUSED_MAX_K % ROWS_THREADS == 0, "sort_desc holds FUSED_MAX_K / ROWS_THREADS keys a lane");
+static_assert(FUSED_MAX_K % ROWS_THREADS == 0,
+              "sort_desc holds FUSED_MAX_K / ROWS_THREADS keys a lane");
 
 // A row's threshold bin and the elements above it and in it.
 struct Cut {
@@ -77,9 +84,9 @@ struct SplitRow {
   u32 out_fill, cand_fill, pad;
 };
 
-// How a pass cuts p[0..len) (len < 2^32): an unaligned head, `nvec` 16-byte vectors from p + head, and
-// a tail; the head and the tail (`scalars` elements, fewer than a block's threads) take one scalar
-// round, thread t taking element scalar(t).
+// How a pass cuts p[0..len) (len < 2^32): an unaligned head, `nvec` 16-byte vectors from p + head,
+// and a tail; the head and the tail (`scalars` elements, fewer than a block's threads) take one
+// scalar round, thread t taking element scalar(t).
 template <typename T>
 struct RowCut {
   u32 head, nvec, tail, scalars;
@@ -92,11 +99,11 @@ struct RowCut {
   __device__ __forceinline__ u32 scalar(u32 t) const { return t < head ? t : tail + (t - head); }
 };
 
-// Calls f(j, raw bits, valid) for every element of p[0..len) (len < 2^32), every thread of the block
-// the same number of times (valid = false for padding), so that f may use warp-wide votes. The
-// unaligned head and the tail take one scalar round; the body goes in 16-byte vectors, in rounds from
-// the last when REV. A warp covers one chunk of each round: it skips chunk (round, warp) when
-// enter(chunk) is false and calls left(chunk) after it.
+// Calls f(j, raw bits, valid) for every element of p[0..len) (len < 2^32), every thread of the
+// block the same number of times (valid = false for padding), so that f may use warp-wide votes.
+// The unaligned head and the tail take one scalar round; the body goes in 16-byte vectors, in
+// rounds from the last when REV. A warp covers one chunk of each round: it skips chunk (round,
+// warp) when enter(chunk) is false and calls left(chunk) after it.
 template <bool REV, typename T, typename F, typename Enter, typename Left>
 __device__ __forceinline__ void visit_row(const T* p, u64 len, F&& f, Enter&& enter, Left&& left) {
   typedef typename Ops<T>::Vec Vec;
@@ -128,7 +135,8 @@ __device__ __forceinline__ void visit_row(const T* p, u64 len, F&& f, Enter&& en
       const u32 v = b + u * ROWS_THREADS + t;
       const bool valid = v < nvec;
 #pragma unroll
-      for (int q = 0; q < (int)V; ++q) f(head + v * V + q, valid ? Ops<T>::raw(w[u], q) : 0u, valid);
+      for (int q = 0; q < (int)V; ++q)
+        f(head + v * V + q, valid ? Ops<T>::raw(w[u], q) : 0u, valid);
     }
     left(chunk);
   }
@@ -214,16 +222,18 @@ __device__ __forceinline__ bool warp_slots(u32 cnt, u32& fill, u32& slot) {
 }
 
 // Pass 1 with a guess: the histogram of the elements whose key is at least the guess only (the rest
-// cost no atomic) and their composites (a row of n) into `kept`, a slice of WARP_KEPT slots a
-// warp filled through a count in registers (no shared counter to contend for). Each warp's count goes
-// to warp_kept; `kept_total` and `kept_most` end at the exact count and the largest warp's. Most
-// elements fail the test, so it costs a compare against the guess bin's lower bound (as compact_pass
-// does) and a count; the slots are drawn once a round for all of a lane's elements, and keys are
-// computed for the kept ones only. The guess's bin counts only its elements at or above the guess.
+// cost no atomic) and their composites (a row of n) into `kept`, a slice of WARP_KEPT slots a warp
+// filled through a count in registers (no shared counter to contend for). Each warp's count goes to
+// warp_kept; `kept_total` and `kept_most` end at the exact count and the largest warp's. Most
+// elements fail the test, so it costs a compare against the guess bin's lower bound (as
+// compact_pass does) and a count; the slots are drawn once a round for all of a lane's elements,
+// and keys are computed for the kept ones only. The guess's bin counts only its elements at or
+// above the guess.
 // With `resume`, the warps' slices go on from warp_kept (a second pass below an earlier guess).
 template <typename T, typename Keeps>
-__device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib, u32* h, u64* kept, u32* warp_kept,
-                                              u32* kept_total, u32* kept_most, bool resume, Keeps keeps) {
+__device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib, u32* h, u64* kept,
+                                              u32* warp_kept, u32* kept_total, u32* kept_most,
+                                              bool resume, Keeps keeps) {
   typedef typename Ops<T>::Vec Vec;
   const u32 V = Ops<T>::VEC;
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
@@ -262,14 +272,15 @@ __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib
       const bool valid = b + u * ROWS_THREADS + t < nvec;
       bits_u[u] = 0;
 #pragma unroll
-      for (int q = 0; q < (int)V; ++q) bits_u[u] |= (u32)(valid && keeps(Ops<T>::raw(w[u], q))) << q;
+      for (int q = 0; q < (int)V; ++q)
+        bits_u[u] |= (u32)(valid && keeps(Ops<T>::raw(w[u], q))) << q;
     }
     u32 bits = 0;
 #pragma unroll
     for (int u = 0; u < ROWS_UNROLL; ++u) bits |= bits_u[u] << (u * V);
     if (warp_slots(__popc(bits), fill, slot)) {
-      // Kept elements are few: only theirs are visited, their bits read again (the round's lines have
-      // left L1 by then), KEPT_BATCH at once so that the loads wait together.
+      // Kept elements are few: only theirs are visited, their bits read again (the round's lines
+      // have left L1 by then), KEPT_BATCH at once so that the loads wait together.
       while (bits) {
         u32 js[KEPT_BATCH], raws[KEPT_BATCH];
 #pragma unroll
@@ -297,10 +308,11 @@ __device__ __forceinline__ void guess_pass_by(const T* p, u64 n, int mag, int ib
 // With `below` (not NO_GUESS), the elements from the guess up to `below` only, added to what a pass
 // with the guess `below` kept.
 template <typename T>
-__device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u32 guess, u32 below, u32* h,
-                                           u64* kept, u32* warp_kept, u32* kept_total, u32* kept_most) {
-  // !(x < lo) holds exactly when key(x) >= guess; a bound on a NaN bit pattern (keys of NaN and above
-  // +inf), and the rare pass below an earlier guess, take the key test.
+__device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u32 guess, u32 below,
+                                           u32* h, u64* kept, u32* warp_kept, u32* kept_total,
+                                           u32* kept_most) {
+  // !(x < lo) holds exactly when key(x) >= guess; a bound on a NaN bit pattern (keys of NaN and
+  // above +inf), and the rare pass below an earlier guess, take the key test.
   const float lo = key_value<T>(guess, mag);
   if (lo == lo && below == NO_GUESS) {
     guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most, false, [&](u32 raw) {
@@ -310,22 +322,25 @@ __device__ __forceinline__ void guess_pass(const T* p, u64 n, int mag, int ib, u
   } else {
     // NaN keys are the largest (NO_GUESS): no bound above them unless one is given.
     const u64 end = below == NO_GUESS ? 1ull << 32 : below;
-    guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most, below != NO_GUESS, [&](u32 raw) {
-      const u32 key = Ops<T>::key_bits(raw, mag);
-      return key >= guess && key < end;
-    });
+    guess_pass_by(p, n, mag, ib, h, kept, warp_kept, kept_total, kept_most, below != NO_GUESS,
+                  [&](u32 raw) {
+                    const u32 key = Ops<T>::key_bits(raw, mag);
+                    return key >= guess && key < end;
+                  });
   }
 }
 
 // Zeroes a shared histogram (16-byte aligned) in 16-byte stores.
 __device__ __forceinline__ void zero_hist(u32* h) {
-  for (u32 i = threadIdx.x; i < ROWS_BINS / 4; i += ROWS_THREADS) ((uint4*)h)[i] = make_uint4(0, 0, 0, 0);
+  for (u32 i = threadIdx.x; i < ROWS_BINS / 4; i += ROWS_THREADS)
+    ((uint4*)h)[i] = make_uint4(0, 0, 0, 0);
 }
 
-// The bin of the shared histogram h (16-byte aligned) that holds the k-th largest key, for every thread
-// of the block. With `at_second`, the bin holding the second-th largest too (meaningless when h counts
-// fewer): both from one scan. Only the thread whose bins hold a crossing walks them.
-__device__ __forceinline__ Cut find_cut(const u32* h, u64 k, u64 second = 0, Cut* at_second = nullptr) {
+// The bin of the shared histogram h (16-byte aligned) that holds the k-th largest key, for every
+// thread of the block. With `at_second`, the bin holding the second-th largest too (meaningless
+// when h counts fewer): both from one scan. Only the thread whose bins hold a crossing walks them.
+__device__ __forceinline__ Cut find_cut(const u32* h, u64 k, u64 second = 0,
+                                        Cut* at_second = nullptr) {
   typedef cub::BlockScan<u32, ROWS_THREADS> Scan;
   const int PER = ROWS_BINS / ROWS_THREADS;
   static_assert(PER % 4 == 0, "a thread's bins are whole 16-byte vectors");
@@ -385,31 +400,37 @@ __device__ u32 first_nan(const T* p, u64 len) {
 
 // Whether a row's selection ends in the threshold bin taken whole (no selection inside it), and
 // whether the bin's elements overflow a buffer of `cap`.
-__device__ __forceinline__ bool whole_bin(const Cut& c, u64 k) { return c.count == (u32)k - c.above; }
+__device__ __forceinline__ bool whole_bin(const Cut& c, u64 k) {
+  return c.count == (u32)k - c.above;
+}
 __device__ __forceinline__ bool overflows(const Cut& c, u64 k, u32 cap) {
   return !whole_bin(c, k) && c.count > cap;
 }
 
 // Pass 2 over p[0..len) (row indices from `base`, rows of n): the higher bins' slots into o through
 // the counter out_fill (their composites with `comps`, else their indices), the threshold bin's
-// composites into cand through cand_fill (cap slots). Most warps hold neither and skip the votes; with
-// `chunk_max` (from pass 1), chunks below the threshold bin are not read at all. Keys below `floor`
-// count nowhere (pass 1 counted from a guess up).
+// composites into cand through cand_fill (cap slots). Most warps hold neither and skip the votes;
+// with `chunk_max` (from pass 1), chunks below the threshold bin are not read at all. Keys below
+// `floor` count nowhere (pass 1 counted from a guess up).
 template <typename T>
-__device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 n, int mag, int ib, bool comps,
-                                             const Cut& cut, u64 k, u64* o, u32* out_fill, u64* cand,
-                                             u32* cand_fill, u32 cap, const u32* chunk_max, u32 floor) {
+__device__ __forceinline__ void compact_pass(const T* p, u64 len, u64 base, u64 n, int mag, int ib,
+                                             bool comps, const Cut& cut, u64 k, u64* o,
+                                             u32* out_fill, u64* cand, u32* cand_fill, u32 cap,
+                                             const u32* chunk_max, u32 floor) {
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
   const bool whole = whole_bin(cut, k);
   const u32 take_from = whole ? cut.bin : cut.bin + 1;
   const u32 keep_bin = whole ? ~0u : cut.bin;
-  auto enter = [&](u32 chunk) { return !chunk_max || chunk >= ROWS_CHUNKS || chunk_max[chunk] >= cut.bin; };
+  auto enter = [&](u32 chunk) {
+    return !chunk_max || chunk >= ROWS_CHUNKS || chunk_max[chunk] >= cut.bin;
+  };
   auto left = [](u32) {};
   // The bin's bounds as values: !(x < lo) holds exactly when key(x) >= bin << SHIFT, so one compare
-  // per element decides (x by magnitude when `mag`). Bounds that fall on NaN bit patterns (the bins of
-  // NaN and above +inf) take the key test instead.
+  // per element decides (x by magnitude when `mag`). Bounds that fall on NaN bit patterns (the bins
+  // of NaN and above +inf) take the key test instead.
   const float lo = key_value<T>(max(cut.bin << SHIFT, floor), mag);
-  const float hi = cut.bin + 1 < ROWS_BINS ? key_value<T>((cut.bin + 1) << SHIFT, mag) : __int_as_float(0x7fffffff);
+  const float hi = cut.bin + 1 < ROWS_BINS ? key_value<T>((cut.bin + 1) << SHIFT, mag)
+                                           : __int_as_float(0x7fffffff);
   auto emit = [&](u32 j, u32 raw, bool take, bool keep) {
     if (__any_sync(0xffffffffu, take || keep)) {
       const u32 pos = warp_slot(out_fill, take);
@@ -449,9 +470,12 @@ __device__ __forceinline__ u64 index_of_comp(u64 c, u64 n, int ib) {
 }
 
 // A selected element's slot: its composite with `comps`, else its row-local index.
-__device__ __forceinline__ u64 slot_of(u64 c, u64 n, int ib, bool comps) { return comps ? c : index_of_comp(c, n, ib); }
+__device__ __forceinline__ u64 slot_of(u64 c, u64 n, int ib, bool comps) {
+  return comps ? c : index_of_comp(c, n, ib);
+}
 
-// Shared memory for select_few: a digit's histogram, and the candidates of the digit that holds the cut.
+// Shared memory for select_few: a digit's histogram, and the candidates of the digit that holds the
+// cut.
 struct SubDigit {
   u32 hist[256];
   u64 list[ROWS_THREADS];
@@ -459,16 +483,18 @@ struct SubDigit {
 };
 
 static_assert(ROWS_THREADS == 256, "select_few: a digit's 256 bins, one a thread");
-static_assert(ROWS_THREADS * 8 + sizeof(SubDigit) <= ROWS_BINS * 4,
-              "select_few's room lies after a bin of ROWS_THREADS elements, inside the spent histogram");
+static_assert(
+    ROWS_THREADS * 8 + sizeof(SubDigit) <= ROWS_BINS * 4,
+    "select_few's room lies after a bin of ROWS_THREADS elements, inside the spent histogram");
 
 // The kleft largest of at most one composite a thread (c where `valid`, every one sharing the bits
-// from `hi` up; distinct), each passed to take(c): one digit of the next 8 bits below `hi` splits them,
-// a warp's scan finds the digit that holds the kleft-th, every higher digit is taken, and only that
-// digit's composites are ranked among themselves (a smooth row leaves one to three there, where
-// ranking all of them against all cost count^2 steps).
+// from `hi` up; distinct), each passed to take(c): one digit of the next 8 bits below `hi` splits
+// them, a warp's scan finds the digit that holds the kleft-th, every higher digit is taken, and
+// only that digit's composites are ranked among themselves (a smooth row leaves one to three there,
+// where ranking all of them against all cost count^2 steps).
 template <typename Take>
-__device__ __forceinline__ void select_few(u64 c, bool valid, int hi, u32 kleft, SubDigit& s, Take take) {
+__device__ __forceinline__ void select_few(u64 c, bool valid, int hi, u32 kleft, SubDigit& s,
+                                           Take take) {
   const u32 t = threadIdx.x, lane = t & 31;
   const int lo = hi > 8 ? hi - 8 : 0;
   const u32 mask = (1u << (hi - lo)) - 1;
@@ -518,8 +544,9 @@ __device__ __forceinline__ void select_few(u64 c, bool valid, int hi, u32 kleft,
 // The rest of a row's output: the k - above largest of the threshold bin's `count` composites
 // (read by ld(i)) into o through out_fill.
 template <int KB, typename Ld>
-__device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 n, int ib, bool comps, u64* o,
-                                              u32* out_fill, SubDigit* scratch = nullptr) {
+__device__ __forceinline__ void select_in_bin(Ld ld, const Cut& cut, u64 k, u64 n, int ib,
+                                              bool comps, u64* o, u32* out_fill,
+                                              SubDigit* scratch = nullptr) {
   const u32 t = threadIdx.x, count = cut.count, kleft = (u32)k - cut.above;
   // Every candidate shares the bin's bits: a selection goes on below them.
   const int hi = KB - ROWS_BITS + ib;
@@ -572,10 +599,11 @@ __device__ void report_nan(const T* row, u64 n, u64 r, u32 nans, Global* g) {
   }
 }
 
-// The rank a guess aims at for k: a margin above k of half k (rows differ), at least 64, and at most
-// half the way from k to GUESS_SAFE: a warp's slice overflows near there (each holds its share of the
-// kept elements, give or take), and a guess interpolated inside a bin misses its rank by a part of
-// that bin either way. No guess is made when the rank passes three quarters of the kept buffer.
+// The rank a guess aims at for k: a margin above k of half k (rows differ), at least 64, and at
+// most half the way from k to GUESS_SAFE: a warp's slice overflows near there (each holds its share
+// of the kept elements, give or take), and a guess interpolated inside a bin misses its rank by a
+// part of that bin either way. No guess is made when the rank passes three quarters of the kept
+// buffer.
 #define GUESS_BUDGET (CARRY_CAP / 4 * 3)
 #define GUESS_SAFE (CARRY_CAP / 8 * 7)
 __device__ __forceinline__ u64 guess_rank(u64 k) {
@@ -583,11 +611,11 @@ __device__ __forceinline__ u64 guess_rank(u64 k) {
   return k + max(min(k / 2, room), 64ull);
 }
 
-// The key at which a histogram reaches `rank` elements from the top (it counts the keys from `floor`
-// up, at least `rank` of them; c is its cut at `rank`), interpolated inside the bin that reaches it: a
-// bin's keys are even steps of the value (an eighth of an octave for f32), over which a smooth
-// distribution spreads evenly. NO_GUESS when that bin holds more than `dense` (ties: a key inside it
-// keeps all of them or none).
+// The key at which a histogram reaches `rank` elements from the top (it counts the keys from
+// `floor` up, at least `rank` of them; c is its cut at `rank`), interpolated inside the bin that
+// reaches it: a bin's keys are even steps of the value (an eighth of an octave for f32), over which
+// a smooth distribution spreads evenly. NO_GUESS when that bin holds more than `dense` (ties: a key
+// inside it keeps all of them or none).
 template <typename T>
 __device__ __forceinline__ u32 key_at_rank(const Cut& c, u64 rank, u32 floor, u32 dense) {
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
@@ -599,13 +627,13 @@ __device__ __forceinline__ u32 key_at_rank(const Cut& c, u64 rank, u32 floor, u3
 }
 
 // The guess the next row of a block carries, from this row's histogram (of `total` elements; with
-// `partial`, only those at or above this row's guess `floor`, `in_bin` of them in the guess's bin) and
-// its cut at guess_rank(k): the key at that rank. A partial count short of it keeps this guess while
-// it kept at least halfway from k to the rank, else lowers it by the spacing the guess's own bin shows
-// (at most a bin).
+// `partial`, only those at or above this row's guess `floor`, `in_bin` of them in the guess's bin)
+// and its cut at guess_rank(k): the key at that rank. A partial count short of it keeps this guess
+// while it kept at least halfway from k to the rank, else lowers it by the spacing the guess's own
+// bin shows (at most a bin).
 template <typename T>
-__device__ __forceinline__ u32 next_guess(u32 in_bin, const Cut& at_rank, u64 k, bool partial, u32 floor,
-                                          u64 total) {
+__device__ __forceinline__ u32 next_guess(u32 in_bin, const Cut& at_rank, u64 k, bool partial,
+                                          u32 floor, u64 total) {
   const int SHIFT = Ops<T>::KB - ROWS_BITS;
   const u64 rank = guess_rank(k);
   if (rank > GUESS_BUDGET) return NO_GUESS;
@@ -614,21 +642,22 @@ __device__ __forceinline__ u32 next_guess(u32 in_bin, const Cut& at_rank, u64 k,
   if (2 * total >= k + rank) return floor;
   const u32 bin = floor >> SHIFT;
   const u64 width = (((u64)bin + 1) << SHIFT) - floor;
-  const u64 step = in_bin ? min((width * (rank - total) + in_bin - 1) / in_bin, 1ull << SHIFT) : 1ull << SHIFT;
+  const u64 step =
+      in_bin ? min((width * (rank - total) + in_bin - 1) / in_bin, 1ull << SHIFT) : 1ull << SHIFT;
   return floor > step ? (u32)(floor - step) : 0u;
 }
 
-// Pairs of 16-byte vectors (32-byte sectors) a thread reads at most for a block's first guess, and the
-// sample's margin in standard deviations.
+// Pairs of 16-byte vectors (32-byte sectors) a thread reads at most for a block's first guess, and
+// the sample's margin in standard deviations.
 #define SAMPLE_MAX_PAIRS 8
 #define SAMPLE_SIGMAS 3.0f
 
-// A block's first guess (it has no row behind it), from a sample of the row into the zeroed histogram
-// h (left dirty): pairs of vectors spread evenly over the row, the fewest pairs a thread (1, 2, 4 or
-// SAMPLE_MAX_PAIRS, an eighth of the row at most) whose guess expects to keep no more than the
-// budget. The guess is the key at which the sample's count from the top passes its expectation at the
-// k-th element by SAMPLE_SIGMAS deviations and more, so that the row most likely holds at least k from
-// it up; else NO_GUESS. A wrong guess costs a read, never the result.
+// A block's first guess (it has no row behind it), from a sample of the row into the zeroed
+// histogram h (left dirty): pairs of vectors spread evenly over the row, the fewest pairs a thread
+// (1, 2, 4 or SAMPLE_MAX_PAIRS, an eighth of the row at most) whose guess expects to keep no more
+// than the budget. The guess is the key at which the sample's count from the top passes its
+// expectation at the k-th element by SAMPLE_SIGMAS deviations and more, so that the row most likely
+// holds at least k from it up; else NO_GUESS. A wrong guess costs a read, never the result.
 template <typename T>
 __device__ u32 sample_guess(const T* p, u64 n, u64 k, int mag, u32* h) {
   typedef typename Ops<T>::Vec Vec;
@@ -665,17 +694,18 @@ __device__ u32 sample_guess(const T* p, u64 n, u64 k, int mag, u32* h) {
   const float drawn = (float)(draws * 2 * V);
   const float target = target_of(drawn);
   if (target > drawn) return NO_GUESS;
-  return key_at_rank<T>(find_cut(h, (u64)target), (u64)target, 0, (u32)((float)CARRY_CAP * drawn / (float)n));
+  return key_at_rank<T>(find_cut(h, (u64)target), (u64)target, 0,
+                        (u32)((float)CARRY_CAP * drawn / (float)n));
 }
 
-// A row's output from what pass 1 kept (the warps' slices of `kept`, warp_kept[w] composites in slice
-// w, every element of the bins at or above the cut among them): the elements above the threshold bin
-// straight into o through out_fill, the bin's into `bin_buf` through bin_fill, and their k - above
-// largest by select_in_bin (with `scratch` beside the bin's elements).
+// A row's output from what pass 1 kept (the warps' slices of `kept`, warp_kept[w] composites in
+// slice w, every element of the bins at or above the cut among them): the elements above the
+// threshold bin straight into o through out_fill, the bin's into `bin_buf` through bin_fill, and
+// their k - above largest by select_in_bin (with `scratch` beside the bin's elements).
 template <int KB>
-__device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kept, const Cut& cut, u64 k, u64 n,
-                                            int ib, bool comps, u64* o, u32* out_fill, u64* bin_buf,
-                                            u32* bin_fill, SubDigit* scratch) {
+__device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kept, const Cut& cut,
+                                            u64 k, u64 n, int ib, bool comps, u64* o, u32* out_fill,
+                                            u64* bin_buf, u32* bin_fill, SubDigit* scratch) {
   const u32 lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const int hi = KB - ROWS_BITS + ib;
   const bool whole = whole_bin(cut, k);
@@ -694,15 +724,17 @@ __device__ __forceinline__ void select_kept(const u64* kept, const u32* warp_kep
     if (keep) bin_buf[slot] = c;
   }
   __syncthreads();
-  if (!whole) select_in_bin<KB>([&](u32 i) { return bin_buf[i]; }, cut, k, n, ib, comps, o, out_fill, scratch);
+  if (!whole)
+    select_in_bin<KB>([&](u32 i) { return bin_buf[i]; }, cut, k, n, ib, comps, o, out_fill,
+                      scratch);
 }
 
-// A row whose threshold bin overflows the buffer (heavy ties: an all-equal row), by the same block: a
-// radix selection inside the bin that reads the row once a digit, then a pass that takes every
+// A row whose threshold bin overflows the buffer (heavy ties: an all-equal row), by the same block:
+// a radix selection inside the bin that reads the row once a digit, then a pass that takes every
 // element at or above the cut, into o through out_fill.
 template <typename T>
-__device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag, int ib, bool comps, u64* o,
-                             u32* out_fill) {
+__device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag, int ib,
+                             bool comps, u64* o, u32* out_fill) {
   const u32 t = threadIdx.x;
   const int hi = Ops<T>::KB - ROWS_BITS + ib;
   auto at = [&](u64 i) { return (u64)composite(Ops<T>::key(row[i], mag), i, n, ib); };
@@ -733,9 +765,9 @@ __device__ void select_dense(const T* row, u64 n, const Cut& cut, u64 k, int mag
 // call's counter: a benchmark's comparison.
 #define ROWS_STATIC 8
 
-// The value of a selected element from its composite: its key inverted where the key says which value
-// it was (every key but a zero's, which both zeros share, and a NaN's; by magnitude the sign is lost),
-// else read from the row.
+// The value of a selected element from its composite: its key inverted where the key says which
+// value it was (every key but a zero's, which both zeros share, and a NaN's; by magnitude the sign
+// is lost), else read from the row.
 template <typename T>
 __device__ __forceinline__ T value_of(const T* row, u64 c, u64 n, int ib, int mag) {
   const u32 MAXK = (Ops<T>::KB == 32) ? 0xffffffffu : 0xffffu, SIGN = 1u << (Ops<T>::KB - 1);
@@ -750,8 +782,8 @@ __device__ __forceinline__ T value_of(const T* row, u64 c, u64 n, int ib, int ma
 
 // Writes the composites placed[0..k), in that order, as values and i64 indices: coalesced stores.
 template <typename T>
-__device__ __forceinline__ void write_placed(const T* row, u64 n, u64 k, int mag, int ib, const u64* placed, T* vals,
-                                             long long* idx_out) {
+__device__ __forceinline__ void write_placed(const T* row, u64 n, u64 k, int mag, int ib,
+                                             const u64* placed, T* vals, long long* idx_out) {
   const u32 t = threadIdx.x;
   for (u32 b = 0; b < k; b += GATHER_BATCH * ROWS_THREADS) {
     T v[GATHER_BATCH];
@@ -772,12 +804,14 @@ __device__ __forceinline__ void write_placed(const T* row, u64 n, u64 k, int mag
 }
 
 // Index order from a bitmap of the row's selected indices (n bits): each thread owns a run of words
-// and gives each word the count of selected indices before it; a slot's place is its word's count and
-// the bits below it in its word. The slots (composites in o) are placed in `buf` after the bitmap and
-// the counts (words + k <= ROWS_CAP), then written out in order: no sort, no read of the row.
+// and gives each word the count of selected indices before it; a slot's place is its word's count
+// and the bits below it in its word. The slots (composites in o) are placed in `buf` after the
+// bitmap and the counts (words + k <= ROWS_CAP), then written out in order: no sort, no read of the
+// row.
 template <typename T>
-__device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, int mag, int ib, const u64* o, u64* buf,
-                                               T* vals, long long* idx_out) {
+__device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, int mag, int ib,
+                                               const u64* o, u64* buf, T* vals,
+                                               long long* idx_out) {
   typedef cub::BlockScan<u32, ROWS_THREADS> Scan;
   __shared__ typename Scan::TempStorage scan;
   const u32 t = threadIdx.x, words = (u32)((n + 31) / 32);
@@ -812,10 +846,10 @@ __device__ __forceinline__ void write_by_index(const T* row, u64 n, u64 k, int m
 }
 
 // Descending order of k <= FUSED_MAX_K distinct sort keys in buf[0..k): each warp ranks the keys of
-// its segment (up to 4 a lane) among the segment and stores them sorted after the keys; a key's place
-// is then its place in its segment plus, for every other segment, how many of its keys are larger
-// (a binary search). Two block barriers, where a bitonic sort of 512 takes 45. `put(place, key)`
-// takes each key's place.
+// its segment (up to 4 a lane) among the segment and stores them sorted after the keys; a key's
+// place is then its place in its segment plus, for every other segment, how many of its keys are
+// larger (a binary search). Two block barriers, where a bitonic sort of 512 takes 45. `put(place,
+// key)` takes each key's place.
 template <typename Put>
 __device__ __forceinline__ void sort_desc(u64* buf, u64 k, Put put) {
   const int SEGS = ROWS_THREADS / 32, PER = FUSED_MAX_K / ROWS_THREADS;
@@ -862,13 +896,15 @@ __device__ __forceinline__ void sort_desc(u64* buf, u64 k, Put put) {
   }
 }
 
-// Writes a finished row's k selected elements (composites in o, any order) as values and i64 indices:
-// by index from a bitmap of the row when it fits `buf` (ROWS_CAP slots) beside the placed slots, else
-// (and by composite descending) by sorting keys that keep each element's key (composite + 1, or the
-// index's complement above the key), placing the composites in `buf` and writing them out in order.
+// Writes a finished row's k selected elements (composites in o, any order) as values and i64
+// indices:
+// by index from a bitmap of the row when it fits `buf` (ROWS_CAP slots) beside the placed slots,
+// else (and by composite descending) by sorting keys that keep each element's key (composite + 1,
+// or the index's complement above the key), placing the composites in `buf` and writing them out in
+// order.
 template <typename T>
-__device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag, int ib, int flags, const u64* o,
-                                             u64* buf, T* vals, long long* idx_out) {
+__device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag, int ib, int flags,
+                                             const u64* o, u64* buf, T* vals, long long* idx_out) {
   if (flags & OUT_NONE) return;
   const u32 t = threadIdx.x;
   const bool desc = flags & OUT_DESC;
@@ -895,13 +931,14 @@ __device__ __forceinline__ void write_sorted(const T* row, u64 n, u64 k, int mag
 }
 
 // One block per row, every row finished by its block (a threshold bin over the buffer by the dense
-// selection). With `vals`, the block also writes the row's sorted output (k <= FUSED_MAX_K). A block
-// starts on row blockIdx.x and takes each further row from the call's counter once it has read the
-// row before: in a fixed order every block took its share of rows, and the call waited on the few
-// whose rows had taken a second read (the SMs sat idle a quarter of its time).
+// selection). With `vals`, the block also writes the row's sorted output (k <= FUSED_MAX_K). A
+// block starts on row blockIdx.x and takes each further row from the call's counter once it has
+// read the row before: in a fixed order every block took its share of rows, and the call waited on
+// the few whose rows had taken a second read (the SMs sat idle a quarter of its time).
 template <typename T>
-__device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out,
-                          RowRun* run, Global* g, T* vals, long long* idx_out, int flags) {
+__device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan,
+                          u64* out, RowRun* run, Global* g, T* vals, long long* idx_out,
+                          int flags) {
   __shared__ __align__(16) union {
     struct {
       u32 hist[ROWS_BINS];
@@ -932,8 +969,9 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     if (t == 0) s_out = s_cand = s_kept = s_kept_most = s_reads = 0;
     __syncthreads();
     // With a guess the row is read once when the elements from it up hold the top k and fit the
-    // buffer (their exact count says so). A guess that kept k or more but overflowed the buffer still
-    // counted every element from it up: the cut lies among them, and one more read compacts the row.
+    // buffer (their exact count says so). A guess that kept k or more but overflowed the buffer
+    // still counted every element from it up: the cut lies among them, and one more read compacts
+    // the row.
     // A guess that fell short of k is lowered, and a second read adds the elements between the two.
     // Otherwise the full histogram takes a read of its own, then the compaction another.
     bool read_once = false, from_guess = false;
@@ -943,7 +981,8 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
       __syncthreads();
     }
     if (guess != NO_GUESS) {
-      guess_pass(row, n, mag, ib, guess, NO_GUESS, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
+      guess_pass(row, n, mag, ib, guess, NO_GUESS, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept,
+                 &s_kept_most);
       if (t == 0) ++s_reads;
       __syncthreads();
       if (s_kept < k) {
@@ -951,7 +990,8 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
         const u32 lower = next_guess<T>(in_bin, Cut{}, k, true, guess, s_kept);
         __syncthreads();
         if (lower < guess) {
-          guess_pass(row, n, mag, ib, lower, guess, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept, &s_kept_most);
+          guess_pass(row, n, mag, ib, lower, guess, sm.p1.hist, sm.p1.kept, warp_kept, &s_kept,
+                     &s_kept_most);
           if (t == 0) ++s_reads;
           __syncthreads();
           guess = lower;
@@ -971,7 +1011,8 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     }
     const u32 nans = count_nan ? sm.p1.hist[NAN_BIN] : 0;
     // Read before find_cut's barrier: select_kept overwrites the histogram.
-    const u32 guess_bin_count = guess == NO_GUESS ? 0u : sm.p1.hist[guess >> (Ops<T>::KB - ROWS_BITS)];
+    const u32 guess_bin_count =
+        guess == NO_GUESS ? 0u : sm.p1.hist[guess >> (Ops<T>::KB - ROWS_BITS)];
     Cut at_rank;
     Cut cut = find_cut(sm.p1.hist, k, guess_rank(k), &at_rank);
     // Keys below it count nowhere in the histogram.
@@ -990,14 +1031,14 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     guess = next_guess<T>(guess_bin_count, at_rank, k, from_guess, guess, from_guess ? s_kept : n);
     if (nans) report_nan(row, n, r, nans, g);
     u64* o = vals && k <= SMEM_SLOTS ? s_slots : out + r * k;
-    // A threshold bin of at most ROWS_THREADS elements (they lie at the start of sm) is selected with
-    // the room after them.
+    // A threshold bin of at most ROWS_THREADS elements (they lie at the start of sm) is selected
+    // with the room after them.
     SubDigit* scratch = (SubDigit*)(sm.cand + ROWS_THREADS);
     const bool dense = !read_once && overflows(cut, k, ROWS_CAP);
     if (read_once) {
       // The histogram is spent: the bin's elements go where it was.
-      select_kept<Ops<T>::KB>(sm.p1.kept, warp_kept, cut, k, n, ib, comps, o, &s_out, (u64*)sm.p1.hist,
-                              &s_cand, scratch);
+      select_kept<Ops<T>::KB>(sm.p1.kept, warp_kept, cut, k, n, ib, comps, o, &s_out,
+                              (u64*)sm.p1.hist, &s_cand, scratch);
     } else if (dense) {
       select_dense(row, n, cut, k, mag, ib, comps, o, &s_out);
       if (t == 0) ++s_reads;
@@ -1007,7 +1048,8 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
       if (t == 0) ++s_reads;
       __syncthreads();
       if (!whole_bin(cut, k))
-        select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, comps, o, &s_out, scratch);
+        select_in_bin<Ops<T>::KB>([&](u32 i) { return sm.cand[i]; }, cut, k, n, ib, comps, o,
+                                  &s_out, scratch);
     }
     // The next row, asked for once this one is read: its atomic's latency passes under the output.
     u64 next = r + gridDim.x;
@@ -1016,8 +1058,8 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
     if (vals) write_sorted(row, n, k, mag, ib, flags, o, sm.cand, vals + r * k, idx_out + r * k);
     if (t == 0) {
       s_next = next;
-      // The dense selection keeps its status for the call's record; `attempts` counts the row's reads
-      // (1: its guess held; the dense selection's count as one).
+      // The dense selection keeps its status for the call's record; `attempts` counts the row's
+      // reads (1: its guess held; the dense selection's count as one).
       run[r].status = dense ? ROW_FALLBACK : ROW_OK;
       run[r].attempts = s_reads;
     }
@@ -1026,9 +1068,9 @@ __device__ void rows_topk(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, i
   }
 }
 
-// Split rows, pass 1: part c of row r (items r * parts + c, parts of `part` elements) into the row's
-// histogram; the last part of a row finds its cut (a row that overflows the buffer is marked for the
-// dense fallback) and reports its NaN.
+// Split rows, pass 1: part c of row r (items r * parts + c, parts of `part` elements) into the
+// row's histogram; the last part of a row finds its cut (a row that overflows the buffer is marked
+// for the dense fallback) and reports its NaN.
 template <typename T>
 __device__ void rows_split_hist(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,
                                 int count_nan, SplitRow* st, RowRun* run, Global* g) {
@@ -1076,31 +1118,35 @@ __device__ void rows_split_compact(const T* x, u64 n, u64 rows, u64 part, u32 pa
     const u64 from = c * part, len = min(part, n - from);
     u64* o = out + r * k;
     u64* rc = cand + r * SPLIT_CAP;
-    compact_pass(x + r * n + from, len, from, n, mag, ib, false, cut, k, o, &s.out_fill, rc, &s.cand_fill,
-                 SPLIT_CAP, nullptr, 0);
+    compact_pass(x + r * n + from, len, from, n, mag, ib, false, cut, k, o, &s.out_fill, rc,
+                 &s.cand_fill, SPLIT_CAP, nullptr, 0);
     if (block_any_last(&s.arrived_compact, parts)) {
       if (!whole_bin(cut, k))
-        select_in_bin<Ops<T>::KB>([&](u32 j) { return __ldcg(rc + j); }, cut, k, n, ib, false, o, &s.out_fill);
+        select_in_bin<Ops<T>::KB>([&](u32 j) { return __ldcg(rc + j); }, cut, k, n, ib, false, o,
+                                  &s.out_fill);
       if (threadIdx.x == 0) run[r].status = ROW_OK;
     }
     __syncthreads();
   }
 }
 
-#define ROWS_KERNELS(SUF, T)                                                                        \
+#define ROWS_KERNELS(SUF, T)                                                                       \
   extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
-      rows_topk_##SUF(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan, u64* out, \
-                      RowRun* run, Global* g, T* vals, long long* idx_out, int flags) { dependent_launch_entry();            \
+      rows_topk_##SUF(const T* x, u64 n, u64 rows, u64 k, int mag, int ib, int count_nan,          \
+                      u64* out, RowRun* run, Global* g, T* vals, long long* idx_out, int flags) {  \
+    dependent_launch_entry();                                                                      \
     rows_topk<T>(x, n, rows, k, mag, ib, count_nan, out, run, g, vals, idx_out, flags);            \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
       rows_split_hist_##SUF(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,      \
-                            int count_nan, SplitRow* st, RowRun* run, Global* g) { dependent_launch_entry();                 \
+                            int count_nan, SplitRow* st, RowRun* run, Global* g) {                 \
+    dependent_launch_entry();                                                                      \
     rows_split_hist<T>(x, n, rows, part, parts, k, mag, count_nan, st, run, g);                    \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(ROWS_THREADS, ROWS_BLOCKS_PER_SM)                   \
       rows_split_compact_##SUF(const T* x, u64 n, u64 rows, u64 part, u32 parts, u64 k, int mag,   \
-                               int ib, SplitRow* st, u64* cand, u64* out, RowRun* run) { dependent_launch_entry();           \
+                               int ib, SplitRow* st, u64* cand, u64* out, RowRun* run) {           \
+    dependent_launch_entry();                                                                      \
     rows_split_compact<T>(x, n, rows, part, parts, k, mag, ib, st, cand, out, run);                \
   }
 

@@ -1,18 +1,20 @@
-// Stage 1 of Prof-K: S indices per row drawn uniformly without replacement, gathered as (key, index).
+// Stage 1 of Prof-K: S indices per row drawn uniformly without replacement, gathered as (key,
+// index).
 //
 // Sampling scheme: the first S images of a keyed bijection pi of [0, n). pi is a 6-round balanced
-// Feistel network on [0, 2^(2h)) (2^(2h) >= n, so at most 4n) whose round function is a keyed 64-bit
-// mixer; cycle-walking (apply pi again while the image is >= n) restricts it to a bijection of [0, n)
-// because the orbit of any i < n returns to [0, n) before it returns to i. A bijection never repeats an
-// index, so {pi(0), ..., pi(S-1)} is a set of S distinct indices; by the Luby–Rackoff construction a
-// Feistel permutation with a pseudo-random round function is indistinguishable from a uniformly random
-// permutation, whose first S images form a uniform S-subset. Each (row, attempt) gets its own key, so a
-// redraw is a fresh independent sample, and every thread computes its indices with no coordination.
-// Stage 2, the t-th largest sampled composite: for S <= 16384 and composites of at most 64 bits the same
-// kernel selects it in registers (sample_select_*, one launch per attempt, one block per row). Rows too
-// few to fill the device spread their sample over many blocks instead (sample_spread_*): each block keeps
-// its slice's t largest, the row's last block selects among them. Otherwise the sample is written out
-// and selected by the radix selection of select.cu.
+// Feistel network on [0, 2^(2h)) (2^(2h) >= n, so at most 4n) whose round function is a keyed
+// 64-bit mixer; cycle-walking (apply pi again while the image is >= n) restricts it to a bijection
+// of [0, n) because the orbit of any i < n returns to [0, n) before it returns to i. A bijection
+// never repeats an index, so {pi(0), ..., pi(S-1)} is a set of S distinct indices; by the
+// Luby–Rackoff construction a Feistel permutation with a pseudo-random round function is
+// indistinguishable from a uniformly random permutation, whose first S images form a uniform
+// S-subset. Each (row, attempt) gets its own key, so a redraw is a fresh independent sample, and
+// every thread computes its indices with no coordination.
+// Stage 2, the t-th largest sampled composite: for S <= 16384 and composites of at most 64 bits the
+// same kernel selects it in registers (sample_select_*, one launch per attempt, one block per row).
+// Rows too few to fill the device spread their sample over many blocks instead (sample_spread_*):
+// each block keeps its slice's t largest, the row's last block selects among them. Otherwise the
+// sample is written out and selected by the radix selection of select.cu.
 #pragma once
 #include "block_select.cuh"
 
@@ -26,7 +28,8 @@ struct SampleArgs {
   u64* sidx;
   RowList list;  // the rows still pending (all rows on the first attempt)
 };
-static_assert(sizeof(SampleArgs) == 88, "SampleArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(SampleArgs) == 88,
+              "SampleArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 __device__ __forceinline__ u64 mix64(u64 z) {
   z += 0x9e3779b97f4a7c15ull;
@@ -58,7 +61,8 @@ __device__ __forceinline__ u64 permute(u64 i, u64 n, int h, u64 key) {
 template <typename KeyAt>
 __device__ void sample_body(const SampleArgs& a, KeyAt key_at) {
   const u64 total = list_len(a.list, a.rows) * a.s;
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+       i += (u64)gridDim.x * blockDim.x) {
     const u64 r = list_row(a.list, i / a.s), j = i % a.s;
     u64 key = mix64(a.seed ^ mix64(((u64)a.attempt << 40) ^ r));
     u64 idx = permute(j, a.n, a.half_bits, key);
@@ -67,9 +71,11 @@ __device__ void sample_body(const SampleArgs& a, KeyAt key_at) {
   }
 }
 
-// Stages 1 and 2 fused, one block per pending row: writes the row's threshold composite to sel.tmin.
+// Stages 1 and 2 fused, one block per pending row: writes the row's threshold composite to
+// sel.tmin.
 template <int THREADS, typename KeyAt>
-__device__ void sample_select_body(const SampleArgs& a, RowSel* sel, u32 t, int ib, int tb, KeyAt key_at) {
+__device__ void sample_select_body(const SampleArgs& a, RowSel* sel, u32 t, int ib, int tb,
+                                   KeyAt key_at) {
   const u64 nrows = list_len(a.list, a.rows);
   for (u64 i = blockIdx.x; i < nrows; i += gridDim.x) {
     const u64 r = list_row(a.list, i);
@@ -89,7 +95,6 @@ __device__ void sample_select_body(const SampleArgs& a, RowSel* sel, u32 t, int 
     __syncthreads();
   }
 }
-
 
 // Largest rank that block_kth_by_rounds serves: a round costs two block barriers, a digit of
 // block_kth_with about as much plus a warp match per slot.
@@ -141,16 +146,17 @@ __device__ u64 block_kth_by_rounds(const u64 (&c)[N], u32 kth) {
 }
 
 // Stages 1 and 2 over `bpr` blocks per pending row (256 threads, PER samples a thread): each block
-// draws its slice of the sample and writes the slice's t largest composites (zeros where the slice holds
-// fewer) to the row's candidates, `bpr * t <= 256 * SPREAD_SLOTS` of them; the row's last block selects
-// the t-th largest candidate. The overall t largest are each among their slice's t largest, so that is
-// the sample's t-th largest, exactly as one block over the whole sample finds it.
+// draws its slice of the sample and writes the slice's t largest composites (zeros where the slice
+// holds fewer) to the row's candidates, `bpr * t <= 256 * SPREAD_SLOTS` of them; the row's last
+// block selects the t-th largest candidate. The overall t largest are each among their slice's t
+// largest, so that is the sample's t-th largest, exactly as one block over the whole sample finds
+// it.
 // Registers are sized to what each stage holds (PER, SPREAD_SLOTS): unrolled over BS_PER slots, the
 // Feistel rounds and warp matches made a kernel of 10 000 instructions whose warps waited mostly on
 // instruction fetch.
 template <int PER, typename KeyAt>
-__device__ void sample_spread_body(const SampleArgs& a, RowSel* sel, u64* cand, u32 t, u32 bpr, int ib, int tb,
-                                   KeyAt key_at) {
+__device__ void sample_spread_body(const SampleArgs& a, RowSel* sel, u64* cand, u32 t, u32 bpr,
+                                   int ib, int tb, KeyAt key_at) {
   constexpr int THREADS = 256;
   const u64 i = blockIdx.x / bpr;
   const u32 b = blockIdx.x % bpr;

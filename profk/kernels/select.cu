@@ -1,14 +1,16 @@
-// Exact radix selection by (key, index) composite — the buffer top-k, the dense fallback and the `radix`
-// baseline. The output stage is output.cu, the sorted lists of few rows rank_list.cu.
+// Exact radix selection by (key, index) composite — the buffer top-k, the dense fallback and the
+// `radix` baseline. The output stage is output.cu, the sorted lists of few rows rank_list.cu.
 //
 //
-// A selection runs one launch per digit of 8 bits, most significant first. Each launch histograms the
-// digit over the elements that still match the threshold prefix of their row; the last block to finish
-// a row (arrival counter) picks the digit that contains the k-th largest and updates the row's prefix.
+// A selection runs one launch per digit of 8 bits, most significant first. Each launch histograms
+// the digit over the elements that still match the threshold prefix of their row; the last block to
+// finish a row (arrival counter) picks the digit that contains the k-th largest and updates the
+// row's prefix.
 // Composites are distinct, so the final prefix selects exactly k elements, ties by lowest index.
 // A row whose digit bucket is taken whole is done early: later launches skip it at once. The buffer
 // top-k, the fallback and a large sample's threshold run every digit in one cooperative launch
-// (select_all_*, select_kth_*), a grid barrier between digits: one launch, even when no row is listed.
+// (select_all_*, select_kth_*), a grid barrier between digits: one launch, even when no row is
+// listed.
 #include <cooperative_groups.h>
 #include <cub/block/block_radix_sort.cuh>
 #include "rank_list.cuh"
@@ -21,7 +23,8 @@ namespace cg = cooperative_groups;
 struct SelSrc {
   const void* x;
   u64 n;
-  int bounded, mag;  // bounded: a filter's buffer, its keys between the row's tmin and its run's max_key
+  // bounded: a filter's buffer, its keys between the row's tmin and its run's max_key
+  int bounded, mag;
   const u32* lkeys;   // list source when not null: keys and row-local indices, row stride lcap
   const u64* lidx;
   u64 lcap;
@@ -37,7 +40,8 @@ struct SelArgs {
   u64* hist;
   RowList list;  // the rows taking part
 };
-static_assert(sizeof(SelArgs) == 128, "SelArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
+static_assert(sizeof(SelArgs) == 128,
+              "SelArgs: the size its Rust mirror (src/cuda/abi.rs) asserts");
 
 template <typename T, bool LIST>
 struct Src {
@@ -47,7 +51,8 @@ struct Src {
     u64 c = s.lrun[r].counter;
     return c < s.lcap ? c : s.lcap;
   }
-  static __device__ __forceinline__ u128 comp(const SelSrc& s, u64 r, u64 j, int ib, bool need_idx) {
+  static __device__ __forceinline__ u128 comp(const SelSrc& s, u64 r, u64 j, int ib,
+                                              bool need_idx) {
     if (LIST) {
       u32 key = s.lkeys[r * s.lcap + j];
       u64 idx = need_idx ? s.lidx[r * s.lcap + j] : s.n - 1;
@@ -66,8 +71,8 @@ struct Src {
 // A cooperative selection of at most LOCAL_ROWS rows keeps their states in every block's shared
 // memory: after each grid barrier every block reads the digit's histogram and picks the same digit,
 // so no block waits on a last arrival and a row needs no global state until the end. The histograms
-// rotate over three sets (after the rows' own, a.hist + a.rows * 256): the set a pass fills was cleared
-// two barriers before, after every block had read it.
+// rotate over three sets (after the rows' own, a.hist + a.rows * 256): the set a pass fills was
+// cleared two barriers before, after every block had read it.
 #define LOCAL_ROWS 4
 
 // A row's state at the start of a selection of its kth largest.
@@ -78,14 +83,15 @@ __device__ __forceinline__ RowSel fresh_sel(u64 kth) {
   return s;
 }
 
-// The row's threshold: from the block's local state when the selection kept one, else the row's state.
+// The row's threshold: from the block's local state when the selection kept one, else the row's
+// state.
 __device__ __forceinline__ u128 threshold_of(const SelArgs& a, const RowSel* ls, u64 i, u64 r) {
   return load_prefix(ls ? ls[i] : a.sel[r]);
 }
 
-// Suffix sums of histogram h (the digit of `width` bits at `lo`) give the digit holding s's kleft-th
-// largest: s's prefix gains it, kleft keeps what is left inside it, done says whether the selection
-// ends there. Every thread of the block calls it; SEL_THREADS covers the 256 bins.
+// Suffix sums of histogram h (the digit of `width` bits at `lo`) give the digit holding s's
+// kleft-th largest: s's prefix gains it, kleft keeps what is left inside it, done says whether the
+// selection ends there. Every thread of the block calls it; SEL_THREADS covers the 256 bins.
 __device__ void pick_into(RowSel& s, const u64* h, int lo, int width, bool allow_done) {
   typedef cub::BlockScan<u64, SEL_THREADS> Scan;
   __shared__ typename Scan::TempStorage tmp;
@@ -165,7 +171,8 @@ __device__ void pass_body(const SelArgs& a) {
   }
 }
 
-// Threshold finalization for a selection stopped early: the smallest selected composite (fits 64 bits).
+// Threshold finalization for a selection stopped early: the smallest selected composite (fits 64
+// bits).
 template <typename T, bool LIST>
 __device__ void tmin_body(const SelArgs& a, const RowSel* ls = nullptr) {
   const u64 nrows = list_len(a.list, a.rows);
@@ -201,8 +208,9 @@ __device__ __forceinline__ void warp_append(bool take, u64 c, u64 j, u64* fill, 
   }
 }
 
-// Writes the row-local index of every element at or above the row's threshold: exactly k per row; with
-// `comps`, each one's composite (of at most 64 bits) at the same place, for the output's order.
+// Writes the row-local index of every element at or above the row's threshold: exactly k per row;
+// with `comps`, each one's composite (of at most 64 bits) at the same place, for the output's
+// order.
 template <typename T, bool LIST>
 __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run, u64* comps,
                              const RowSel* ls = nullptr) {
@@ -220,7 +228,8 @@ __device__ void compact_body(const SelArgs& a, u64* out, u64 k, RowRun* run, u64
       const u128 c = j < b1 ? Src<T, LIST>::comp(a.src, r, j, a.ib, true) : 0;
       const bool take = j < b1 && c >= thr;
       const u64 idx = take ? Src<T, LIST>::index(a.src, r, j) : 0;
-      warp_append(take, (u64)c, idx, &run[r].out_count, k, out + r * k, comps ? comps + r * k : nullptr);
+      warp_append(take, (u64)c, idx, &run[r].out_count, k, out + r * k,
+                  comps ? comps + r * k : nullptr);
     }
   }
 }
@@ -259,9 +268,9 @@ __device__ void block_topk_body(const SelArgs& a, u64* out, u64 k, int tb, u64* 
   }
 }
 
-// The kth-largest composite of each listed row's list in one block (lists of at most THREADS * BS_PER
-// elements, composites of at most 64 bits) into the row's tmin: the sample threshold of rows whose
-// sample was drawn by a launch of its own (few rows: the draw then spreads over every SM).
+// The kth-largest composite of each listed row's list in one block (lists of at most THREADS *
+// BS_PER elements, composites of at most 64 bits) into the row's tmin: the sample threshold of rows
+// whose sample was drawn by a launch of its own (few rows: the draw then spreads over every SM).
 template <int THREADS>
 __device__ void block_kth_body(const SelArgs& a, u32 kth, int tb) {
   const u64 nrows = list_len(a.list, a.rows);
@@ -280,34 +289,43 @@ __device__ void block_kth_body(const SelArgs& a, u32 kth, int tb) {
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) block_kth_list(SelArgs a, u32 kth, int tb) { dependent_launch_entry();
+extern "C" __global__ void __launch_bounds__(1024) block_kth_list(SelArgs a, u32 kth, int tb) {
+  dependent_launch_entry();
   block_kth_body<1024>(a, kth, tb);
 }
-extern "C" __global__ void __launch_bounds__(256) block_kth_list_small(SelArgs a, u32 kth, int tb) { dependent_launch_entry();
+extern "C" __global__ void __launch_bounds__(256) block_kth_list_small(SelArgs a, u32 kth, int tb) {
+  dependent_launch_entry();
   block_kth_body<256>(a, kth, tb);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) block_topk_list(SelArgs a, u64* out, u64 k, int tb, u64* comps) { dependent_launch_entry();
+extern "C" __global__ void __launch_bounds__(1024)
+    block_topk_list(SelArgs a, u64* out, u64 k, int tb, u64* comps) {
+  dependent_launch_entry();
   block_topk_body<1024>(a, out, k, tb, comps);
 }
-extern "C" __global__ void __launch_bounds__(256) block_topk_list_small(SelArgs a, u64* out, u64 k, int tb,
-                                                                         u64* comps) { dependent_launch_entry();
+extern "C" __global__ void __launch_bounds__(256)
+    block_topk_list_small(SelArgs a, u64* out, u64 k, int tb, u64* comps) {
+  dependent_launch_entry();
   block_topk_body<256>(a, out, k, tb, comps);
 }
 
 // Lists of the rows in each status (pending, ok, fallback) after a filter pass; one block.
-extern "C" __global__ void __launch_bounds__(1024) classify_rows(const RowRun* run, u64 rows, u32* lists, u32* counts) { dependent_launch_entry();
+extern "C" __global__ void __launch_bounds__(1024)
+    classify_rows(const RowRun* run, u64 rows, u32* lists, u32* counts) {
+  dependent_launch_entry();
   classify_body(run, rows, lists, counts);
 }
 
-// A whole selection in one cooperative launch: the reset of the listed rows, every digit pass and the
-// compaction, with a grid barrier where separate launches had a kernel boundary. When the list is
-// empty (the fallback's rows, nearly always) every block returns at once: one launch instead of ten.
+// A whole selection in one cooperative launch: the reset of the listed rows, every digit pass and
+// the compaction, with a grid barrier where separate launches had a kernel boundary. When the list
+// is empty (the fallback's rows, nearly always) every block returns at once: one launch instead of
+// ten.
 
 // Resets the states of the listed rows, over the whole grid; a bounded list's rows keep their tmin
 // (the filter's threshold), which every block reads to start its digits.
 __device__ void reset_listed(const SelArgs& a, u64 nrows, u64 kth) {
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += (u64)gridDim.x * blockDim.x) {
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < nrows;
+       i += (u64)gridDim.x * blockDim.x) {
     RowSel& s = a.sel[list_row(a.list, i)];
     const u64 tmin = s.tmin;
     s = fresh_sel(kth);
@@ -332,8 +350,8 @@ __device__ RowSel bounded_sel(const SelArgs& a, u64 r, u64 kth, int bits, int& s
   return s;
 }
 
-// The reset of the listed rows and every digit pass, for a grid of a cooperative launch whose list is
-// not empty; returns after a grid barrier.
+// The reset of the listed rows and every digit pass, for a grid of a cooperative launch whose list
+// is not empty; returns after a grid barrier.
 template <typename T, bool LIST>
 __device__ void digits_in_one_launch(SelArgs& a, u64 kth, int bits, cg::grid_group& grid) {
   const u64 nrows = list_len(a.list, a.rows);
@@ -349,10 +367,11 @@ __device__ void digits_in_one_launch(SelArgs& a, u64 kth, int bits, cg::grid_gro
   }
 }
 
-// digits_in_one_launch for at most LOCAL_ROWS listed rows, their states in `ls` (shared memory): the
-// passes stop once every row is done, and block 0 leaves the final states in the rows' records.
+// digits_in_one_launch for at most LOCAL_ROWS listed rows, their states in `ls` (shared memory):
+// the passes stop once every row is done, and block 0 leaves the final states in the rows' records.
 template <typename T, bool LIST>
-__device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_group& grid, RowSel* ls) {
+__device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_group& grid,
+                             RowSel* ls) {
   const u64 set = LOCAL_ROWS * 256, tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   const u64 threads = (u64)gridDim.x * blockDim.x;
   u64* sets = a.hist + a.rows * 256;
@@ -360,7 +379,8 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
   // Every block reads the rows' thresholds before any block's reset could reach them: the reset
   // keeps a bounded row's tmin.
   __shared__ int starts[LOCAL_ROWS];
-  if (threadIdx.x < nrows) ls[threadIdx.x] = bounded_sel(a, list_row(a.list, threadIdx.x), kth, bits, starts[threadIdx.x]);
+  if (threadIdx.x < nrows)
+    ls[threadIdx.x] = bounded_sel(a, list_row(a.list, threadIdx.x), kth, bits, starts[threadIdx.x]);
   __syncthreads();
   int start = 0;
   for (u64 i = 0; i < nrows; ++i) start = max(start, starts[i]);
@@ -376,7 +396,8 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
     for (u64 item = blockIdx.x; item < nrows * a.cpr; item += gridDim.x) {
       const u64 i = item / a.cpr;
       if (ls[i].done) continue;
-      count_digit<T, LIST>(a, list_row(a.list, i), item % a.cpr, load_prefix(ls[i]) >> hi, cur + i * 256);
+      count_digit<T, LIST>(a, list_row(a.list, i), item % a.cpr, load_prefix(ls[i]) >> hi,
+                           cur + i * 256);
     }
     grid.sync();
     bool all_done = true;
@@ -398,8 +419,8 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
   }
 }
 
-// Composites of the bin holding the k-th largest that select_by_bins selects among: up to 16 a thread,
-// staged in the last block's shared memory (32 KB).
+// Composites of the bin holding the k-th largest that select_by_bins selects among: up to 16 a
+// thread, staged in the last block's shared memory (32 KB).
 #define BIN_EDGE_CAP (SEL_THREADS * 16)
 // Keys a thread reads a round in select_by_bins' pass over the buffer.
 #define BIN_ITEMS 4
@@ -408,11 +429,11 @@ __device__ void digits_local(SelArgs& a, u64 nrows, u64 kth, int bits, cg::grid_
 // (filter_bin): every element of a bin above the one holding the k-th largest is taken in one pass
 // over the buffer, and that bin's elements, put aside, are selected by the last block to finish.
 // Every block reads the histogram and takes the same way; where that bin holds more than
-// BIN_EDGE_CAP (keys crowded near one value), or the histogram does not cover the buffer, it returns
-// false having written nothing, and the digits run as without it. `bins`: the histogram (FILTER_BINS),
-// then two counters; `edge`: room for the bin's composites (BIN_EDGE_CAP).
-__device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* out, RowRun* run, u64* comps,
-                               u32* bins, u64* edge) {
+// BIN_EDGE_CAP (keys crowded near one value), or the histogram does not cover the buffer, it
+// returns false having written nothing, and the digits run as without it. `bins`: the histogram
+// (FILTER_BINS), then two counters; `edge`: room for the bin's composites (BIN_EDGE_CAP).
+__device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* out, RowRun* run,
+                               u64* comps, u32* bins, u64* edge) {
   typedef cub::BlockScan<u32, SEL_THREADS> Scan;
   constexpr int PER = (FILTER_BINS + SEL_THREADS - 1) / SEL_THREADS;
   __shared__ typename Scan::TempStorage scan;
@@ -479,7 +500,9 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
       u32 before, all;
       Scan(scan).ExclusiveSum(counts, before, all);
       if (t == 0) {
-        s_take = all & 0xffffu ? atomicAdd((unsigned long long*)&run[r].out_count, (u64)(all & 0xffffu)) : 0;
+        s_take = all & 0xffffu
+                     ? atomicAdd((unsigned long long*)&run[r].out_count, (u64)(all & 0xffffu))
+                     : 0;
         s_aside = all >> 16 ? atomicAdd((unsigned long long*)fill, (u64)(all >> 16)) : 0;
       }
       __syncthreads();
@@ -503,7 +526,8 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
   }
   if (!block_any_last(arrived, gridDim.x)) return true;
   // The last block: the (k - above)-th largest of the bin's composites, staged in shared memory,
-  // whose keys share the bits above the highest one where the bin's smallest and largest keys differ.
+  // whose keys share the bits above the highest one where the bin's smallest and largest keys
+  // differ.
   __shared__ u64 staged[BIN_EDGE_CAP];
   const u32 count = min(edge_count, (u32)BIN_EDGE_CAP);
   constexpr int PER_THREAD = BIN_EDGE_CAP / SEL_THREADS;
@@ -557,7 +581,8 @@ __device__ bool select_by_bins(const SelArgs& a, u64 r, u64 k, int bits, u64* ou
 }
 
 template <typename T, bool LIST>
-__device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps) {
+__device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run,
+                                u64* comps) {
   const u64 nrows = list_len(a.list, a.rows);
   if (nrows == 0) return;
   cg::grid_group grid = cg::this_grid();
@@ -571,11 +596,11 @@ __device__ void select_all_body(SelArgs a, u64 kth, int bits, u64* out, u64 k, R
   compact_body<T, LIST>(a, out, k, run, comps);
 }
 
-// select_all_body, read off the filter's histogram where a bounded list comes with one (`bins`, with
-// room `edge`: see select_by_bins) and it serves.
+// select_all_body, read off the filter's histogram where a bounded list comes with one (`bins`,
+// with room `edge`: see select_by_bins) and it serves.
 template <typename T, bool LIST>
-__device__ void select_all_or_bins(const SelArgs& a, u64 kth, int bits, u64* out, u64 k, RowRun* run,
-                                   u64* comps, u32* bins, u64* edge) {
+__device__ void select_all_or_bins(const SelArgs& a, u64 kth, int bits, u64* out, u64 k,
+                                   RowRun* run, u64* comps, u32* bins, u64* edge) {
   if (LIST && bins && a.src.bounded && bits <= 64 && list_len(a.list, a.rows) == 1 &&
       select_by_bins(a, list_row(a.list, 0), k, bits, out, run, comps, bins, edge))
     return;
@@ -583,9 +608,10 @@ __device__ void select_all_or_bins(const SelArgs& a, u64 kth, int bits, u64* out
 }
 
 // The kth-largest composite of every listed row in one cooperative launch: its prefix in the row's
-// state, and with an early stop allowed (composites of at most 64 bits) the smallest selected one in
-// its tmin. A sample too large for one block takes this path. `before()` runs first in every block
-// (the sample's draw, when the same launch draws it): the first grid barrier orders it before the digits.
+// state, and with an early stop allowed (composites of at most 64 bits) the smallest selected one
+// in its tmin. A sample too large for one block takes this path. `before()` runs first in every
+// block (the sample's draw, when the same launch draws it): the first grid barrier orders it before
+// the digits.
 template <typename T, bool LIST, typename Before>
 __device__ void select_kth_body(SelArgs a, u64 kth, int bits, Before before) {
   const u64 nrows = list_len(a.list, a.rows);
@@ -602,47 +628,54 @@ __device__ void select_kth_body(SelArgs a, u64 kth, int bits, Before before) {
   if (a.allow_done) tmin_body<T, LIST>(a);
 }
 
-extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) { dependent_launch_entry();
+extern "C" __global__ void select_init(RowSel* sel, u64* hist, u64 rows, u64 kleft) {
+  dependent_launch_entry();
   u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < rows) sel[i] = fresh_sel(kleft);
 }
 
-#define SEL_KERNELS(SUF, T, LIST)                                                                   \
-  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_pass_##SUF(SelArgs a) { dependent_launch_entry();         \
+#define SEL_KERNELS(SUF, T, LIST)                                                                  \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_pass_##SUF(SelArgs a) {         \
+    dependent_launch_entry();                                                                      \
     pass_body<T, LIST>(a);                                                                         \
   }                                                                                                \
-  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_tmin_##SUF(SelArgs a) { dependent_launch_entry();         \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS) select_tmin_##SUF(SelArgs a) {         \
+    dependent_launch_entry();                                                                      \
     tmin_body<T, LIST>(a);                                                                         \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_compact_##SUF(SelArgs a, u64* out, u64 k, RowRun* run, u64* comps) { dependent_launch_entry();                  \
+      select_compact_##SUF(SelArgs a, u64* out, u64 k, RowRun* run, u64* comps) {                  \
+    dependent_launch_entry();                                                                      \
     compact_body<T, LIST>(a, out, k, run, comps);                                                  \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps, u32* bins, \
-                       u64* edge) {                                                                \
+      select_all_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps,     \
+                       u32* bins, u64* edge) {                                                     \
     dependent_launch_entry();                                                                      \
     select_all_or_bins<T, LIST>(a, kth, bits, out, k, run, comps, bins, edge);                     \
   }                                                                                                \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      select_kth_##SUF(SelArgs a, u64 kth, int bits) { dependent_launch_entry();                                             \
+      select_kth_##SUF(SelArgs a, u64 kth, int bits) {                                             \
+    dependent_launch_entry();                                                                      \
     select_kth_body<T, LIST>(a, kth, bits, [] {});                                                 \
   }
 
 // A sample's draw and its kth-largest in one cooperative launch (few rows, samples past one block).
-#define SAMPLE_KTH(SUF, T)                                                                          \
+#define SAMPLE_KTH(SUF, T)                                                                         \
   extern "C" __global__ void __launch_bounds__(SEL_THREADS)                                        \
-      sample_kth_##SUF(SampleArgs s, SelArgs a, u64 kth, int bits) { dependent_launch_entry();                               \
+      sample_kth_##SUF(SampleArgs s, SelArgs a, u64 kth, int bits) {                               \
+    dependent_launch_entry();                                                                      \
     select_kth_body<float, true>(a, kth, bits, [&] {                                               \
-      sample_body(s, [&](u64 r, u64 idx) { return Ops<T>::key(((const T*)s.x)[r * s.n + idx], s.mag); }); \
+      sample_body(                                                                                 \
+          s, [&](u64 r, u64 idx) { return Ops<T>::key(((const T*)s.x)[r * s.n + idx], s.mag); });  \
     });                                                                                            \
   }
 
 // The dense selection compiled apart (not inlined; it nearly always has no row), so that the
 // buffer's selection beside it keeps the registers it has alone.
 template <typename T>
-__device__ __noinline__ void select_all_dense_apart(const SelArgs& a, u64 kth, int bits, u64* out, u64 k,
-                                                    RowRun* run, u64* comps) {
+__device__ __noinline__ void select_all_dense_apart(const SelArgs& a, u64 kth, int bits, u64* out,
+                                                    u64 k, RowRun* run, u64* comps) {
   select_all_body<T, false>(a, kth, bits, out, k, run, comps);
 }
 
@@ -650,20 +683,21 @@ __device__ __noinline__ void select_all_dense_apart(const SelArgs& a, u64 kth, i
 // list nearly always empty), in one cooperative launch: a grid barrier between the two when both
 // have rows, as they share the histogram sets. Four blocks an SM, as the buffer's launch alone has.
 template <typename T>
-__device__ void select_all_then_dense(const SelArgs& a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps,
-                                      u32* bins, u64* edge, const SelArgs& dense) {
+__device__ void select_all_then_dense(const SelArgs& a, u64 kth, int bits, u64* out, u64 k,
+                                      RowRun* run, u64* comps, u32* bins, u64* edge,
+                                      const SelArgs& dense) {
   const bool both = list_len(a.list, a.rows) && list_len(dense.list, dense.rows);
   select_all_or_bins<float, true>(a, kth, bits, out, k, run, comps, bins, edge);
   if (both) cg::this_grid().sync();
   select_all_dense_apart<T>(dense, kth, bits, out, k, run, comps);
 }
 
-#define SELECT_ALL_THEN_DENSE(SUF, T)                                                                          \
-  extern "C" __global__ void __launch_bounds__(SEL_THREADS, 4)                                                 \
-      select_all_list_then_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run, u64* comps,       \
-                                 u32* bins, u64* edge, SelArgs dense) {                                         \
-    dependent_launch_entry();                                                                                  \
-    select_all_then_dense<T>(a, kth, bits, out, k, run, comps, bins, edge, dense);                             \
+#define SELECT_ALL_THEN_DENSE(SUF, T)                                                              \
+  extern "C" __global__ void __launch_bounds__(SEL_THREADS, 4)                                     \
+      select_all_list_then_##SUF(SelArgs a, u64 kth, int bits, u64* out, u64 k, RowRun* run,       \
+                                 u64* comps, u32* bins, u64* edge, SelArgs dense) {                \
+    dependent_launch_entry();                                                                      \
+    select_all_then_dense<T>(a, kth, bits, out, k, run, comps, bins, edge, dense);                 \
   }
 
 SELECT_ALL_THEN_DENSE(f32, float)

@@ -565,43 +565,7 @@ impl Config {
                 format!("{} must be in 1..=sae.latents ({})", s.k, s.latents),
             );
         }
-        match s.arch {
-            Arch::Matryoshka => {
-                if s.group_sizes.is_empty() || s.group_sizes.contains(&0) {
-                    return bad(
-                        "sae.group_sizes",
-                        "matryoshka needs non-empty, positive group sizes".into(),
-                    );
-                }
-                let sum: usize = s.group_sizes.iter().sum();
-                if sum != s.latents {
-                    return bad(
-                        "sae.group_sizes",
-                        format!("sum to {sum}, but sae.latents = {}", s.latents),
-                    );
-                }
-            }
-            _ if !s.group_sizes.is_empty() => {
-                return bad(
-                    "sae.group_sizes",
-                    "only the matryoshka architecture has groups".into(),
-                );
-            }
-            _ => {}
-        }
-        let layers = self.data_layers();
-        if s.arch == Arch::Crosscoder && layers < 2 {
-            return bad(
-                "data.layers",
-                format!("a crosscoder needs ≥ 2 layers, got {layers}"),
-            );
-        }
-        if s.arch != Arch::Crosscoder && layers != 1 {
-            return bad(
-                "data.layers",
-                format!("{:?} takes exactly one layer, got {layers}", s.arch),
-            );
-        }
+        crate::arch::validate(s, self.data_layers())?;
         if !(s.aux.coefficient >= 0.0 && s.aux.coefficient.is_finite()) {
             return bad(
                 "sae.aux.coefficient",

@@ -18,7 +18,6 @@ pub mod hub;
 pub mod init;
 pub mod memory;
 pub mod model;
-pub mod nested;
 pub mod neuronpedia;
 pub mod optim;
 pub mod run;

@@ -1,8 +1,8 @@
 //! One training step of any architecture: forward, aux-k loss, backward, decoder-gradient projection,
 //! clipping, Adam, decoder renormalization, dead-latent and threshold bookkeeping, and the step's metrics.
-use crate::arch::{self, crosscoder::layer_fvu};
+use crate::arch;
 use crate::aux::{aux_loss, DeadTracker};
-use crate::config::{Arch, Config};
+use crate::config::Config;
 use crate::distributed::Ranks;
 use crate::init::{geometric_median, unit_square_norm_scales};
 use crate::model::{Sae, Shape};
@@ -324,9 +324,7 @@ impl Trainer {
                 }
             }
             stats.dead_fraction = self.dead.dead()?.1 as f64 / self.sae.shape.n as f64;
-            if self.sae.shape.arch == Arch::Crosscoder {
-                stats.layer_fvu = layer_fvu(&x, &fwd.recon.detach(), self.sae.shape.layers)?;
-            }
+            stats.layer_fvu = arch::layer_fvu(&self.sae, &x, &fwd.recon.detach())?;
         }
         Ok(stats)
     }
@@ -377,11 +375,7 @@ impl Trainer {
         let latent_density = latent_density(&fwd.enc.idx, &fwd.enc.vals, batch, self.sae.shape.n)?;
         let rare_fraction = latent_density.iter().filter(|&&d| d < RARE_DENSITY).count() as f64
             / latent_density.len().max(1) as f64;
-        let layer_fvu = if self.sae.shape.arch == Arch::Crosscoder {
-            layer_fvu(&x, &recon, self.sae.shape.layers)?
-        } else {
-            Vec::new()
-        };
+        let layer_fvu = arch::layer_fvu(&self.sae, &x, &recon)?;
         Ok(EvalStats {
             tokens: batch,
             mse,

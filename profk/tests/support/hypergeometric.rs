@@ -1,4 +1,4 @@
-//! The product-form reference for the hypergeometric distribution, shared by `tests/params.rs` and
+//! The product-form reference for the hypergeometric distribution, shared by `tests/it/params.rs` and
 //! `examples/params_accuracy.rs`: a computation independent of the saddle-point pmf under test.
 
 /// Neumaier's compensated running sum: the reference adds up to 2^18 logarithms and must not lose

@@ -2,12 +2,23 @@
 //! entries of `pre` over the whole batch, `recon = acts·W_dec + b_dec`, loss = mean over tokens of ‖x − recon‖².
 //! At inference a single threshold (EMA of the smallest kept activation, see `trainer`) replaces the batch
 //! selection, which makes the exported SAE a JumpReLU SAE.
-use crate::model::{l2_loss, Encoded, Forward, Sae};
+//!
+//! The recipe: encode and select ([`Sae::encode_in`]), decode the kept pairs, the L2 loss ([`forward`]).
+use crate::distributed::BatchShare;
+use crate::model::{l2_loss, Forward, Sae};
 use crate::Result;
 use candle_core::Tensor;
 
-/// The loss and reconstruction of the encoded batch `enc` of `x`.
-pub fn forward(sae: &Sae, x: &Tensor, enc: Encoded) -> Result<Forward> {
+/// The training forward pass on inputs `x` [B, d_in] (this rank's rows of a global batch with
+/// `share`): the batch-global selection, the reconstruction and its loss.
+pub fn forward(
+    sae: &Sae,
+    x: &Tensor,
+    selector: profk::Selector,
+    seed: u64,
+    share: Option<&BatchShare>,
+) -> Result<Forward> {
+    let enc = sae.encode_in(x, selector, seed, share)?;
     let recon = sae
         .decode_latents(&enc)?
         .broadcast_add(sae.b_dec.as_tensor())?;

@@ -2,17 +2,38 @@
 //! decoder, `pre = ReLU(Σ_l (x_l − b_dec,l)·W_enc,l + b_enc)`, one batch-global selection of B·k latents,
 //! `recon_l = acts·W_dec,l + b_dec,l`, loss = mean over tokens of Σ_l ‖x_l − recon_l‖².
 //!
-//! Stacking the layers along the feature axis (x [B, L·d], W_enc [L·d, n], W_dec [n, L·d]) makes the summed
-//! per-layer encoders one matmul and the per-layer decoders one matmul; the selection and the decoder-norm
-//! constraint (each latent's decoder, over all layers, has unit norm) see the latent as a whole, and the
-//! training forward pass is BatchTopK's ([`super::batchtopk::forward`]).
-use crate::Result;
+//! The recipe: the trainer stacks the layers along the feature axis (x [B, L·d], W_enc [L·d, n],
+//! W_dec [n, L·d]; [`crate::trainer::scale_and_stack`]), which makes the summed per-layer encoders one
+//! matmul and the per-layer decoders one matmul; the selection and the decoder-norm constraint (each
+//! latent's decoder, over all layers, has unit norm) see the latent as a whole, and on the stacked
+//! layers the training forward pass is BatchTopK's ([`forward`]). It needs at least two layers
+//! ([`validate`]) and reports the FVU of each ([`layer_fvu`]).
+use crate::distributed::BatchShare;
+use crate::model::{Forward, Sae};
+use crate::{Error, Result};
 use candle_core::Tensor;
 
-/// Inputs [B, L, d] as the stacked [B, L·d].
-pub fn stack_layers(x: &Tensor) -> Result<Tensor> {
-    let (b, l, d) = x.dims3()?;
-    Ok(x.reshape((b, l * d))?)
+/// The training forward pass on the stacked inputs `x` [B, L·d] (this rank's rows of a global batch
+/// with `share`): BatchTopK's.
+pub fn forward(
+    sae: &Sae,
+    x: &Tensor,
+    selector: profk::Selector,
+    seed: u64,
+    share: Option<&BatchShare>,
+) -> Result<Forward> {
+    super::batchtopk::forward(sae, x, selector, seed, share)
+}
+
+/// `data.layers`: a crosscoder reads at least two.
+pub fn validate(layers: usize) -> Result<()> {
+    if layers < 2 {
+        return Err(Error::config(
+            "data.layers",
+            format!("a crosscoder needs ≥ 2 layers, got {layers}"),
+        ));
+    }
+    Ok(())
 }
 
 /// Fraction of variance unexplained per layer.

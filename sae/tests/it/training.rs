@@ -1,6 +1,6 @@
 //! Training runs on synthetic data: the loss falls, a killed run resumed from its checkpoint reaches the
 //! same weights as an uninterrupted one, checkpoints load back, and the selector cross-check passes.
-mod common;
+use crate::common;
 use candle_core::Device;
 use common::{assert_same_weights, run, synthetic_config, weights};
 use sae::checkpoint::read_saelens;

@@ -21,7 +21,7 @@ fn shipped_configs_parse() {
 fn defaults_are_valid() {
     let cfg = FinetuneConfig::from_toml("").unwrap();
     assert_eq!(cfg.sparsify.density, 1e-3);
-    assert_eq!(cfg.compare_with(), None);
+    assert_eq!(cfg.selector.compare_with(), None);
     assert_eq!(cfg.sparsify.mode, gradsparse::config::SparsifyMode::Topk);
     assert_eq!(cfg.selector_label(), "profk");
 }
@@ -78,19 +78,19 @@ fn errors_name_the_key() {
 #[test]
 fn compare_defaults_to_the_other_selector() {
     let cfg = FinetuneConfig::from_toml("[selector]\ncompare = true").unwrap();
-    assert_eq!(cfg.compare_with(), Some(profk::Selector::Sort));
+    assert_eq!(cfg.selector.compare_with(), Some(profk::Selector::Sort));
     let cfg = FinetuneConfig::from_toml("[selector]\nkind = \"sort\"\ncompare = true").unwrap();
-    assert_eq!(cfg.compare_with(), Some(profk::Selector::Profk));
+    assert_eq!(cfg.selector.compare_with(), Some(profk::Selector::Profk));
     // The shipped config with one `--set selector.kind=sort` is the sort baseline, still checked.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
     std::fs::write(&path, "[selector]\nkind = \"profk\"\ncompare = true\n").unwrap();
     let (cfg, _) = FinetuneConfig::load(&path, &["selector.kind=sort".into()]).unwrap();
-    assert_eq!(cfg.compare_with(), Some(profk::Selector::Profk));
+    assert_eq!(cfg.selector.compare_with(), Some(profk::Selector::Profk));
     // A selector compared with itself: no comparison, and a note says so.
     let same =
         FinetuneConfig::from_toml("[selector]\ncompare = true\ncompare_with = \"profk\"").unwrap();
-    assert_eq!(same.compare_with(), None);
+    assert_eq!(same.selector.compare_with(), None);
     assert!(same.selector.note().unwrap().contains("comparison is off"));
 }
 

@@ -1,6 +1,6 @@
 //! `forward_logits_patched_many`: identity patches leave the forward unchanged, two patches act as the
 //! same patches applied one after the other, and a bad hook point is refused.
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor};
 use common::max_abs_diff;

@@ -1,6 +1,6 @@
 //! Impossible sizes and settings are config errors that name their key and the valid range, found
 //! before anything large is allocated and before a run directory exists.
-mod common;
+use crate::common;
 use common::synthetic_config;
 use sae::run::{train_sae, RunOptions};
 use std::path::{Path, PathBuf};

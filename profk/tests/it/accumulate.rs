@@ -1,7 +1,7 @@
 //! `topk_accumulate`: the residual update is exact (bit for bit, gradients added once, also through a
 //! redraw and the fallback) and the selection equals a full f64 sort of |residual + g| with ties by
 //! index, on every device.
-mod common;
+use crate::common;
 
 use runtime::test_device;
 

@@ -1,6 +1,6 @@
 //! Every architecture's forward and loss against a dense reference computed independently on the host in
 //! f64, and the sparse decoder against the dense one, forward and backward.
-mod common;
+use crate::common;
 use candle_core::{DType, Device, Tensor, Var};
 use common::{max_abs_diff, randn};
 use sae::config::{Arch, AuxDecode, DecodeMode};

@@ -3,7 +3,7 @@
 //! sets (ties, empty rows, a latent picked by every row, k = 1, k = n, no pairs).
 //!
 //! With `--features cuda` each test also runs on the GPU.
-mod common;
+use crate::common;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
 use common::{host, max_err, uniform};

@@ -1,6 +1,6 @@
 //! Training from shards through the prefetching reader: the same seed gives the same weights with the
 //! producer thread on or off, and a run resumed from its checkpoint matches an uninterrupted one.
-mod common;
+use crate::common;
 use activations::shards::{extract, ExtractConfig, ExtractOptions};
 use common::{assert_same_weights, run};
 use std::path::Path;

@@ -1,15 +1,15 @@
 //! Matryoshka's nested-prefix loss from the selected pairs, the crosscoder as a wide BatchTopK, and the
 //! aux-k loss with most latents dead, each against a dense f64 reference of the loss and of every
 //! gradient (dictionary_learning's formulas), on every device: CPU in CI, CUDA with `--features cuda`.
-mod common;
+use crate::common;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor, Var};
 use common::{host, max_err, uniform};
 use rand::{Rng, SeedableRng};
 use runtime::test_device;
+use sae::arch::matryoshka::prefix_loss;
 use sae::config::{Arch, AuxDecode, DecodeMode};
 use sae::model::{Sae, Shape};
-use sae::nested::prefix_loss;
 
 /// `got` within `tol` of `want`, relative to the larger of 1 and want's largest magnitude.
 fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {

@@ -3,7 +3,7 @@
 //! every device: random and adversarial rows, f32/bf16/f16, both orders, by value and by magnitude, k
 //! from 0 to n, unaligned rows, and rows whose threshold bin is too large for the kernel's buffer (the
 //! dense fallback in the same call).
-mod common;
+use crate::common;
 
 use anyhow::{ensure, Context, Result};
 use candle_core::{DType, Device};

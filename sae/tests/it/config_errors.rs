@@ -1,5 +1,5 @@
 //! A bad config value is an error that names its key.
-mod common;
+use crate::common;
 use common::synthetic_config;
 use sae::Config;
 

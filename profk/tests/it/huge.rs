@@ -1,12 +1,12 @@
 //! Rows longer than 2^32 elements (64-bit indices end to end). Needs about 9 GB of free memory:
-//! `cargo test -p profk --release --test huge -- --ignored`.
+//! `cargo test -p profk --release --test it -- --ignored huge::`.
 use anyhow::{ensure, Result};
 use candle_core::{Device, Tensor};
 use half::bf16;
 use profk::{Selector, TopKOptions};
 
 #[test]
-#[ignore = "needs about 9 GB of memory; run with --release -- --ignored"]
+#[ignore = "needs about 9 GB of memory; run with --release -- --ignored huge::"]
 fn a_row_longer_than_two_to_the_32() -> Result<()> {
     let n = (1usize << 32) + (1 << 20);
     let mut data = vec![bf16::ZERO; n];

@@ -1,6 +1,6 @@
 //! The fused next-token loss against a float64 loss composed from candle ops: value and gradient,
 //! on the CPU and, in a CUDA build with a GPU, on the GPU.
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{max_abs, max_abs_diff, randn};

@@ -1,5 +1,5 @@
 //! The observed failure rates of the sampled threshold agree with the exact probabilities.
-mod common;
+use crate::common;
 
 use runtime::test_device;
 

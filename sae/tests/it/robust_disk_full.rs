@@ -1,7 +1,7 @@
 //! A disk that fills up during a checkpoint: the error names the file, no half-written checkpoint is
 //! left or pointed at, and the resume after space is freed goes through. The full disk is real: a child
 //! process runs under RLIMIT_FSIZE (with SIGXFSZ ignored, so writes past the limit fail with EFBIG).
-mod common;
+use crate::common;
 use common::synthetic_config;
 use sae::run::{train_sae, RunOptions};
 use std::os::unix::process::CommandExt;
@@ -74,7 +74,7 @@ fn a_full_disk_during_a_checkpoint_loses_nothing() {
     let mut child = Command::new(std::env::current_exe().unwrap());
     child
         .args([
-            "child_resume_under_a_file_size_limit",
+            "robust_disk_full::child_resume_under_a_file_size_limit",
             "--exact",
             "--ignored",
             "--nocapture",

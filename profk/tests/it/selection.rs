@@ -1,5 +1,5 @@
 //! Selection against the full-sort reference on adversarial and random inputs, on every device.
-mod common;
+use crate::common;
 
 use runtime::test_device;
 

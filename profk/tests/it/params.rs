@@ -8,10 +8,7 @@ use profk::params::{
 use profk::Error;
 use statrs::distribution::{ContinuousCDF, DiscreteCDF, Normal};
 
-mod support {
-    pub mod hypergeometric;
-}
-use support::hypergeometric::{ln_sum_exp, reference_ln_pmfs};
+use crate::hypergeometric::{ln_sum_exp, reference_ln_pmfs};
 
 /// Binomial coefficients C(n, j) for n ≤ 120, exact in u128 (C(120, 60) ≈ 9.7e34).
 struct Pascal(Vec<Vec<u128>>);

@@ -1,6 +1,6 @@
 //! The chunked next-token loss of the output head against the loss of the whole logits: the same
 //! value and gradients (to f32 rounding) for any chunk length, alone and inside the model.
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::VarMap;

@@ -2,7 +2,7 @@
 //!
 //! Case counts (20 000 in all, a few seconds): mutated configs 10 000, random numbers in every numeric
 //! key 10 000.
-mod common;
+use crate::common;
 use common::synthetic_config;
 use proptest::prelude::*;
 use sae::Config;
@@ -20,7 +20,7 @@ fn texts() -> Vec<String> {
         synthetic_config("batchtopk", "", 1),
         synthetic_config("matryoshka", "group_sizes = [16, 16, 32]", 1),
         synthetic_config("crosscoder", "", 3),
-        include_str!("../../configs/tiny.toml").to_string(),
+        include_str!("../../../configs/tiny.toml").to_string(),
     ]
 }
 

@@ -3,8 +3,8 @@
 //! and, in a CUDA build with a GPU, the GPU. Shapes include one row, no rows, rows of one element,
 //! widths that are not multiples of 32 or 128, widths past the CUDA kernels' 2048-column variant,
 //! a row with a large mean, a constant row (zero variance) and a row with a variance below eps.
+use crate::common;
 use gpt2::ops::layer_norm_train;
-mod common;
 
 use candle_core::{DType, Device, Tensor, Var, D};
 use common::{max_abs_diff, randn, rel_err};

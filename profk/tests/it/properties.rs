@@ -1,6 +1,6 @@
 //! Property tests: on random inputs every selector, with default or arbitrary Prof-K plans, returns
 //! exactly what a full f64 sort returns.
-mod common;
+use crate::common;
 
 use candle_core::{DType, Device};
 use common::{check_against_reference, tensor};

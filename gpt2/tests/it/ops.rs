@@ -8,9 +8,9 @@
 //! `python3 -c "import sys; sys.path.insert(0, 'tools'); import gpt2_reference as g;
 //! g.CFG.update(n_embd=64, n_head=1, n_positions=72, vocab_size=96); g.SEQ = 70;
 //! g.main('gpt2/tests/fixtures/gpt2-ref-hd64')"`.
+use crate::common;
 use gpt2::ops::{causal_attention_with, layer_norm, linear, AttentionKernel, Epilogue};
 use gpt2::{Gpt2, Gpt2Config, HookPoint};
-mod common;
 
 use candle_core::{DType, Device, Tensor, D};
 use common::{devices, gelu_tanh, host_f64, max_abs_diff, randn};
