@@ -8,5 +8,6 @@ mod distributed;
 mod exchange;
 mod feedback;
 mod memory;
+mod ranks_command;
 mod training;
 mod unigram;

@@ -10,6 +10,7 @@ mod distributed;
 mod features;
 mod fuzz_config;
 mod matryoshka;
+mod ranks_command;
 mod reference;
 mod robust_disk_full;
 mod robust_limits;

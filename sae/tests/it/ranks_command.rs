@@ -2,8 +2,7 @@
 //! directory (rank 0 writes it), each trains on its rows of the global batches, and the SAE they
 //! export is the one a single process trains on the same batches; a run of 2 ranks resumes on 3 and
 //! ends where one process's resumed run ends.
-mod common;
-
+use crate::common;
 use collective::{Collective, ThreadCollective};
 use common::{max_abs_diff, synthetic_config, weights};
 use harness::RankGroup;
