@@ -120,6 +120,13 @@ impl ConfigFile {
             .map(Some)
     }
 
+    /// A number in `rope_parameters` (transformers 5), if there.
+    pub fn rope_field(&self, name: &str) -> Option<f64> {
+        self.get("rope_parameters")
+            .and_then(|p| p.get(name))
+            .and_then(Value::as_f64)
+    }
+
     /// The rotary base and scaling, from `rope_parameters` (transformers 5) or `rope_theta` and
     /// `rope_scaling` (4.x); `theta_key` is the 4.x key of the base (`rotary_emb_base` in GPT-NeoX).
     pub fn rope(&self, theta_key: &str, default_theta: f64) -> Result<(f64, RopeScaling)> {

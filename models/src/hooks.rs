@@ -40,6 +40,19 @@ impl<'a, 'p> Visitor<'a, 'p> {
         })
     }
 
+    pub fn hooks(&self) -> &'a [HookPoint] {
+        self.hooks
+    }
+
+    pub fn patches(&self) -> &'a [(HookPoint, Patch<'p>)] {
+        self.patches
+    }
+
+    /// The hooks' activations, in request order, from a model that ran them itself.
+    pub fn fill(&mut self, captured: Vec<Tensor>) {
+        self.captured = captured.into_iter().map(Some).collect();
+    }
+
     /// Blocks to run.
     pub fn depth(&self) -> usize {
         self.depth

@@ -67,6 +67,30 @@ impl Module for RmsNorm {
     }
 }
 
+/// LayerNorm with weight and bias (`torch.nn.LayerNorm`).
+#[derive(Debug, Clone)]
+pub struct LayerNorm {
+    weight: Tensor,
+    bias: Tensor,
+    eps: f32,
+}
+
+impl LayerNorm {
+    pub fn new(vb: VarBuilder, d: usize, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight: vb.get(d, "weight")?,
+            bias: vb.get(d, "bias")?,
+            eps: eps as f32,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps)
+    }
+}
+
 /// How the rotary frequencies are rescaled for long contexts (`rope_scaling` / `rope_parameters`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
@@ -178,6 +202,22 @@ pub fn attention_mask(
         })
         .collect();
     Tensor::from_vec(values, (t, t), device)?.to_dtype(dtype)
+}
+
+/// One [`attention_mask`] per distinct window among `windows`.
+pub fn window_masks(
+    windows: impl IntoIterator<Item = Option<usize>>,
+    t: usize,
+    dtype: DType,
+    device: &Device,
+) -> Result<std::collections::HashMap<Option<usize>, Tensor>> {
+    let mut masks = std::collections::HashMap::new();
+    for w in windows {
+        if let std::collections::hash_map::Entry::Vacant(e) = masks.entry(w) {
+            e.insert(attention_mask(t, w, dtype, device)?);
+        }
+    }
+    Ok(masks)
 }
 
 /// Scaled dot-product attention with grouped key/value heads: `q` [b, h, t, hd], `k` and `v`

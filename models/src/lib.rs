@@ -4,22 +4,42 @@
 //! outputs and the MLP input exposed at hook points named as TransformerLens names them.
 mod config;
 pub mod error;
+pub mod gemma2;
 mod hooks;
 mod layers;
 pub mod llama;
 mod load;
+pub mod neox;
 mod random;
 
 pub use error::{Error, Result};
+pub use gemma2::{Gemma2, Gemma2Config};
 pub use gpt2::{Gpt2, HookPoint, Patch};
 pub use llama::{Llama, LlamaConfig};
-pub use load::{locate, read_model_type};
+pub use load::{locate, random_shapes, read_model_type};
+pub use neox::{NeoX, NeoXConfig};
 
 use candle_core::{DType, Device, Tensor};
 use hooks::Visitor;
 
 /// Every `model_type` in `config.json` that loads.
-pub const SUPPORTED_MODEL_TYPES: &[&str] = &["gpt2", "llama", "qwen2", "qwen3", "mistral"];
+pub const SUPPORTED_MODEL_TYPES: &[&str] = &[
+    "gpt2", "llama", "qwen2", "qwen3", "mistral", "gemma2", "gpt_neox",
+];
+
+/// What every family besides GPT-2 offers [`Model`].
+trait Family {
+    /// `model_type` as `config.json` spells it.
+    fn model_type(&self) -> &str;
+    fn d_model(&self) -> usize;
+    fn n_layer(&self) -> usize;
+    fn vocab_size(&self) -> usize;
+    fn max_positions(&self) -> usize;
+    /// The token embedding [vocab, d_model].
+    fn embedding(&self) -> &Tensor;
+    /// The forward pass as far as `v` needs; logits [b, t, vocab] when `want_logits`.
+    fn run(&self, tokens: &Tensor, v: &mut Visitor, want_logits: bool) -> Result<Option<Tensor>>;
+}
 
 /// How much of a model is read from disk and kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,44 +79,40 @@ impl Depth {
 pub enum Model {
     Gpt2(Gpt2),
     Llama(Llama),
+    Gemma2(Gemma2),
+    NeoX(NeoX),
 }
 
 impl Model {
+    fn family(&self) -> &dyn Family {
+        match self {
+            Model::Gpt2(m) => m,
+            Model::Llama(m) => m,
+            Model::Gemma2(m) => m,
+            Model::NeoX(m) => m,
+        }
+    }
+
     /// The family's `model_type` as `config.json` spells it (`gpt2`, `llama`, `qwen2`, ...).
     pub fn model_type(&self) -> &str {
-        match self {
-            Model::Gpt2(_) => "gpt2",
-            Model::Llama(m) => &m.config().model_type,
-        }
+        self.family().model_type()
     }
 
     pub fn d_model(&self) -> usize {
-        match self {
-            Model::Gpt2(m) => m.d_model(),
-            Model::Llama(m) => m.config().hidden_size,
-        }
+        self.family().d_model()
     }
 
     pub fn n_layer(&self) -> usize {
-        match self {
-            Model::Gpt2(m) => m.config().n_layer,
-            Model::Llama(m) => m.config().n_layer,
-        }
+        self.family().n_layer()
     }
 
     pub fn vocab_size(&self) -> usize {
-        match self {
-            Model::Gpt2(m) => m.config().vocab_size,
-            Model::Llama(m) => m.config().vocab_size,
-        }
+        self.family().vocab_size()
     }
 
     /// The longest context the model takes.
     pub fn max_positions(&self) -> usize {
-        match self {
-            Model::Gpt2(m) => m.config().n_positions,
-            Model::Llama(m) => m.config().max_position_embeddings,
-        }
+        self.family().max_positions()
     }
 
     /// Whether the model takes contexts of `context` tokens; the message says what it takes.
@@ -120,10 +136,7 @@ impl Model {
 
     /// The token embedding [vocab, d_model].
     pub fn embedding(&self) -> &Tensor {
-        match self {
-            Model::Gpt2(m) => m.token_embedding(),
-            Model::Llama(m) => m.embedding(),
-        }
+        self.family().embedding()
     }
 
     pub fn as_gpt2(&self) -> Option<&Gpt2> {
@@ -148,19 +161,7 @@ impl Model {
         want_logits: bool,
     ) -> Result<(Vec<Tensor>, Option<Tensor>)> {
         let mut v = Visitor::new(hooks, patches, self.n_layer(), want_logits)?;
-        let logits = match self {
-            Model::Gpt2(m) => {
-                return Ok(if want_logits {
-                    (
-                        Vec::new(),
-                        Some(m.forward_logits_patched_many(tokens, patches)?),
-                    )
-                } else {
-                    (m.forward_hooks(tokens, hooks)?, None)
-                })
-            }
-            Model::Llama(m) => m.run(tokens, &mut v, want_logits)?,
-        };
+        let logits = self.family().run(tokens, &mut v, want_logits)?;
         Ok((v.finish()?, logits))
     }
 
@@ -205,6 +206,37 @@ impl Model {
     /// The model's mean next-token cross-entropy on `tokens`.
     pub fn forward_loss(&self, tokens: &Tensor) -> Result<Tensor> {
         Self::next_token_loss(&self.forward_logits(tokens)?, tokens)
+    }
+}
+
+/// GPT-2 runs its own forward (fused kernels on CUDA); hooks and patches pass through.
+impl Family for Gpt2 {
+    fn model_type(&self) -> &str {
+        "gpt2"
+    }
+    fn d_model(&self) -> usize {
+        Gpt2::d_model(self)
+    }
+    fn n_layer(&self) -> usize {
+        self.config().n_layer
+    }
+    fn vocab_size(&self) -> usize {
+        self.config().vocab_size
+    }
+    fn max_positions(&self) -> usize {
+        self.config().n_positions
+    }
+    fn embedding(&self) -> &Tensor {
+        self.token_embedding()
+    }
+
+    fn run(&self, tokens: &Tensor, v: &mut Visitor, want_logits: bool) -> Result<Option<Tensor>> {
+        if want_logits {
+            return Ok(Some(self.forward_logits_patched_many(tokens, v.patches())?));
+        }
+        let captured = self.forward_hooks(tokens, v.hooks())?;
+        v.fill(captured);
+        Ok(None)
     }
 }
 

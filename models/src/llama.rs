@@ -4,8 +4,8 @@
 use crate::config::ConfigFile;
 use crate::error::{Error, Result};
 use crate::hooks::Visitor;
-use crate::layers::{attention, attention_mask, Linear, RmsNorm, RopeScaling, Rotary};
-use crate::Depth;
+use crate::layers::{attention, window_masks, Linear, RmsNorm, RopeScaling, Rotary};
+use crate::{Depth, Family};
 use candle_core::{Module, Tensor};
 use candle_nn::VarBuilder;
 use gpt2::HookPoint;
@@ -314,18 +314,29 @@ impl Llama {
     pub fn config(&self) -> &LlamaConfig {
         &self.cfg
     }
+}
 
-    pub fn embedding(&self) -> &Tensor {
+impl Family for Llama {
+    fn model_type(&self) -> &str {
+        &self.cfg.model_type
+    }
+    fn d_model(&self) -> usize {
+        self.cfg.hidden_size
+    }
+    fn n_layer(&self) -> usize {
+        self.cfg.n_layer
+    }
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+    fn max_positions(&self) -> usize {
+        self.cfg.max_position_embeddings
+    }
+    fn embedding(&self) -> &Tensor {
         &self.embed
     }
 
-    /// The forward pass as far as `v` needs; logits [b, t, vocab] when `want_logits`.
-    pub fn run(
-        &self,
-        tokens: &Tensor,
-        v: &mut Visitor,
-        want_logits: bool,
-    ) -> Result<Option<Tensor>> {
+    fn run(&self, tokens: &Tensor, v: &mut Visitor, want_logits: bool) -> Result<Option<Tensor>> {
         let cfg = &self.cfg;
         let depth = v.depth();
         crate::check_loaded(depth, self.layers.len(), want_logits, self.head.is_some())?;
@@ -333,12 +344,12 @@ impl Llama {
         let (dtype, device) = (self.embed.dtype(), self.embed.device());
         let rotary = Rotary::new(cfg.head_dim, cfg.rope_theta, &cfg.rope_scaling);
         let (cos, sin) = rotary.tables(t, dtype, device)?;
-        let mut masks = HashMap::new();
-        for layer in &self.layers[..depth] {
-            if let std::collections::hash_map::Entry::Vacant(e) = masks.entry(layer.window) {
-                e.insert(attention_mask(t, layer.window, dtype, device)?);
-            }
-        }
+        let masks = window_masks(
+            self.layers[..depth].iter().map(|l| l.window),
+            t,
+            dtype,
+            device,
+        )?;
         let ctx = Context {
             rotary,
             cos,

@@ -2,7 +2,9 @@
 //! named shape with random weights.
 use crate::config::ConfigFile;
 use crate::error::{Error, Result};
+use crate::gemma2::{self, Gemma2, Gemma2Config};
 use crate::llama::{self, Llama, LlamaConfig};
+use crate::neox::{self, NeoX, NeoXConfig};
 use crate::{Depth, Model};
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
@@ -56,6 +58,12 @@ impl Model {
             t if llama::MODEL_TYPES.contains(&t) => {
                 Llama::new(LlamaConfig::from_file(&cfg)?, vb, depth).map(Model::Llama)
             }
+            t if gemma2::MODEL_TYPES.contains(&t) => {
+                Gemma2::new(Gemma2Config::from_file(&cfg)?, vb, depth).map(Model::Gemma2)
+            }
+            t if neox::MODEL_TYPES.contains(&t) => {
+                NeoX::new(NeoXConfig::from_file(&cfg)?, vb, depth).map(Model::NeoX)
+            }
             _ => unreachable!("checked against SUPPORTED_MODEL_TYPES above"),
         };
         built.map_err(|e| match e {
@@ -77,6 +85,12 @@ impl Model {
         if let Some(cfg) = LlamaConfig::shape(shape) {
             return Ok(Model::Llama(Llama::new(cfg, vb, depth)?));
         }
+        if let Some(cfg) = Gemma2Config::shape(shape) {
+            return Ok(Model::Gemma2(Gemma2::new(cfg, vb, depth)?));
+        }
+        if let Some(cfg) = NeoXConfig::shape(shape) {
+            return Ok(Model::NeoX(NeoX::new(cfg, vb, depth)?));
+        }
         Err(Error::UnknownShape {
             name: shape.to_string(),
             known: random_shapes().iter().map(|s| s.to_string()).collect(),
@@ -86,5 +100,5 @@ impl Model {
 
 /// The shapes [`Model::random`] makes.
 pub fn random_shapes() -> Vec<&'static str> {
-    llama::SHAPES.to_vec()
+    [llama::SHAPES, gemma2::SHAPES, neox::SHAPES].concat()
 }

@@ -127,12 +127,18 @@ mod exact {
     pub fn mistral(d: &Device) -> anyhow::Result<()> {
         matches_transformers("mistral", d)
     }
+    pub fn gemma2(d: &Device) -> anyhow::Result<()> {
+        matches_transformers("gemma2", d)
+    }
+    pub fn pythia(d: &Device) -> anyhow::Result<()> {
+        matches_transformers("pythia", d)
+    }
     pub fn llama_truncated(d: &Device) -> anyhow::Result<()> {
         truncated_load_matches("llama", d)
     }
 }
 
-runtime::test_device!(exact::{llama, qwen2, qwen3, mistral, llama_truncated});
+runtime::test_device!(exact::{llama, qwen2, qwen3, mistral, gemma2, pythia, llama_truncated});
 
 #[test]
 fn unsupported_model_type_names_the_supported_ones() {
@@ -146,4 +152,15 @@ fn unsupported_model_type_names_the_supported_ones() {
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(err.contains("`bert` is not supported"), "{err}");
     assert!(err.contains("llama, qwen2, qwen3, mistral"), "{err}");
+}
+
+#[test]
+fn unknown_random_shape_names_the_known_ones() {
+    let err = Model::random("llama-9", 0, DType::F32, &Device::Cpu, Depth::Blocks(1))
+        .unwrap_err()
+        .to_string();
+    for known in models::random_shapes() {
+        assert!(err.contains(known), "{err}");
+    }
+    assert_eq!(models::random_shapes().len(), 5);
 }
