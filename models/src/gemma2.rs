@@ -250,6 +250,12 @@ impl Family for Gemma2 {
     fn embedding(&self) -> &Tensor {
         &self.embed
     }
+    fn unembedding(&self) -> Option<&Tensor> {
+        self.norm.as_ref().map(|_| &self.embed)
+    }
+    fn config_json(&self) -> serde_json::Value {
+        crate::dimensions_json(self)
+    }
 
     fn run(&self, tokens: &Tensor, v: &mut Visitor, want_logits: bool) -> Result<Option<Tensor>> {
         let cfg = &self.cfg;

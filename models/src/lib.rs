@@ -37,6 +37,10 @@ trait Family {
     fn max_positions(&self) -> usize;
     /// The token embedding [vocab, d_model].
     fn embedding(&self) -> &Tensor;
+    /// The output head [vocab, d_model] (the embedding when tied); None when not loaded.
+    fn unembedding(&self) -> Option<&Tensor>;
+    /// The hyperparameters, for the records of what ran.
+    fn config_json(&self) -> serde_json::Value;
     /// The forward pass as far as `v` needs; logits [b, t, vocab] when `want_logits`.
     fn run(&self, tokens: &Tensor, v: &mut Visitor, want_logits: bool) -> Result<Option<Tensor>>;
 }
@@ -60,14 +64,15 @@ impl Depth {
     }
 
     /// The depth the `hooks` need; `Full` when `logits` are needed too.
-    pub fn for_hooks(hooks: &[HookPoint], n_layer: usize, logits: bool) -> Self {
+    pub fn for_hooks(hooks: &[HookPoint], logits: bool) -> Self {
         if logits || hooks.contains(&HookPoint::LnFinal) {
             return Depth::Full;
         }
+        // No point but ln_final depends on the model's depth.
         Depth::Blocks(
             hooks
                 .iter()
-                .map(|h| h.blocks_needed(n_layer))
+                .map(|h| h.blocks_needed(usize::MAX))
                 .max()
                 .unwrap_or(0),
         )
@@ -137,6 +142,18 @@ impl Model {
     /// The token embedding [vocab, d_model].
     pub fn embedding(&self) -> &Tensor {
         self.family().embedding()
+    }
+
+    /// The output head [vocab, d_model] whose rows score the tokens (the embedding when tied;
+    /// before Gemma 2's final soft-capping); None when loaded without it.
+    pub fn unembedding(&self) -> Option<&Tensor> {
+        self.family().unembedding()
+    }
+
+    /// The hyperparameters as recorded beside extracted activations: GPT-2's `Gpt2Config`; for the
+    /// other families `model_type` and the dimensions.
+    pub fn config_json(&self) -> serde_json::Value {
+        self.family().config_json()
     }
 
     pub fn as_gpt2(&self) -> Option<&Gpt2> {
@@ -229,6 +246,12 @@ impl Family for Gpt2 {
     fn embedding(&self) -> &Tensor {
         self.token_embedding()
     }
+    fn unembedding(&self) -> Option<&Tensor> {
+        Some(self.token_embedding())
+    }
+    fn config_json(&self) -> serde_json::Value {
+        serde_json::to_value(self.config()).unwrap_or_default()
+    }
 
     fn run(&self, tokens: &Tensor, v: &mut Visitor, want_logits: bool) -> Result<Option<Tensor>> {
         if want_logits {
@@ -238,6 +261,17 @@ impl Family for Gpt2 {
         v.fill(captured);
         Ok(None)
     }
+}
+
+/// `model_type` and the dimensions of a family's model, for records.
+fn dimensions_json(m: &dyn Family) -> serde_json::Value {
+    serde_json::json!({
+        "model_type": m.model_type(),
+        "hidden_size": m.d_model(),
+        "num_hidden_layers": m.n_layer(),
+        "vocab_size": m.vocab_size(),
+        "max_position_embeddings": m.max_positions(),
+    })
 }
 
 /// An error when a forward needs more than was loaded.

@@ -252,6 +252,12 @@ impl Family for NeoX {
     fn embedding(&self) -> &Tensor {
         &self.embed
     }
+    fn unembedding(&self) -> Option<&Tensor> {
+        self.head.as_ref().map(|(_, u)| u)
+    }
+    fn config_json(&self) -> serde_json::Value {
+        crate::dimensions_json(self)
+    }
 
     fn run(&self, tokens: &Tensor, v: &mut Visitor, want_logits: bool) -> Result<Option<Tensor>> {
         let cfg = &self.cfg;

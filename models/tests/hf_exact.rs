@@ -100,7 +100,7 @@ fn truncated_load_matches(name: &str, device: &Device) -> anyhow::Result<()> {
     let (dtype, tol) = precision(device);
     let want = expected(name, device)?;
     let hooks = [HookPoint::ResidPost(0), HookPoint::ResidPre(1)];
-    let depth = Depth::for_hooks(&hooks, 2, false);
+    let depth = Depth::for_hooks(&hooks, false);
     assert_eq!(depth, Depth::Blocks(1));
     let model = Model::load(fixture(name).to_str().unwrap(), dtype, device, depth)?;
     let got = model.forward_hooks(&want.tokens, &hooks)?;
