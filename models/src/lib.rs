@@ -122,6 +122,9 @@ impl Model {
 
     /// Whether the model takes contexts of `context` tokens; the message says what it takes.
     pub fn check_context(&self, context: usize) -> std::result::Result<(), String> {
+        if let Model::Gpt2(m) = self {
+            return m.config().check_context(context);
+        }
         let max = self.max_positions();
         if context > max {
             return Err(format!(
