@@ -27,13 +27,17 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let model = load_model(&args.model, DType::F32, &Device::Cpu)?;
+    let loaded = load_model(&args.model, DType::F32, &Device::Cpu)?;
+    let model = loaded
+        .as_gpt2()
+        .ok_or_else(|| anyhow::anyhow!("resid_stats reads GPT-2 models only"))?;
     let source = CorpusSource::open(&CorpusSpec::new(args.corpus.clone()))?;
     let opts = PackOptions {
         split: Split::Heldout,
         heldout_fraction: 0.1,
         context_len: args.context,
         prepend_bos: true,
+        tokenizer: activations::Tokenizer::for_model(&args.model)?,
     };
     let contexts = source.contexts(opts, Some(args.contexts))?;
     let (n, t) = (contexts.len(), args.context);

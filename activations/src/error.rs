@@ -28,6 +28,10 @@ pub enum Error {
     #[error(transparent)]
     Gpt2(#[from] gpt2::Error),
 
+    /// Boxed: the family loaders' error is large.
+    #[error(transparent)]
+    Models(Box<models::Error>),
+
     #[error("{path}: invalid JSON: {source}")]
     Json {
         path: PathBuf,
@@ -99,5 +103,11 @@ impl Error {
             path: path.into(),
             message: message.into(),
         }
+    }
+}
+
+impl From<models::Error> for Error {
+    fn from(e: models::Error) -> Self {
+        Error::Models(Box::new(e))
     }
 }

@@ -15,4 +15,4 @@ pub mod upload;
 pub use error::{Error, Result};
 pub use shards::{ReaderOptions, ShardReader};
 pub use source::{ActivationSource, OnTheFly, OnTheFlyOptions};
-pub use tokenizer::Gpt2Tokenizer;
+pub use tokenizer::{Gpt2Tokenizer, Tokenizer};

@@ -2,34 +2,44 @@
 use crate::error::{Error, Result};
 use candle_core::{DType, Device};
 use gpt2::{Gpt2, Gpt2Config};
+use models::{Depth, Model};
 
-/// Loads a model from a spec:
-/// - `tiny`: the default tiny model, trained on the shipped corpus ([`crate::tiny::default_model_as`]);
+/// Loads a model from a spec, whole ([`load_model_to`] with [`Depth::Full`]).
+pub fn load_model(spec: &str, dtype: DType, device: &Device) -> Result<Model> {
+    load_model_to(spec, dtype, device, Depth::Full)
+}
+
+/// Loads a model from a spec, reading the blocks `depth` asks for (GPT-2 always whole):
+/// - `tiny`: the default tiny GPT-2, trained on the shipped corpus ([`crate::tiny::default_model_as`]);
 /// - `tiny-random`: the same shape with its random initialization ([`crate::tiny::random_model`]);
-/// - `random:<size>` or `random:<size>:<seed>`: GPT-2 shapes (`gpt2`, `medium`, `large`, `xl`,
-///   `tiny`) with random weights, for benchmarks and tests;
-/// - anything else: a directory or Hugging Face hub id ([`gpt2::locate`]).
-pub fn load_model(spec: &str, dtype: DType, device: &Device) -> Result<Gpt2> {
+/// - `random:<shape>` or `random:<shape>:<seed>`: random weights of a real shape, for benchmarks and
+///   tests: GPT-2's (`gpt2`, `medium`, `large`, `xl`, `tiny`) or [`models::random_shapes`]
+///   (`llama-3.1-8b`, `qwen2.5-7b`, `gemma-2-2b`, `gemma-2-9b`, `pythia-1.4b`);
+/// - anything else: a directory or Hugging Face hub id, `hf:` optional ([`models::locate`]); the
+///   family comes from `config.json`'s `model_type`.
+pub fn load_model_to(spec: &str, dtype: DType, device: &Device, depth: Depth) -> Result<Model> {
     if spec == "tiny" {
-        return crate::tiny::default_model_as(dtype, device);
+        return Ok(Model::Gpt2(crate::tiny::default_model_as(dtype, device)?));
     }
     if spec == "tiny-random" {
-        return crate::tiny::random_model(dtype, device);
+        return Ok(Model::Gpt2(crate::tiny::random_model(dtype, device)?));
     }
     if let Some(rest) = spec.strip_prefix("random:") {
-        let (size, seed) = rest.split_once(':').unwrap_or((rest, "0"));
-        let cfg = Gpt2Config::by_name(size).ok_or_else(|| {
-            Error::config(
-                "model",
-                format!("unknown size `{size}` in `{spec}`: use gpt2, medium, large, xl or tiny"),
-            )
-        })?;
+        let (shape, seed) = rest.split_once(':').unwrap_or((rest, "0"));
         let seed: u64 = seed
             .parse()
             .map_err(|_| Error::config("model", format!("bad seed `{seed}` in `{spec}`")))?;
-        return Ok(Gpt2::random(cfg, seed, dtype, device)?);
+        if let Some(cfg) = Gpt2Config::by_name(shape) {
+            return Ok(Model::Gpt2(Gpt2::random(cfg, seed, dtype, device)?));
+        }
+        return Model::random(shape, seed, dtype, device, depth).map_err(|e| {
+            Error::config(
+                "model",
+                format!("`{spec}`: {e}; GPT-2's sizes: gpt2, medium, large, xl, tiny"),
+            )
+        });
     }
-    Ok(Gpt2::load(spec, dtype, device)?)
+    Ok(Model::load(spec, dtype, device, depth)?)
 }
 
 /// What identifies the weights [`load_model`] loads for `spec`, as run.json records it: `sha256:<hex>`
@@ -47,7 +57,7 @@ pub fn weights_identity(spec: &str) -> Result<String> {
         let (size, seed) = rest.split_once(':').unwrap_or((rest, "0"));
         return Ok(format!("random:{size}:{seed}"));
     }
-    files_sha256(&gpt2::locate(spec)?.weights)
+    files_sha256(&models::locate(spec)?.weights)
 }
 
 /// `sha256:<hex>` of the bytes of `files` read one after the other: for a single file what
@@ -86,8 +96,8 @@ pub fn has_random_weights(spec: &str) -> bool {
 pub fn random_weights_warning(spec: &str) -> Option<String> {
     has_random_weights(spec).then(|| {
         format!(
-            "model `{spec}` has random weights: its clean CE is about ln(50257) = 10.8, like \
-             zero ablation, so CE-loss recovered measures nothing; use a trained model (`tiny`)"
+            "model `{spec}` has random weights: its clean CE is about ln(vocabulary) (10.8 for \
+             GPT-2), like zero ablation, so CE-loss recovered measures nothing; use a trained model (`tiny`)"
         )
     })
 }

@@ -3,7 +3,8 @@
 use crate::prefetch::{refill_depth, ChunkSource, Prefetch};
 use crate::{corpus::Contexts, error::Result};
 use candle_core::{DType, Device, Tensor};
-use gpt2::{Gpt2, HookPoint};
+use gpt2::HookPoint;
+use models::Model;
 use rand::{seq::SliceRandom, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ pub trait ActivationSource {
 /// The hook points' activations for a batch of contexts, as rows [B * T', n_hooks, d] with the
 /// matching token ids [B * T'] (T' = T - 1 when `drop_first` drops each context's first position).
 pub fn hook_rows(
-    model: &Gpt2,
+    model: &Model,
     tokens: &Tensor,
     hooks: &[HookPoint],
     drop_first: bool,
@@ -186,13 +187,13 @@ pub struct OnTheFly {
 
 impl OnTheFly {
     pub fn new(
-        model: Arc<Gpt2>,
+        model: Arc<Model>,
         contexts: Contexts,
         hooks: Vec<HookPoint>,
         opts: OnTheFlyOptions,
     ) -> Result<Self> {
         for h in &hooks {
-            h.validate(model.config().n_layer)?;
+            h.validate(model.n_layer())?;
         }
         if hooks.is_empty() {
             return Err(crate::Error::config(
@@ -245,7 +246,7 @@ impl OnTheFly {
 
 /// The producer: batches of contexts in (shuffled) order through the model.
 struct ModelChunks {
-    model: Arc<Gpt2>,
+    model: Arc<Model>,
     contexts: Contexts,
     hooks: Vec<HookPoint>,
     order: Vec<u32>,

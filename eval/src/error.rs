@@ -10,8 +10,18 @@ pub enum Error {
     Activations(#[from] activations::Error),
     #[error(transparent)]
     Model(#[from] gpt2::Error),
+
+    /// Boxed: the family loaders' error is large.
+    #[error(transparent)]
+    Models(Box<models::Error>),
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+impl From<models::Error> for Error {
+    fn from(e: models::Error) -> Self {
+        Error::Models(Box::new(e))
+    }
+}

@@ -6,7 +6,8 @@ use activations::corpus::Contexts;
 use activations::source::hook_rows;
 use activations::tokenizer::END_OF_TEXT;
 use candle_core::{DType, Tensor};
-use gpt2::{Gpt2, HookPoint};
+use gpt2::HookPoint;
+use models::Model;
 
 /// Whether a token's activations take part in FVU and L0.
 pub fn is_evaluated(token: u32) -> bool {
@@ -16,7 +17,7 @@ pub fn is_evaluated(token: u32) -> bool {
 /// The first `n_tokens` evaluated rows of `contexts` at `hooks`, in context order, as [n, d] (one hook)
 /// or [n, H, d]; fewer when the contexts hold fewer, None when they hold none.
 pub fn heldout_rows(
-    model: &Gpt2,
+    model: &Model,
     contexts: &Contexts,
     hooks: &[HookPoint],
     n_tokens: usize,

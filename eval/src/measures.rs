@@ -5,7 +5,8 @@
 
 use crate::{Error, Result};
 use candle_core::{DType, Tensor};
-use gpt2::{Gpt2, HookPoint, Patch};
+use gpt2::{HookPoint, Patch};
+use models::Model;
 
 /// Mean squared error per element and fraction of variance unexplained.
 pub fn mse_fvu(x: &Tensor, recon: &Tensor) -> Result<(f64, f64)> {
@@ -58,7 +59,7 @@ pub type Reconstruct<'a> = &'a dyn Fn(&Tensor) -> std::result::Result<Tensor, Re
 /// reconstruction, and one forward replaces the stream at every hook point by its layer's reconstruction
 /// (another zeroes every hook point). For one hook point this is the single-layer SAE splice.
 pub fn ce_splices(
-    model: &Gpt2,
+    model: &Model,
     tokens: &Tensor,
     hooks: &[HookPoint],
     reconstruct: Reconstruct,
@@ -72,7 +73,7 @@ pub fn ce_splices(
         )));
     }
     let ce = |logits: Tensor| -> Result<f64> {
-        Ok(Gpt2::next_token_loss(&logits, tokens)?
+        Ok(Model::next_token_loss(&logits, tokens)?
             .to_dtype(DType::F64)?
             .to_scalar::<f64>()?)
     };

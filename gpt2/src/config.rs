@@ -111,7 +111,26 @@ impl Gpt2Config {
 
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        let cfg: Self = serde_json::from_str(&text).map_err(|source| Error::Json {
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|source| Error::Json {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        // Other families load through the `models` crate; what reads GPT-2 only (finetune) says so.
+        if let Some(other) = json
+            .get("model_type")
+            .and_then(|t| t.as_str())
+            .filter(|t| *t != "gpt2")
+        {
+            return Err(Error::Model {
+                path: path.to_path_buf(),
+                message: format!(
+                    "model_type `{other}`: this reads GPT-2 only (finetune is GPT-2 only; extract \
+                     and train-sae also read llama, qwen2, qwen3, mistral, gemma2 and gpt_neox)"
+                ),
+            });
+        }
+        let cfg: Self = serde_json::from_value(json).map_err(|source| Error::Json {
             path: path.to_path_buf(),
             source,
         })?;

@@ -41,7 +41,14 @@ pub enum Error {
     #[error("hook point `{point}` is past the model's depth: it has {n_layer} layers, valid layers are 0..={}", n_layer.saturating_sub(1))]
     HookLayer { point: String, n_layer: usize },
 
-    #[error("hook point `{0}`: expected e.g. `blocks.6.hook_resid_post`, `blocks.0.hook_resid_pre`, `resid_post.6`, `ln_final`")]
+    #[error("hook point `{point}`: {model} exposes only {offered}")]
+    HookUnsupported {
+        point: String,
+        model: String,
+        offered: String,
+    },
+
+    #[error("hook point `{0}`: expected e.g. `blocks.6.hook_resid_post`, `blocks.0.hook_resid_pre`, `blocks.6.hook_attn_out`, `blocks.6.hook_mlp_out`, `blocks.6.ln2.hook_normalized`, `resid_post.6`, `ln_final`")]
     HookPoint(String),
 }
 

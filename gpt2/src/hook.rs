@@ -10,6 +10,13 @@ pub enum HookPoint {
     ResidPre(usize),
     /// Output of block `l`.
     ResidPost(usize),
+    /// Output of block `l`'s attention, as it is added to the residual stream (after Gemma 2's
+    /// post-attention norm).
+    AttnOut(usize),
+    /// Output of block `l`'s MLP, as it is added to the residual stream.
+    MlpOut(usize),
+    /// Input of block `l`'s MLP: the normalized residual stream, the norm's weight applied.
+    MlpIn(usize),
     /// Output of the final layer norm.
     LnFinal,
 }
@@ -19,20 +26,42 @@ impl HookPoint {
     pub fn blocks_needed(&self, n_layer: usize) -> usize {
         match *self {
             HookPoint::ResidPre(l) => l,
-            HookPoint::ResidPost(l) => l + 1,
+            HookPoint::ResidPost(l)
+            | HookPoint::AttnOut(l)
+            | HookPoint::MlpOut(l)
+            | HookPoint::MlpIn(l) => l + 1,
             HookPoint::LnFinal => n_layer,
         }
     }
 
+    /// The block the point belongs to; None for `ln_final`.
+    pub fn layer(&self) -> Option<usize> {
+        match *self {
+            HookPoint::ResidPre(l)
+            | HookPoint::ResidPost(l)
+            | HookPoint::AttnOut(l)
+            | HookPoint::MlpOut(l)
+            | HookPoint::MlpIn(l) => Some(l),
+            HookPoint::LnFinal => None,
+        }
+    }
+
+    /// Whether the point is on the residual stream itself (resid_pre, resid_post, ln_final) rather
+    /// than inside a block.
+    pub fn is_residual(&self) -> bool {
+        matches!(
+            self,
+            HookPoint::ResidPre(_) | HookPoint::ResidPost(_) | HookPoint::LnFinal
+        )
+    }
+
     /// An error naming the point if the model has no layer `l` for it.
     pub fn validate(&self, n_layer: usize) -> Result<()> {
-        match *self {
-            HookPoint::ResidPre(l) | HookPoint::ResidPost(l) if l >= n_layer => {
-                Err(Error::HookLayer {
-                    point: self.to_string(),
-                    n_layer,
-                })
-            }
+        match self.layer() {
+            Some(l) if l >= n_layer => Err(Error::HookLayer {
+                point: self.to_string(),
+                n_layer,
+            }),
             _ => Ok(()),
         }
     }
@@ -44,6 +73,9 @@ impl fmt::Display for HookPoint {
         match self {
             HookPoint::ResidPre(l) => write!(f, "blocks.{l}.hook_resid_pre"),
             HookPoint::ResidPost(l) => write!(f, "blocks.{l}.hook_resid_post"),
+            HookPoint::AttnOut(l) => write!(f, "blocks.{l}.hook_attn_out"),
+            HookPoint::MlpOut(l) => write!(f, "blocks.{l}.hook_mlp_out"),
+            HookPoint::MlpIn(l) => write!(f, "blocks.{l}.ln2.hook_normalized"),
             HookPoint::LnFinal => write!(f, "ln_final.hook_normalized"),
         }
     }
@@ -52,8 +84,9 @@ impl fmt::Display for HookPoint {
 impl FromStr for HookPoint {
     type Err = Error;
 
-    /// Accepts `blocks.L.hook_resid_pre|post`, `resid_pre.L`, `resid_post.L`, `ln_final`,
-    /// `ln_final.hook_normalized`, `ln_f`.
+    /// Accepts `blocks.L.hook_resid_pre|post`, `blocks.L.hook_attn_out`, `blocks.L.hook_mlp_out`,
+    /// `blocks.L.ln2.hook_normalized` (or `blocks.L.hook_mlp_in`), `resid_pre.L`, `resid_post.L`,
+    /// `attn_out.L`, `mlp_out.L`, `mlp_in.L`, `ln_final`, `ln_final.hook_normalized`, `ln_f`.
     fn from_str(s: &str) -> Result<Self> {
         let bad = || Error::HookPoint(s.to_string());
         let t = s.trim();
@@ -61,19 +94,18 @@ impl FromStr for HookPoint {
             return Ok(HookPoint::LnFinal);
         }
         let parts: Vec<&str> = t.split('.').collect();
-        let (kind, layer) = match parts.as_slice() {
-            ["blocks", l, "hook_resid_pre"] => ("pre", *l),
-            ["blocks", l, "hook_resid_post"] => ("post", *l),
-            ["resid_pre", l] => ("pre", *l),
-            ["resid_post", l] => ("post", *l),
+        let (kind, layer): (fn(usize) -> HookPoint, &str) = match parts.as_slice() {
+            ["blocks", l, "hook_resid_pre"] | ["resid_pre", l] => (HookPoint::ResidPre, *l),
+            ["blocks", l, "hook_resid_post"] | ["resid_post", l] => (HookPoint::ResidPost, *l),
+            ["blocks", l, "hook_attn_out"] | ["attn_out", l] => (HookPoint::AttnOut, *l),
+            ["blocks", l, "hook_mlp_out"] | ["mlp_out", l] => (HookPoint::MlpOut, *l),
+            ["blocks", l, "ln2", "hook_normalized"]
+            | ["blocks", l, "hook_mlp_in"]
+            | ["mlp_in", l] => (HookPoint::MlpIn, *l),
             _ => return Err(bad()),
         };
         let layer: usize = layer.parse().map_err(|_| bad())?;
-        Ok(if kind == "pre" {
-            HookPoint::ResidPre(layer)
-        } else {
-            HookPoint::ResidPost(layer)
-        })
+        Ok(kind(layer))
     }
 }
 
@@ -102,6 +134,10 @@ mod tests {
             ("blocks.0.hook_resid_pre", HookPoint::ResidPre(0)),
             ("resid_pre.3", HookPoint::ResidPre(3)),
             ("ln_final", HookPoint::LnFinal),
+            ("blocks.2.hook_attn_out", HookPoint::AttnOut(2)),
+            ("blocks.2.hook_mlp_out", HookPoint::MlpOut(2)),
+            ("blocks.2.ln2.hook_normalized", HookPoint::MlpIn(2)),
+            ("mlp_in.1", HookPoint::MlpIn(1)),
         ] {
             let parsed: HookPoint = s.parse().unwrap();
             assert_eq!(parsed, h);
@@ -112,5 +148,7 @@ mod tests {
         }
         assert!(HookPoint::ResidPost(4).validate(4).is_err());
         assert_eq!(HookPoint::ResidPost(1).blocks_needed(4), 2);
+        assert_eq!(HookPoint::MlpIn(1).blocks_needed(4), 2);
+        assert!(HookPoint::AttnOut(4).validate(4).is_err());
     }
 }

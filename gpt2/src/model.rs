@@ -442,6 +442,14 @@ impl Gpt2 {
         let n_layer = self.cfg.n_layer;
         for h in hooks.iter().chain(patches.iter().map(|(h, _)| h)) {
             h.validate(n_layer)?;
+            if !h.is_residual() {
+                return Err(Error::HookUnsupported {
+                    point: h.to_string(),
+                    model: "GPT-2".into(),
+                    offered: "blocks.L.hook_resid_pre, blocks.L.hook_resid_post and ln_final"
+                        .into(),
+                });
+            }
         }
         let depth = if want_logits {
             n_layer

@@ -56,6 +56,7 @@ fn forward_matches_reference_on(device: &Device) {
             HookPoint::ResidPre(l) => format!("resid_pre.{l}"),
             HookPoint::ResidPost(l) => format!("resid_post.{l}"),
             HookPoint::LnFinal => "ln_final".into(),
+            other => panic!("{other}: GPT-2 exposes residual hook points only"),
         };
         let err = max_rel_err(&a.to_device(&Device::Cpu).unwrap(), &r[&key]);
         assert!(err < 1e-5, "{device:?} {h}: error {err}");

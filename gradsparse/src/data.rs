@@ -61,6 +61,7 @@ impl Batches {
                 heldout_fraction: d.held_out_fraction,
                 context_len: d.context,
                 prepend_bos: true,
+                tokenizer: activations::Tokenizer::new().map_err(corpus_err)?,
             };
             let packed = source.contexts(opts, max).map_err(corpus_err)?;
             Ok((0..packed.len())

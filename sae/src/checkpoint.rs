@@ -84,7 +84,7 @@ fn hook_name(cfg: &Config) -> String {
     match &cfg.data {
         DataConfig::Model { hook, layers, .. } => {
             let l = layers.first().copied().unwrap_or(0);
-            format!("blocks.{l}.hook_{hook}")
+            hook.at(l).to_string()
         }
         _ => "unknown".into(),
     }

@@ -65,6 +65,12 @@ pub enum Hook {
     /// The stream leaving the block.
     #[default]
     ResidPost,
+    /// Attention's output as added to the stream (`blocks.L.hook_attn_out`; not GPT-2).
+    AttnOut,
+    /// The MLP's output as added to the stream (`blocks.L.hook_mlp_out`; not GPT-2).
+    MlpOut,
+    /// The MLP's normalized input (`blocks.L.ln2.hook_normalized`; not GPT-2).
+    MlpIn,
 }
 
 impl std::fmt::Display for Hook {
@@ -72,6 +78,9 @@ impl std::fmt::Display for Hook {
         f.write_str(match self {
             Hook::ResidPre => "resid_pre",
             Hook::ResidPost => "resid_post",
+            Hook::AttnOut => "attn_out",
+            Hook::MlpOut => "mlp_out",
+            Hook::MlpIn => "mlp_in",
         })
     }
 }
@@ -81,6 +90,9 @@ impl Hook {
         match self {
             Hook::ResidPre => HookPoint::ResidPre(layer),
             Hook::ResidPost => HookPoint::ResidPost(layer),
+            Hook::AttnOut => HookPoint::AttnOut(layer),
+            Hook::MlpOut => HookPoint::MlpOut(layer),
+            Hook::MlpIn => HookPoint::MlpIn(layer),
         }
     }
 }
@@ -89,9 +101,10 @@ impl Hook {
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, JsonSchema)]
 #[serde(tag = "source", rename_all = "lowercase", deny_unknown_fields)]
 pub enum DataConfig {
-    /// Run a GPT-2 on a corpus and train on its activations as they are produced.
+    /// Run a model on a corpus and train on its activations as they are produced.
     Model {
-        /// "tiny" (the embedded default model) or a GPT-2 directory / Hugging Face id.
+        /// "tiny" (the embedded default model), `random:SHAPE`, or a model directory / Hugging Face id
+        /// of any supported family (GPT-2, Llama, Qwen 2/3, Mistral, Gemma 2, GPT-NeoX).
         model: String,
         /// Where in each layer the activations are read.
         #[serde(default)]

@@ -39,6 +39,10 @@ pub enum Error {
     Activations(#[from] activations::Error),
     #[error(transparent)]
     Model(#[from] gpt2::Error),
+
+    /// Boxed: the family loaders' error is large.
+    #[error(transparent)]
+    Models(Box<models::Error>),
     #[error(transparent)]
     Run(#[from] harness::Error),
     #[error(transparent)]
@@ -66,5 +70,11 @@ impl Error {
             path: path.into(),
             error,
         }
+    }
+}
+
+impl From<models::Error> for Error {
+    fn from(e: models::Error) -> Self {
+        Error::Models(Box::new(e))
     }
 }

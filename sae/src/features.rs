@@ -13,7 +13,8 @@ use candle_core::{DType, Device, Tensor};
 use eval::report::features::{
     DensityHistogram, Example, FeatureDashboards, LatentDashboard, QuantileGroup,
 };
-use gpt2::{Gpt2, HookPoint};
+use gpt2::HookPoint;
+use models::Model;
 pub use output_tokens::Unembedding;
 use output_tokens::{output_effects, OutputEffects};
 use sampling::Window;
@@ -243,7 +244,7 @@ pub struct HeldoutContexts<'a> {
     pub context_len: usize,
     /// The model the activations are of, when it is at hand (its unembedding reads the decoder
     /// directions as output tokens).
-    pub model: Option<&'a Gpt2>,
+    pub model: Option<&'a Model>,
 }
 
 impl HeldoutContexts<'_> {
@@ -275,7 +276,7 @@ impl HeldoutContexts<'_> {
 }
 
 /// Raw activations of `tokens` [B, T] at `hooks`, as [B·T, hooks·d_model].
-pub fn model_activations(model: &Gpt2, hooks: &[HookPoint], tokens: &Tensor) -> Result<Tensor> {
+pub fn model_activations(model: &Model, hooks: &[HookPoint], tokens: &Tensor) -> Result<Tensor> {
     let (b, t) = tokens.dims2()?;
     let acts = model.forward_hooks(tokens, hooks)?;
     let stacked = Tensor::cat(&acts, 2)?;
@@ -613,6 +614,7 @@ fn corpus_contexts(cfg: &Config, split: Split, max_contexts: usize) -> Result<Co
     let (
         Some(spec),
         DataConfig::Model {
+            model,
             context,
             held_out_fraction,
             ..
@@ -622,7 +624,7 @@ fn corpus_contexts(cfg: &Config, split: Split, max_contexts: usize) -> Result<Co
         return Err(not_model_backed());
     };
     let source = CorpusSource::open(&spec)?;
-    let pack = crate::run::pack_options(split, *context, *held_out_fraction);
+    let pack = crate::run::pack_options(split, *context, *held_out_fraction, model)?;
     Ok(source.contexts(pack, Some(max_contexts))?)
 }
 
@@ -700,7 +702,7 @@ pub fn build_for_run(
 pub fn build_from_model(
     sae: &InferenceSae,
     cfg: &Config,
-    model: &Gpt2,
+    model: &Model,
     opts: &FeatureOptions,
 ) -> Result<FeatureDashboards> {
     let DataConfig::Model { context, .. } = &cfg.data else {
@@ -718,7 +720,7 @@ pub fn build_from_model(
 /// The dashboards of `sae` on `contexts`, their activations from `model` at `hooks`.
 pub fn build_through_model(
     sae: &InferenceSae,
-    model: &Gpt2,
+    model: &Model,
     hooks: &[HookPoint],
     contexts: &Contexts,
     opts: &FeatureOptions,

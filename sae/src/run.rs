@@ -12,8 +12,9 @@ use activations::{ActivationSource, OnTheFly, OnTheFlyOptions};
 use candle_core::{DType, Device, Tensor};
 use eval::heldout::heldout_rows;
 use eval::measures::{ce_splices, CeSplices};
-use gpt2::{Gpt2, HookPoint};
+use gpt2::HookPoint;
 use harness::{LoopConfig, Metrics, Progress, StepContext, StepOutput};
+use models::Model;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -49,14 +50,21 @@ pub struct RunSummary {
 }
 
 /// How a model-backed run packs its corpus (training, held-out evaluation and dashboards alike):
-/// contexts of `context` tokens, BOS first, `held_out_fraction` of the documents held out.
-pub(crate) fn pack_options(split: Split, context: usize, held_out_fraction: f64) -> PackOptions {
-    PackOptions {
+/// contexts of `context` tokens, the model's BOS first, `held_out_fraction` of the documents held
+/// out, text tokenized by the tokenizer of `model`.
+pub(crate) fn pack_options(
+    split: Split,
+    context: usize,
+    held_out_fraction: f64,
+    model: &str,
+) -> Result<PackOptions> {
+    Ok(PackOptions {
         split,
         heldout_fraction: held_out_fraction,
         context_len: context,
         prepend_bos: true,
-    }
+        tokenizer: activations::Tokenizer::for_model(model)?,
+    })
 }
 /// Contexts per model forward when activations are produced on the fly.
 const BATCH_CONTEXTS: usize = 8;
@@ -345,7 +353,7 @@ pub struct Data {
 /// A model, the SAE's hook points (one per layer of the SAE) and held-out contexts: the SAE is spliced in there
 /// to measure CE-loss recovered.
 pub struct Splice {
-    pub model: Arc<Gpt2>,
+    pub model: Arc<Model>,
     pub hooks: Vec<HookPoint>,
     pub tokens: Tensor,
 }
@@ -441,8 +449,9 @@ impl Data {
                 ..
             } => {
                 let dtype = runtime::device::candle_dtype(*dtype);
+                let model_spec: &str = model;
                 let model = Arc::new(activations::models::load_model(model, dtype, device)?);
-                check_model_fit(layers, *context, model.config())?;
+                check_model_fit(layers, *context, &model)?;
                 let hooks: Vec<HookPoint> = layers.iter().map(|&l| hook.at(l)).collect();
                 let spec = cfg.data.corpus_spec().ok_or_else(|| {
                     Error::config("data.corpus", "a model-backed source names its corpus")
@@ -460,8 +469,9 @@ impl Data {
                     n.max(cfg.eval.ce_contexts)
                         .max(contexts_wanted(&dashboard_opts, *context))
                 });
-                let pack = |split, max| {
-                    source.contexts(pack_options(split, *context, *held_out_fraction), max)
+                let pack = |split, max| -> Result<_> {
+                    let opts = pack_options(split, *context, *held_out_fraction, model_spec)?;
+                    Ok(source.contexts(opts, max)?)
                 };
                 let train_ctx = pack(Split::Train, bound(train_tokens))?;
                 let held_ctx = pack(Split::Heldout, held_need)?;
@@ -553,8 +563,8 @@ pub fn rank_rows(batch: usize, rank: usize, world: usize) -> (usize, usize) {
 }
 
 /// The model must have the layers and positions the config asks for.
-fn check_model_fit(layers: &[usize], context: usize, model: &gpt2::Gpt2Config) -> Result<()> {
-    let depth = model.n_layer;
+fn check_model_fit(layers: &[usize], context: usize, model: &Model) -> Result<()> {
+    let depth = model.n_layer();
     if let Some(&l) = layers.iter().find(|&&l| l >= depth) {
         return Err(Error::config(
             "data.layers",

@@ -2,6 +2,7 @@
 
 mod corpus_forms;
 mod features_cli;
+mod model_families;
 mod profk_cli;
 mod report_cli;
 mod robust_extract;

@@ -23,7 +23,7 @@ pub use open::{CorpusSource, CorpusSpec, DEFAULT_TEXT_COLUMN};
 pub use stream::{is_heldout, ContextStream, ContextsStream, CorpusStream, PackOptions};
 
 use crate::error::{Error, Result};
-use crate::tokenizer::{Gpt2Tokenizer, END_OF_TEXT};
+use crate::tokenizer::{Tokenizer, END_OF_TEXT};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
@@ -149,12 +149,12 @@ impl Corpus {
         hex::encode(h.finalize())
     }
 
-    /// All documents tokenized, each followed by `<|endoftext|>`.
-    pub fn tokenize(&self, tokenizer: &Gpt2Tokenizer) -> Result<Vec<u32>> {
+    /// All documents tokenized, each followed by the tokenizer's BOS (GPT-2's `<|endoftext|>`).
+    pub fn tokenize(&self, tokenizer: &Tokenizer) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         for d in &self.documents {
             out.extend(tokenizer.encode(&d.text)?);
-            out.push(END_OF_TEXT);
+            out.push(tokenizer.bos());
         }
         Ok(out)
     }
@@ -218,9 +218,9 @@ pub struct Contexts {
 
 impl Contexts {
     /// Cuts a token stream into contexts of `context_len` tokens; with `prepend_bos` each context
-    /// starts with `<|endoftext|>` followed by `context_len - 1` stream tokens. A last partial
-    /// context is dropped.
-    pub fn pack(stream: &[u32], context_len: usize, prepend_bos: bool) -> Result<Self> {
+    /// starts with `bos` followed by `context_len - 1` stream tokens. A last partial context is
+    /// dropped.
+    pub fn pack(stream: &[u32], context_len: usize, prepend_bos: bool, bos: u32) -> Result<Self> {
         let body = context_len.saturating_sub(usize::from(prepend_bos));
         if body == 0 {
             return Err(Error::config(
@@ -231,7 +231,7 @@ impl Contexts {
         let mut tokens = Vec::with_capacity(stream.len() / body * context_len);
         for chunk in stream.chunks_exact(body) {
             if prepend_bos {
-                tokens.push(END_OF_TEXT);
+                tokens.push(bos);
             }
             tokens.extend_from_slice(chunk);
         }
@@ -261,13 +261,13 @@ mod tests {
     #[test]
     fn packs_with_and_without_bos() {
         let stream: Vec<u32> = (0..10).collect();
-        let c = Contexts::pack(&stream, 4, true).unwrap();
+        let c = Contexts::pack(&stream, 4, true, END_OF_TEXT).unwrap();
         assert_eq!(c.len(), 3);
         assert_eq!(c.context(1), &[END_OF_TEXT, 3, 4, 5]);
-        let c = Contexts::pack(&stream, 4, false).unwrap();
+        let c = Contexts::pack(&stream, 4, false, END_OF_TEXT).unwrap();
         assert_eq!(c.len(), 2);
         assert_eq!(c.context(1), &[4, 5, 6, 7]);
-        assert!(Contexts::pack(&stream, 1, true).is_err());
+        assert!(Contexts::pack(&stream, 1, true, END_OF_TEXT).is_err());
     }
 
     #[test]

@@ -5,7 +5,6 @@ use super::hub::{self, HubDataset};
 use super::stream::{ContextStream, CorpusStream, PackOptions};
 use super::{Contexts, Corpus, Split};
 use crate::error::{Error, Result};
-use crate::tokenizer::Gpt2Tokenizer;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
@@ -180,8 +179,9 @@ impl CorpusSource {
             Self::InMemory(corpus) => {
                 let stream = corpus
                     .split(opts.split, opts.heldout_fraction)
-                    .tokenize(&Gpt2Tokenizer::new()?)?;
-                let mut contexts = Contexts::pack(&stream, t, opts.prepend_bos)?;
+                    .tokenize(&opts.tokenizer)?;
+                let mut contexts =
+                    Contexts::pack(&stream, t, opts.prepend_bos, opts.tokenizer.bos())?;
                 if let Some(m) = max_contexts {
                     contexts.tokens.truncate(m.saturating_mul(t));
                 }

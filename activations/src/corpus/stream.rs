@@ -3,10 +3,9 @@
 use super::files::{DocumentReader, Payload, RawDocument};
 use super::{Contexts, Split};
 use crate::error::{Error, Result};
-use crate::tokenizer::{Gpt2Tokenizer, END_OF_TEXT};
+use crate::tokenizer::Tokenizer;
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
 
 /// Fixed-length token contexts, `n` at a time.
 pub trait ContextStream: Send {
@@ -65,14 +64,17 @@ impl ContextStream for ContextsStream {
 }
 
 /// How documents become contexts.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct PackOptions {
     pub split: Split,
     /// Fraction of the documents held out (see [`is_heldout`] for streamed corpora).
     pub heldout_fraction: f64,
     pub context_len: usize,
-    /// Start every context with `<|endoftext|>`.
+    /// Start every context with the tokenizer's BOS.
     pub prepend_bos: bool,
+    /// What text becomes tokens with, and the BOS (GPT-2's: [`Tokenizer::new`]; a model's:
+    /// [`Tokenizer::for_model`]).
+    pub tokenizer: Tokenizer,
 }
 
 impl PackOptions {
@@ -108,6 +110,7 @@ pub fn is_heldout(file: &str, row: u64, fraction: f64) -> bool {
 struct Packer {
     context_len: usize,
     prepend_bos: bool,
+    bos: u32,
     body: usize,
     pending: Vec<u32>,
     ready: Vec<u32>,
@@ -120,7 +123,7 @@ impl Packer {
         let mut start = 0;
         while self.pending.len() - start >= self.body {
             if self.prepend_bos {
-                self.ready.push(END_OF_TEXT);
+                self.ready.push(self.bos);
             }
             self.ready
                 .extend_from_slice(&self.pending[start..start + self.body]);
@@ -147,7 +150,7 @@ impl Packer {
 /// token-id rows used as they are, packed in document order.
 pub struct CorpusStream {
     reader: DocumentReader,
-    tokenizer: Arc<Gpt2Tokenizer>,
+    tokenizer: Tokenizer,
     opts: PackOptions,
     repeat: bool,
     packer: Packer,
@@ -158,19 +161,21 @@ pub struct CorpusStream {
 impl CorpusStream {
     pub fn new(reader: DocumentReader, opts: PackOptions, repeat: bool) -> Result<Self> {
         let body = opts.body()?;
+        let packer = Packer {
+            context_len: opts.context_len,
+            prepend_bos: opts.prepend_bos,
+            bos: opts.tokenizer.bos(),
+            body,
+            pending: Vec::new(),
+            ready: Vec::new(),
+            emitted: 0,
+        };
         Ok(Self {
             reader,
-            tokenizer: Arc::new(Gpt2Tokenizer::new()?),
+            tokenizer: opts.tokenizer.clone(),
             opts,
             repeat,
-            packer: Packer {
-                context_len: opts.context_len,
-                prepend_bos: opts.prepend_bos,
-                body,
-                pending: Vec::new(),
-                ready: Vec::new(),
-                emitted: 0,
-            },
+            packer,
             emitted_at_pass_start: 0,
             finished: false,
         })
@@ -200,7 +205,7 @@ impl CorpusStream {
             let (text, ids) = doc?;
             if text {
                 self.packer.push_stream(&ids);
-                self.packer.push_stream(&[END_OF_TEXT]);
+                self.packer.push_stream(&[self.tokenizer.bos()]);
             } else {
                 self.packer.push_row(&ids);
             }

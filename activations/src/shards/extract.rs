@@ -9,9 +9,10 @@ use super::pipeline::{self, Plan};
 use super::shard_file::{self, shard_file_name, st_dtype_name, ShardLayout, ShardMeta};
 use crate::corpus::{CorpusSource, CorpusSpec, PackOptions, Split};
 use crate::error::{Error, Result};
-use crate::{fsutil, models::load_model};
+use crate::{fsutil, models::load_model_to};
 use candle_core::DType;
-use gpt2::{Gpt2, HookPoint};
+use gpt2::HookPoint;
+use models::{Depth, Model};
 use runtime::device::{candle_dtype, open_device};
 use runtime::{config::ConfigSource, config::DeviceSpec, config::Dtype};
 use schemars::JsonSchema;
@@ -228,11 +229,19 @@ impl ExtractReport {
     }
 }
 
-/// A cheap fingerprint of the weights (embeddings of position 0 and all layer-norm gains), so a
-/// resumed run refuses to mix shards from different weights.
-fn model_fingerprint(model: &Gpt2) -> Result<String> {
+/// A cheap fingerprint of the weights (GPT-2: embeddings of position 0 and all layer-norm gains;
+/// other families: the embedding of token 0), so a resumed run refuses to mix shards from different
+/// weights.
+fn model_fingerprint(model: &Model) -> Result<String> {
     let mut h = Sha256::new();
-    for (name, t) in model.named_tensors() {
+    let Some(gpt2) = model.as_gpt2() else {
+        let row = model.embedding().narrow(0, 0, 1)?;
+        let v = row.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+        h.update(model.model_type().as_bytes());
+        h.update(bytemuck::cast_slice::<f32, u8>(&v));
+        return Ok(hex::encode(h.finalize()));
+    };
+    for (name, t) in gpt2.named_tensors() {
         if name == "wpe.weight" || name.contains("ln_") {
             let t = if name == "wpe.weight" {
                 t.narrow(0, 0, 1)?
@@ -337,20 +346,23 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         let spec = cfg.model.clone();
         std::thread::spawn(move || crate::models::weights_identity(&spec))
     };
-    let mut model = load_model(&cfg.model, model_dtype, &device)?;
+    let depth = Depth::for_hooks(&cfg.hook_points, false);
+    let mut model = load_model_to(&cfg.model, model_dtype, &device, depth)?;
     let model_sha256 = hashing
         .join()
         .map_err(|_| Error::config("model", "hashing the weights failed"))??;
-    if let Some(chunk) = cfg.attention_chunk {
-        model.set_attention_chunk(Some(chunk));
+    if let (Some(chunk), Some(gpt2)) = (cfg.attention_chunk, model.as_gpt2_mut()) {
+        gpt2.set_attention_chunk(Some(chunk));
     }
-    let mcfg = model.config().clone();
+    let model_config = model.config_json();
+    let d_model = model.d_model();
     for h in &cfg.hook_points {
-        h.validate(mcfg.n_layer)
+        h.validate(model.n_layer())
             .map_err(|e| Error::config("hook_points", e.to_string()))?;
     }
     let t = cfg.data.context;
-    mcfg.check_context(t)
+    model
+        .check_context(t)
         .map_err(|message| Error::config("data.context", message))?;
 
     let source = CorpusSource::open(&cfg.data.spec())?;
@@ -374,6 +386,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         ));
     }
     let pack = PackOptions {
+        tokenizer: crate::Tokenizer::for_model(&cfg.model)?,
         split: cfg.data.split,
         heldout_fraction: cfg.data.held_out_fraction,
         context_len: t,
@@ -418,10 +431,10 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
     let mut manifest = Manifest {
         format: FORMAT.into(),
         model: cfg.model.clone(),
-        model_config: mcfg.clone(),
+        model_config: model_config.clone(),
         model_dtype: dtype_name(model_dtype).into(),
         hook_points: cfg.hook_points.clone(),
-        d_model: mcfg.n_embd,
+        d_model,
         dtype: dtype_name(dtype).into(),
         context_len: t,
         prepend_bos: cfg.data.prepend_bos,
@@ -462,7 +475,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         shape: [
             per_shard.min(total - s * per_shard),
             cfg.hook_points.len(),
-            mcfg.n_embd,
+            d_model,
         ],
     };
     let checked = check_existing_shards(dir, n_shards, old_manifest.as_ref(), &expected)?;
@@ -503,7 +516,7 @@ pub fn extract(cfg: &ExtractConfig, opts: &ExtractOptions) -> Result<ExtractRepo
         fingerprint,
         hooks: &cfg.hook_points,
         dtype,
-        d_model: mcfg.n_embd,
+        d_model,
         context_len: t,
         batch_contexts: cfg.batch_contexts,
         drop_bos: cfg.drop_bos,

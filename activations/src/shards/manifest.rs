@@ -2,7 +2,7 @@
 use crate::error::{Error, Result};
 use crate::fsutil;
 use candle_core::DType;
-use gpt2::{Gpt2Config, HookPoint};
+use gpt2::HookPoint;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -38,7 +38,8 @@ pub struct ShardInfo {
 pub struct Manifest {
     pub format: String,
     pub model: String,
-    pub model_config: Gpt2Config,
+    /// The model's hyperparameters ([`models::Model::config_json`]; GPT-2's as `Gpt2Config`).
+    pub model_config: serde_json::Value,
     pub model_dtype: String,
     pub hook_points: Vec<HookPoint>,
     pub d_model: usize,

@@ -8,7 +8,8 @@ use crate::corpus::Contexts;
 use crate::error::{Error, Result};
 use crate::source::hook_rows;
 use candle_core::{DType, Device, Tensor};
-use gpt2::{Gpt2, HookPoint};
+use gpt2::HookPoint;
+use models::Model;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Mutex};
@@ -247,7 +248,7 @@ fn cut_shards(
 /// Runs the model from the batch holding the first missing shard to the end.
 pub(super) fn run(
     plan: &Plan,
-    model: &Gpt2,
+    model: &Model,
     contexts: &Contexts,
     stop_after: Option<usize>,
     stop: &runtime::signal::StopSignal,

@@ -45,6 +45,7 @@ fn opts(split: Split, context_len: usize) -> PackOptions {
         heldout_fraction: 0.2,
         context_len,
         prepend_bos: true,
+        tokenizer: Gpt2Tokenizer::new().unwrap(),
     }
 }
 
@@ -56,7 +57,9 @@ fn packed(texts: &[String], context_len: usize) -> Vec<u32> {
         stream.extend(tok.encode(t).unwrap());
         stream.push(END_OF_TEXT);
     }
-    Contexts::pack(&stream, context_len, true).unwrap().tokens
+    Contexts::pack(&stream, context_len, true, END_OF_TEXT)
+        .unwrap()
+        .tokens
 }
 
 fn all_contexts(spec: &CorpusSpec, o: PackOptions) -> Vec<u32> {

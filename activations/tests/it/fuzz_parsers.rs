@@ -41,7 +41,7 @@ fn valid_manifest() -> String {
     let m = Manifest {
         format: activations::shards::FORMAT.into(),
         model: "tiny".into(),
-        model_config: Gpt2Config::tiny(),
+        model_config: serde_json::to_value(Gpt2Config::tiny()).unwrap(),
         model_dtype: "f32".into(),
         hook_points: vec![HookPoint::ResidPost(2)],
         d_model: Gpt2Config::tiny().n_embd,

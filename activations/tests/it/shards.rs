@@ -352,12 +352,15 @@ fn on_the_fly_serves_the_same_activations() {
         .map(|i| reader.load_shard(i).unwrap().0)
         .collect();
 
-    let model = Arc::new(Gpt2::load(&f.model_dir, DType::F32, &Device::Cpu).unwrap());
+    let model = Arc::new(models::Model::Gpt2(
+        Gpt2::load(&f.model_dir, DType::F32, &Device::Cpu).unwrap(),
+    ));
     let pack = PackOptions {
         split: Split::All,
         heldout_fraction: 0.0,
         context_len: 16,
         prepend_bos: true,
+        tokenizer: activations::Tokenizer::new().unwrap(),
     };
     let contexts = CorpusSource::open(&CorpusSpec::new(f.corpus.as_str()))
         .unwrap()

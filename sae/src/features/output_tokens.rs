@@ -6,21 +6,24 @@ use crate::{Error, Result};
 use activations::Gpt2Tokenizer;
 use candle_core::{DType, Device, Tensor};
 use eval::report::features::{Histogram, TokenEffect};
-use gpt2::Gpt2;
+use models::Model;
 use std::cmp::Ordering;
 
 /// The unembedding the decoder directions go through, or why a run has none.
 pub enum Unembedding<'a> {
-    /// A token embedding [vocab, d_model] tied to the output, as GPT-2's: `W_U = wteᵀ`.
+    /// The output head [vocab, d_model] (GPT-2's tied token embedding: `W_U = wteᵀ`).
     Tied(&'a Tensor),
     Missing(String),
 }
 
 impl<'a> Unembedding<'a> {
-    /// The model's tied unembedding, or a note that the run loaded no model.
-    pub fn of_model(model: Option<&'a Gpt2>) -> Self {
+    /// The model's unembedding, or a note that the run loaded no model (or no output head).
+    pub fn of_model(model: Option<&'a Model>) -> Self {
         match model {
-            Some(m) => Unembedding::Tied(m.token_embedding()),
+            Some(m) => match m.unembedding() {
+                Some(u) => Unembedding::Tied(u),
+                None => Unembedding::Missing("the model was loaded without its output head".into()),
+            },
             None => Unembedding::Missing(
                 "the run loaded no model, so there is no unembedding to read the decoder directions \
                  through"

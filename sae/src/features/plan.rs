@@ -6,14 +6,15 @@ use crate::{Error, Result};
 use activations::{corpus::Contexts, shards::Manifest};
 use candle_core::Device;
 use eval::report::features::FeatureDashboards;
-use gpt2::{Gpt2, HookPoint};
+use gpt2::HookPoint;
+use models::Model;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub enum DashboardPlan {
     /// Contexts of the corpus, through the run's model at its hook points.
     Model {
-        model: Arc<Gpt2>,
+        model: Arc<Model>,
         hooks: Vec<HookPoint>,
         contexts: Contexts,
         /// The contexts are the held-out split's (else the training split's: the held-out one is empty).
@@ -29,7 +30,7 @@ impl DashboardPlan {
     /// From the contexts of a model-backed run: the held-out split's, else (a corpus of one document
     /// has none) the training split's; at least the first contexts a build reads of each.
     pub fn model(
-        model: Arc<Gpt2>,
+        model: Arc<Model>,
         hooks: Vec<HookPoint>,
         (held_out, train): (&Contexts, &Contexts),
         corpus: &str,

@@ -10,7 +10,7 @@ use activations::{
 };
 use candle_core::{DType, Device, Tensor};
 use eval::report::features::FeatureDashboards;
-use gpt2::Gpt2;
+use models::Model;
 use std::path::Path;
 
 /// Rows per context in `m`'s shards.
@@ -106,7 +106,7 @@ impl StoredContexts {
 }
 
 /// The model `m` names, for its unembedding; None (said on stderr) when it does not load here.
-fn model_of(m: &Manifest, device: &Device) -> Option<Gpt2> {
+fn model_of(m: &Manifest, device: &Device) -> Option<Model> {
     let loaded = runtime::device::parse_dtype("model_dtype", &m.model_dtype)
         .map_err(activations::Error::from)
         .and_then(|dtype| activations::models::load_model(&m.model, dtype, device));

@@ -25,7 +25,12 @@ fn valid_configs_parse() {
         Config::from_toml(&dense).unwrap().sae.aux.decode,
         sae::config::AuxDecode::Dense
     );
-    for f in ["../configs/tiny.toml", "../configs/gpt2xl.toml"] {
+    for f in [
+        "../configs/tiny.toml",
+        "../configs/gpt2xl.toml",
+        "../configs/llama-3.1-8b-l16.toml",
+        "../configs/gemma-2-2b-l12.toml",
+    ] {
         Config::from_path(std::path::Path::new(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
     }
 }
